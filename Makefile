@@ -1,0 +1,30 @@
+# The README's two commands. Each sets up .venv on first use (scripts/bootstrap.sh).
+SHELL := /bin/bash
+VENV := .venv
+BIN := $(VENV)/bin
+export HF_HUB_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export RAY_USAGE_STATS_ENABLED := 0
+export MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR := false
+
+.PHONY: setup demo test lint format clean
+
+setup:
+	@scripts/bootstrap.sh
+
+demo: setup
+	$(BIN)/scalelab models --size nano --size micro --size 124M --variant dense --variant hadamard
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: lint
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+format: setup
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache scalelab-runs

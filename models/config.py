@@ -1,0 +1,198 @@
+"""Typed, frozen configuration of one model (torch-free: the CLI and orchestrator import it).
+
+A mechanism is switched on by giving its sub-config (`budget`, `tsa`) or choosing its
+component (`attn_out`); absent means the dense GPT baseline. Only fields that change the
+science live here, so the content hash of a trial is stable across machines.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from models.sizes import SIZES, SizePreset, get_size
+
+
+class FrozenConfig(BaseModel):
+    """Base of every scalelab config: immutable, and unknown keys are errors."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+
+class BudgetConfig(FrozenConfig):
+    """BudgetFormer: per-input head budget s and per-head relevance (see models/budget.py)."""
+
+    s_min: float = 0.1
+    s_max: float = 0.9
+    budget_hidden: int = 64
+    tau_start: float = 5.0
+    tau_end: float = 0.1
+    tau_schedule: Literal["linear", "cosine", "exponential"] = "exponential"
+    gumbel_noise: bool = True
+    budget_loss_weight: float = 1.0
+    entropy_weight_start: float = 0.01
+    entropy_weight_end: float = 0.01
+    entropy_schedule: Literal["linear", "cosine", "constant"] = "linear"
+
+
+class TSAConfig(FrozenConfig):
+    """Token-Selective Attention: per-token halt probabilities (see models/tsa.py)."""
+
+    lambda_depth: float = 0.0
+    threshold: float = 0.5
+    sparse_inference: bool = True
+
+
+class ModelConfig(FrozenConfig):
+    """One model: a size preset (optionally overridden) plus the chosen mechanisms."""
+
+    size: str
+    n_layer: int | None = None  # None: the preset's value (filled in on validation)
+    d_model: int | None = None
+    n_head: int | None = None
+    vocab_size: int = 50257
+    block_size: int = 1024
+    task: Literal["lm", "classify"] = "lm"
+    n_classes: int | None = None
+    dropout: float = 0.0
+    bias: bool = True
+    attn_out: Literal["dense", "hadamard"] = "dense"
+    budget: BudgetConfig | None = None
+    tsa: TSAConfig | None = None
+
+    @field_validator("size")
+    @classmethod
+    def _known_size(cls, name: str) -> str:
+        get_size(name)  # raises with the list of presets
+        return name
+
+    @field_validator("vocab_size", "block_size", "n_layer", "d_model", "n_head")
+    @classmethod
+    def _positive(cls, value: int | None) -> int | None:
+        if value is not None and value < 1:
+            raise ValueError(f"must be a positive integer, got {value}")
+        return value
+
+    @field_validator("dropout")
+    @classmethod
+    def _probability(cls, value: float) -> float:
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"must be in [0, 1), got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelConfig:
+        preset = get_size(self.size)
+        for key in ("n_layer", "d_model", "n_head"):
+            if getattr(self, key) is None:
+                self.__dict__[key] = getattr(preset, key)  # frozen: resolve once, here
+        if self.d_model % self.n_head != 0:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by n_head={self.n_head}; "
+                f"allowed n_head values: {_divisors(self.d_model)}"
+            )
+        if self.task == "classify" and (self.n_classes is None or self.n_classes < 2):
+            raise ValueError("task='classify' needs n_classes >= 2")
+        if self.task == "lm" and self.n_classes is not None:
+            raise ValueError("n_classes is only allowed with task='classify'")
+        if self.attn_out == "hadamard":
+            from kernels.sizes import nearest_supported_sizes, supported_hadamard_size
+
+            if not supported_hadamard_size(self.d_model):
+                raise ValueError(
+                    f"attn_out='hadamard' needs a d_model with a Hadamard matrix; "
+                    f"d_model={self.d_model} has none (nearest supported: "
+                    f"{nearest_supported_sizes(self.d_model)})"
+                )
+        return self
+
+    @property
+    def preset(self) -> SizePreset:
+        return get_size(self.size)
+
+    @property
+    def causal(self) -> bool:
+        return self.task == "lm"
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_head
+
+    @property
+    def variant(self) -> str:
+        """Canonical variant name, e.g. 'dense', 'hadamard', 'hadamard+budget+tsa'."""
+        parts = [
+            name
+            for name, on in (
+                ("hadamard", self.attn_out == "hadamard"),
+                ("budget", self.budget is not None),
+                ("tsa", self.tsa is not None),
+            )
+            if on
+        ]
+        return "+".join(parts) or "dense"
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, min(n, 128) + 1) if n % k == 0]
+
+
+def format_config_error(error: ValidationError, source: str = "config") -> str:
+    """One line per problem: '<source>: <dotted.key>: <message>'."""
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(p) for p in item["loc"]) or "<root>"
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+            allowed = _allowed_keys(error.title, item["loc"])
+            if allowed:
+                message += f" (allowed: {', '.join(allowed)})"
+        elif item["type"] == "literal_error":
+            message = f"{message}, got {item.get('input')!r}"
+        lines.append(f"{source}: {key}: {message}")
+    return "\n".join(lines)
+
+
+_CONFIG_CLASSES: dict[str, type[BaseModel]] = {}
+
+
+def register_config(cls: type[BaseModel]) -> type[BaseModel]:
+    """Let format_config_error list the allowed keys of a config class by its name."""
+    _CONFIG_CLASSES[cls.__name__] = cls
+    return cls
+
+
+def _allowed_keys(title: str, loc: tuple) -> list[str]:
+    cls = _CONFIG_CLASSES.get(title)
+    for part in loc[:-1]:
+        if cls is None:
+            return []
+        field = cls.model_fields.get(str(part))
+        cls = _config_class_of(field.annotation) if field else None
+    return sorted(cls.model_fields) if cls else []
+
+
+def _config_class_of(annotation: object) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _config_class_of(arg)
+        if found:
+            return found
+    return None
+
+
+for _cls in (ModelConfig, BudgetConfig, TSAConfig):
+    register_config(_cls)
+
+__all__ = [
+    "SIZES",
+    "BudgetConfig",
+    "FrozenConfig",
+    "ModelConfig",
+    "TSAConfig",
+    "format_config_error",
+    "register_config",
+]

@@ -1,0 +1,43 @@
+"""What flows beside the hidden states through one forward pass."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+
+@dataclass
+class ForwardContext:
+    """Per-call scratchpad: mechanisms read the schedule position and leave their
+    auxiliary losses and metrics here instead of changing the backbone's signature."""
+
+    progress: float = 1.0  # fraction of training done, in [0, 1]; drives schedules
+    pad_mask: Tensor | None = None  # (B, T) True for real tokens; encoder only
+    readout: Callable[[Tensor], Tensor] | None = None  # hidden -> logits (LM only)
+    aux_losses: dict[str, Tensor] = field(default_factory=dict)
+    metrics: dict[str, Tensor] = field(default_factory=dict)
+    _metric_counts: dict[str, int] = field(default_factory=dict)
+
+    def add_loss(self, name: str, value: Tensor) -> None:
+        """Accumulate an auxiliary loss term (summed over layers)."""
+        self.aux_losses[name] = self.aux_losses[name] + value if name in self.aux_losses else value
+
+    def add_metric(self, name: str, value: Tensor) -> None:
+        """Record a metric; repeated calls (one per layer) are averaged."""
+        value = value.detach().float()
+        n = self._metric_counts.get(name, 0)
+        self.metrics[name] = (
+            value if n == 0 else self.metrics[name] + (value - self.metrics[name]) / (n + 1)
+        )
+        self._metric_counts[name] = n + 1
+
+
+@dataclass
+class ModelOutput:
+    logits: Tensor
+    loss: Tensor | None = None  # task loss + every auxiliary loss
+    task_loss: Tensor | None = None
+    aux_losses: dict[str, Tensor] = field(default_factory=dict)
+    metrics: dict[str, Tensor] = field(default_factory=dict)

@@ -1,0 +1,149 @@
+"""The GPT backbone (nanoGPT's model, with three seams for the efficiency mechanisms).
+
+Pre-norm blocks, causal SDPA attention, a 4x GELU MLP, learned positional embeddings and
+tied input/output embeddings. With `task='classify'` the same stack runs as a
+bidirectional encoder with a mean-pooled classification head.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from models.components import build_attention, build_depth_routing
+from models.config import ModelConfig
+from models.context import ForwardContext, ModelOutput
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.d_model, 4 * cfg.d_model, bias=cfg.bias)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.c_proj.is_residual_projection = True
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    """x + Attn(LN(x)), then + MLP(LN(x)); the two residual updates are exposed separately
+    so depth routing can gate or skip them per token."""
+
+    def __init__(self, cfg: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        self.attn = build_attention(cfg, layer_idx)
+        self.ln_2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        self.mlp = MLP(cfg)
+
+    def attn_update(self, x: Tensor, ctx: ForwardContext) -> Tensor:
+        return self.attn(self.ln_1(x), ctx)
+
+    def mlp_update(self, x: Tensor) -> Tensor:
+        return self.mlp(self.ln_2(x))
+
+    def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
+        x = x + self.attn_update(x, ctx)
+        return x + self.mlp_update(x)
+
+
+class FullDepth(nn.Module):
+    """Every token goes through every block: the baseline depth routing."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+
+    def forward(self, x: Tensor, blocks: nn.ModuleList, ctx: ForwardContext) -> Tensor:
+        for block in blocks:
+            x = block(x, ctx)
+        return x
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.wpe = nn.Embedding(cfg.block_size, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
+        self.depth = build_depth_routing(cfg)
+        self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        if cfg.task == "lm":
+            self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+            self.lm_head.weight = self.wte.weight  # tied input/output embeddings
+        else:
+            self.classifier = nn.Linear(cfg.d_model, cfg.n_classes, bias=cfg.bias)
+        self.apply(self._init_weights)
+        for module in self.modules():  # mechanisms with their own initialisation
+            if module is not self and hasattr(module, "post_init"):
+                module.post_init()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            std = 0.02
+            if getattr(module, "is_residual_projection", False):
+                std = 0.02 / math.sqrt(2 * self.cfg.n_layer)
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        """Parameters counted once (tied weights once); non-embedding drops wte and wpe."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.wte.weight.numel() + self.wpe.weight.numel()
+        return n
+
+    def readout(self, h: Tensor) -> Tensor:
+        """Logits from hidden states (used by the final layer and by early-exit routing)."""
+        return self.lm_head(self.ln_f(h))
+
+    def forward(
+        self,
+        idx: Tensor,
+        targets: Tensor | None = None,
+        *,
+        progress: float = 1.0,
+        pad_mask: Tensor | None = None,
+    ) -> ModelOutput:
+        B, T = idx.shape
+        if T > self.cfg.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size {self.cfg.block_size}")
+        if pad_mask is not None and self.cfg.causal:
+            raise ValueError("pad_mask is only supported by the classification encoder")
+        ctx = ForwardContext(progress=progress, pad_mask=pad_mask)
+        if self.cfg.task == "lm":
+            ctx.readout = self.readout
+        pos = torch.arange(T, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        x = self.depth(x, self.blocks, ctx)
+        if self.cfg.task == "lm":
+            logits = self.readout(x)
+            task_loss = None
+            if targets is not None:
+                task_loss = F.cross_entropy(
+                    logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-100
+                )
+        else:
+            logits = self.classifier(_mean_pool(self.ln_f(x), pad_mask))
+            task_loss = F.cross_entropy(logits, targets) if targets is not None else None
+        loss = None
+        if task_loss is not None:
+            loss = task_loss + sum(ctx.aux_losses.values(), torch.zeros((), device=idx.device))
+        return ModelOutput(logits, loss, task_loss, ctx.aux_losses, ctx.metrics)
+
+
+def _mean_pool(x: Tensor, pad_mask: Tensor | None) -> Tensor:
+    if pad_mask is None:
+        return x.mean(dim=1)
+    weights = pad_mask.to(x.dtype).unsqueeze(-1)
+    return (x * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)

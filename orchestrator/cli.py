@@ -1,0 +1,125 @@
+"""The `scalelab` command line. Heavy libraries (torch, ray, mlflow) are imported inside
+the commands that need them, so `scalelab --help` starts fast."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from models.config import ModelConfig, format_config_error
+from models.sizes import SIZES
+from models.variants import all_variants, variant_fields
+
+app = typer.Typer(
+    help="scalelab: scaling experiments for efficient Transformers "
+    "(dense GPT, Hadamard output projection, BudgetFormer, Token-Selective Attention).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+
+def fail(message: str) -> typer.Exit:
+    """Print a clean error (no traceback) and return the exit to raise."""
+    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code=2)
+
+
+@app.command()
+def models(
+    variant: list[str] = typer.Option(
+        None,
+        "--variant",
+        "-v",
+        help="Variant(s) to list, e.g. dense, hadamard, budget+tsa. "
+        "Default: dense and each single mechanism.",
+    ),
+    size: list[str] = typer.Option(None, "--size", "-s", help="Size preset(s). Default: all."),
+    vocab_size: int = typer.Option(50257, help="Vocabulary size (50257 = GPT-2 BPE)."),
+    block_size: int = typer.Option(1024, help="Context length used for FLOPs."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
+) -> None:
+    """List the model size presets with exact parameter counts and training FLOPs per token."""
+    from models.flops import count_params, train_flops_per_token
+
+    variants = variant or ["dense", "hadamard", "budget", "tsa"]
+    sizes = size or list(SIZES)
+    rows = []
+    for name in sizes:
+        for var in variants:
+            try:
+                cfg = ModelConfig(
+                    size=name, vocab_size=vocab_size, block_size=block_size, **variant_fields(var)
+                )
+            except ValidationError as e:
+                raise fail(format_config_error(e, "scalelab models")) from None
+            except ValueError as e:
+                raise fail(str(e)) from None
+            rows.append(
+                {
+                    "name": name,
+                    "variant": cfg.variant,
+                    "n_layer": cfg.n_layer,
+                    "d_model": cfg.d_model,
+                    "n_head": cfg.n_head,
+                    "params": count_params(cfg),
+                    "nonembed_params": count_params(cfg, non_embedding=True),
+                    "train_flops_per_token": train_flops_per_token(cfg),
+                }
+            )
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title=f"Model presets (vocab {vocab_size}, context {block_size})")
+    for col in (
+        "name",
+        "variant",
+        "layers",
+        "d_model",
+        "heads",
+        "params",
+        "non-embed",
+        "train FLOPs/token",
+    ):
+        table.add_column(col, justify="left" if col in ("name", "variant") else "right")
+    dense_params = {r["name"]: r["params"] for r in rows if r["variant"] == "dense"}
+    for r in rows:
+        params = f"{r['params']:,}"
+        base = dense_params.get(r["name"])
+        if base and r["variant"] != "dense":
+            params += f" ({(r['params'] - base) / base:+.1%})"
+        table.add_row(
+            r["name"],
+            r["variant"],
+            str(r["n_layer"]),
+            str(r["d_model"]),
+            str(r["n_head"]),
+            params,
+            f"{r['nonembed_params']:,}",
+            f"{r['train_flops_per_token']:.3e}",
+        )
+    console.print(table)
+
+
+@app.command()
+def variants() -> None:
+    """List the variant names a sweep may use."""
+    for name in all_variants():
+        print(name)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

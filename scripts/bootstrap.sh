@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Create (or refresh) the project's virtual environment at .venv with the tested package set.
+#
+#   SCALELAB_TORCH=auto|cpu|cuda   which torch build to install (auto: cuda when an NVIDIA
+#                                  driver answers nvidia-smi, else cpu)
+#   SCALELAB_PYTHON=python3        interpreter used to create the venv
+#
+# It is idempotent: a stamp file records the inputs it was built from, so a second call
+# returns at once unless pyproject.toml or the constraints changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=.venv
+PY=${SCALELAB_PYTHON:-python3}
+CONSTRAINTS=requirements/constraints.txt
+TORCH_VERSION=$(sed -n 's/^torch==\([^+]*\).*/\1/p' "$CONSTRAINTS")
+
+flavour=${SCALELAB_TORCH:-auto}
+if [ "$flavour" = auto ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    flavour=cuda
+  else
+    flavour=cpu
+  fi
+fi
+case "$flavour" in cpu|cuda) ;; *) echo "SCALELAB_TORCH must be auto, cpu or cuda (got '$flavour')" >&2; exit 2;; esac
+
+stamp="$VENV/.scalelab-stamp"
+want="$flavour $(cat pyproject.toml "$CONSTRAINTS" scripts/bootstrap.sh | sha256sum | cut -c1-16)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$VENV/bin/scalelab" ]; then
+  exit 0
+fi
+
+echo "==> setting up $VENV (torch $TORCH_VERSION, $flavour build); this takes a couple of minutes once"
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+pip=("$VENV/bin/python" -m pip --quiet --disable-pip-version-check)
+"${pip[@]}" install --upgrade pip setuptools wheel
+
+# torch first: the CPU wheel is tagged +cpu. Try the configured indexes (a local wheel
+# cache, a mirror), then PyTorch's CPU index. A plain PyPI torch is the CUDA build.
+if [ "$flavour" = cpu ]; then
+  "${pip[@]}" install "torch==${TORCH_VERSION}+cpu" 2>/dev/null \
+    || "${pip[@]}" install "torch==${TORCH_VERSION}+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
+else
+  "${pip[@]}" install "torch==${TORCH_VERSION}"
+fi
+
+# The rest, pinned to the tested set; torch stays as installed above. On CUDA machines torch
+# brings the triton it was built against, so triton is left unpinned there.
+skip='^torch=='
+[ "$flavour" = cuda ] && skip='^(torch|triton)=='
+grep -v -E "$skip" "$CONSTRAINTS" > "$VENV/constraints.txt"
+# DeepSpeed is an sdist whose build must see the installed torch; no ops are prebuilt
+# (on GPU machines they JIT-compile on first use).
+DS_BUILD_OPS=0 "${pip[@]}" install --no-build-isolation -c "$VENV/constraints.txt" deepspeed
+"${pip[@]}" install -c "$VENV/constraints.txt" -e ".[dev]"
+
+"$VENV/bin/python" - <<'PY'
+import deepspeed, mlflow, ray, torch  # noqa: F401  fail here, not in the middle of a run
+print(f"==> ready: torch {torch.__version__}, deepspeed {deepspeed.__version__}, "
+      f"ray {ray.__version__}, mlflow {mlflow.__version__}")
+PY
+echo "$want" > "$stamp"
