@@ -1,0 +1,120 @@
+"""Typed, frozen configuration of one training job (torch-free).
+
+A trial is a fully resolved `JobConfig`. Its science fields (model, data, train, seed)
+define the trial's identity; `deepspeed` only says how the same computation is laid out
+on devices (ZeRO stage, offload, activation checkpointing) and is not part of the hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from models.config import FrozenConfig, ModelConfig, register_config
+
+# Bumped whenever a mechanism's semantics change, so old results are not mistaken for new.
+VARIANT_SEMANTICS_VERSION = 1
+
+
+class DataConfig(FrozenConfig):
+    """Where tokens come from and how they are cut."""
+
+    source: str = Field(
+        "builtin:pydoc",
+        description="builtin:pydoc (offline English text shipped with CPython), "
+        "builtin:copy / builtin:sort (synthetic sequence tasks), "
+        "builtin:classification (synthetic easy/hard classification), a local .txt/.jsonl/"
+        ".parquet file or folder, or hf:<dataset>[/<config>] for a datasets hub name",
+    )
+    text_field: str = "text"
+    label_field: str | None = None  # classification datasets
+    tokenizer: str = Field(
+        "byte",
+        description="byte (vocab 256), gpt2 (tiktoken BPE), or a path to a "
+        ".tiktoken file or a tokenizers JSON",
+    )
+    seq_len: int = Field(256, ge=2)
+    val_fraction: float = Field(0.05, gt=0.0, lt=0.5)
+    val_tokens: int = Field(
+        65_536, ge=1, description="validation loss is measured on this many tokens"
+    )
+
+
+class TrainConfig(FrozenConfig):
+    """The optimisation: budgets, batch, schedule, precision, logging cadence."""
+
+    tokens: int | None = Field(
+        None, ge=1, description="training tokens; or give tokens_per_param or flops"
+    )
+    tokens_per_param: float | None = Field(None, gt=0)
+    flops: float | None = Field(None, gt=0, description="training compute budget in FLOPs")
+    global_batch_tokens: int = Field(8192, ge=1)
+    lr: float = Field(3e-4, gt=0)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    warmup_fraction: float = Field(0.05, ge=0, lt=1)
+    schedule: Literal["cosine", "linear", "constant"] = "cosine"
+    weight_decay: float = Field(0.1, ge=0)
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = Field(1.0, ge=0)
+    dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    log_interval: int = Field(10, ge=1)
+    eval_interval: int = Field(100, ge=1)
+    checkpoint_interval: int = Field(200, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)
+    divergence_factor: float = Field(
+        4.0, gt=1, description="stop if loss exceeds this x its running min"
+    )
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> TrainConfig:
+        given = [k for k in ("tokens", "tokens_per_param", "flops") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                f"give exactly one training budget of tokens, tokens_per_param, flops (got {given or 'none'})"
+            )
+        return self
+
+
+class DeepSpeedConfig(FrozenConfig):
+    """How the computation is sharded; placement, not science."""
+
+    zero_stage: Literal[0, 1, 2, 3] = 0
+    offload_optimizer: bool = False
+    activation_checkpointing: bool = False
+    extra: dict[str, Any] = Field(
+        default_factory=dict, description="raw DeepSpeed keys, merged last"
+    )
+
+
+class JobConfig(FrozenConfig):
+    """One fully resolved trial."""
+
+    model: ModelConfig
+    data: DataConfig = DataConfig()
+    train: TrainConfig
+    deepspeed: DeepSpeedConfig = DeepSpeedConfig()
+    seed: int = 0
+
+    def science(self) -> dict[str, Any]:
+        """The fields that define what is computed (and so the trial's identity)."""
+        return {
+            "model": self.model.model_dump(mode="json"),
+            "data": self.data.model_dump(mode="json"),
+            "train": self.train.model_dump(mode="json"),
+            "seed": self.seed,
+            "semantics": VARIANT_SEMANTICS_VERSION,
+        }
+
+    @property
+    def trial_id(self) -> str:
+        """sha256 of the canonical JSON of the science fields, first 16 hex digits."""
+        canonical = json.dumps(self.science(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+for _cls in (DataConfig, TrainConfig, DeepSpeedConfig, JobConfig):
+    register_config(_cls)

@@ -1,0 +1,48 @@
+"""The work directory layout (DESIGN.md, 'Work directory'); one place knows it.
+
+$SCALELAB_HOME (default ./scalelab-runs)
+  mlflow.db               sqlite tracking store (absolute URI)
+  artifacts/              MLflow artifacts
+  trials/<trial_id>/      job.json, ckpt/, curves.jsonl, result.json, logs
+  data/                   tokenised shards, keyed by (source, tokenizer, split)
+  results/                Parquet tables, plots, reports
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+JOB_FILE = "job.json"  # the resolved JobConfig
+CURVES_FILE = "curves.jsonl"  # one JSON object per point: step, tokens, flops, metric, value
+RESULT_FILE = "result.json"  # the job's summary, written last
+
+
+def scalelab_home() -> Path:
+    return Path(os.environ.get("SCALELAB_HOME", "scalelab-runs")).resolve()
+
+
+def tracking_uri() -> str:
+    """MLFLOW_TRACKING_URI when set, else the sqlite store in the work directory."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    home = scalelab_home()
+    home.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{home / 'mlflow.db'}"  # absolute path: four slashes in all
+
+
+def artifact_root() -> Path:
+    return scalelab_home() / "artifacts"
+
+
+def trial_dir(trial_id: str) -> Path:
+    return scalelab_home() / "trials" / trial_id
+
+
+def data_dir() -> Path:
+    return scalelab_home() / "data"
+
+
+def results_dir() -> Path:
+    return scalelab_home() / "results"
