@@ -39,9 +39,23 @@ class BudgetConfig(FrozenConfig):
 class TSAConfig(FrozenConfig):
     """Token-Selective Attention: per-token halt probabilities (see models/tsa.py)."""
 
-    lambda_depth: float = 0.0
-    threshold: float = 0.5
-    sparse_inference: bool = True
+    lambda_depth: float = 0.0  # lambda: weight of L_depth = lambda * mean(1 - p_l)
+    threshold: float = 0.5  # inference: a token halts before block l+1 when p_l > threshold
+    sparse_inference: bool = True  # eval: skip halted tokens' FFN (gather/scatter)
+
+    @field_validator("lambda_depth")
+    @classmethod
+    def _non_negative(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError(f"must be >= 0 (a depth penalty, not a reward), got {value}")
+        return value
+
+    @field_validator("threshold")
+    @classmethod
+    def _open_unit_interval(cls, value: float) -> float:
+        if not 0.0 < value < 1.0:
+            raise ValueError(f"must be in (0, 1), got {value}")
+        return value
 
 
 class ModelConfig(FrozenConfig):
@@ -96,6 +110,11 @@ class ModelConfig(FrozenConfig):
             raise ValueError("task='classify' needs n_classes >= 2")
         if self.task == "lm" and self.n_classes is not None:
             raise ValueError("n_classes is only allowed with task='classify'")
+        if self.tsa is not None and self.n_layer < 2:
+            raise ValueError(
+                f"tsa needs n_layer >= 2 (block 0 always runs; routers sit between blocks), "
+                f"got n_layer={self.n_layer}"
+            )
         if self.attn_out == "hadamard":
             from kernels.sizes import nearest_supported_sizes, supported_hadamard_size
 
