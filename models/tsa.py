@@ -1,0 +1,136 @@
+"""Token-Selective Attention (TSA): learned per-token depth routing.
+
+Symbols as in the paper: blocks f_0 .. f_{L-1} of a pre-norm decoder; after block f_l
+(l = 0 .. L-2) a router r_l gives every token a halt probability p_l in (0, 1); the next
+block's residual updates are scaled by the gate g_l = 1 - p_l:
+
+    x <- x + g_l * Attn(LN(x))        x <- x + g_l * FFN(LN(x))          (block f_{l+1})
+
+    L = L_task + L_depth,    L_depth = lambda * mean_{l, tokens}(1 - p_l)
+    alpha = mean_{l, tokens}(1 - p_l)             (active fraction of routed token-layers)
+    TLOps saved = 1 - (1 + (L - 1) * alpha) / L   (block f_0 always runs)
+
+Training is fully soft: every block runs for every token. Inference (module in eval mode and
+`cfg.tsa.sparse_inference`) uses the binary gate g_l = [p_l <= threshold]: a halted token
+(p_l > threshold) gets no attention update (gate 0) and does not go through the FFN at all
+(gather/scatter over the flattened B*T tokens); attention itself stays dense, so every
+token's keys and values are computed exactly. Router decisions read one token's hidden
+state only, so causality is untouched. In eval without `sparse_inference` the soft gates of
+training are used.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from models.config import ModelConfig
+from models.context import ForwardContext
+from models.flops import tsa_router_hidden
+
+ROUTER_INIT_BIAS = -1.0  # sigmoid(-1) = 0.269: every token starts with p ~ 0.27
+
+# When the gather/scatter FFN loses to the dense masked FFN (benchmarks/tsa.py measured
+# it, see docs/benchmarks.md): with too few halted tokens the index copies cost more than
+# the FFN rows they save.
+MIN_SKIPPED_TOKENS = 16
+MAX_ACTIVE_FRACTION = 0.95
+
+
+class Router(nn.Module):
+    """r_l: d -> r -> 1 with a sigmoid, r = max(16, d // 4) (models.flops.tsa_router_hidden)."""
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        hidden = tsa_router_hidden(d_model)
+        self.fc = nn.Linear(d_model, hidden)
+        self.act = nn.GELU()
+        self.out = nn.Linear(hidden, 1)
+
+    def post_init(self) -> None:
+        # Weights keep the backbone's N(0, 0.02) init, so p starts in a narrow band around
+        # sigmoid(-1) = 0.27 and the router still gets gradient through both layers.
+        nn.init.constant_(self.out.bias, ROUTER_INIT_BIAS)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(B, T, d) -> p, (B, T): the halt probability of every token."""
+        return torch.sigmoid(self.out(self.act(self.fc(x)))).squeeze(-1)
+
+
+class TokenSelectiveDepth(nn.Module):
+    """Depth routing with routers r_0 .. r_{L-2} between the blocks (DEPTH_ROUTING['tsa'])."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        assert cfg.tsa is not None and cfg.n_layer >= 2  # enforced by ModelConfig
+        self.lambda_depth = cfg.tsa.lambda_depth
+        self.threshold = cfg.tsa.threshold
+        self.sparse_inference = cfg.tsa.sparse_inference
+        self.routers = nn.ModuleList(Router(cfg.d_model) for _ in range(cfg.n_layer - 1))
+        self.force_path: str | None = None  # 'sparse' | 'dense': override the rule (tests)
+
+    def forward(self, x: Tensor, blocks: nn.ModuleList, ctx: ForwardContext) -> Tensor:
+        binary = not self.training and self.sparse_inference
+        x = blocks[0](x, ctx)  # f_0 always runs
+        gates = []
+        for router, block in zip(self.routers, blocks[1:], strict=True):
+            p = router(x)
+            if binary:
+                active = p <= self.threshold
+                gates.append(active.float())
+                x = self.gated_block(block, x, active, ctx)
+            else:
+                g = 1.0 - p
+                gates.append(g)
+                x = x + g.unsqueeze(-1) * block.attn_update(x, ctx)
+                x = x + g.unsqueeze(-1) * block.mlp_update(x)
+        self._record(torch.stack(gates), len(blocks), ctx)
+        return x
+
+    def gated_block(
+        self, block: nn.Module, x: Tensor, active: Tensor, ctx: ForwardContext
+    ) -> Tensor:
+        """Block f_{l+1} with the binary gate: dense attention (update kept only for active
+        tokens), FFN for active tokens only."""
+        x = x + active.unsqueeze(-1).to(x.dtype) * block.attn_update(x, ctx)
+        return x + ffn_update(block, x, active, self._path(active))
+
+    def _path(self, active: Tensor) -> str:
+        if self.force_path is not None:
+            return self.force_path
+        n_active = int(active.sum())  # one host sync per routed block
+        skipped = active.numel() - n_active
+        use_sparse = skipped >= MIN_SKIPPED_TOKENS and n_active <= MAX_ACTIVE_FRACTION * (
+            active.numel()
+        )
+        return "sparse" if use_sparse else "dense"
+
+    def _record(self, gates: Tensor, n_layer: int, ctx: ForwardContext) -> None:
+        """gates: (L-1, B, T) of 1 - p (soft) or of the executed 0/1 decisions (sparse)."""
+        if ctx.pad_mask is not None:  # encoder: padded tokens do not count
+            weights = ctx.pad_mask.to(gates.dtype).expand_as(gates)
+            alpha_mean = (gates * weights).sum() / weights.sum().clamp_min(1.0)
+        else:
+            alpha_mean = gates.mean()
+        if self.training:
+            ctx.add_loss("tsa/depth", self.lambda_depth * alpha_mean)
+        ctx.add_metric("tsa/alpha", alpha_mean)
+        ctx.add_metric("tsa/tlops_saved", tlops_saved(alpha_mean, n_layer))
+
+
+def ffn_update(block: nn.Module, x: Tensor, active: Tensor, path: str = "sparse") -> Tensor:
+    """The FFN residual update of `block` for the tokens where `active` (B, T) is True and
+    zero elsewhere. 'sparse' gathers the active rows of the flattened (B*T, d) states, runs
+    the FFN on them only and scatters the result back; 'dense' runs every token and masks."""
+    if path == "dense":
+        return active.unsqueeze(-1).to(x.dtype) * block.mlp_update(x)
+    flat = x.reshape(-1, x.size(-1))
+    rows = active.reshape(-1).nonzero().squeeze(1)
+    update = torch.zeros_like(flat)
+    update.index_add_(0, rows, block.mlp_update(flat.index_select(0, rows)))
+    return update.view_as(x)
+
+
+def tlops_saved(alpha: Tensor | float, n_layer: int) -> Tensor | float:
+    """Share of token-layer operations skipped: 1 - (1 + (L-1) alpha) / L."""
+    return 1.0 - (1.0 + (n_layer - 1) * alpha) / n_layer
