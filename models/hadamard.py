@@ -1,0 +1,39 @@
+"""Hadamard output projection (the attention-mixing seam's structured alternative).
+
+Attention's dense output projection W_O (d x d weights + d bias) is replaced by a fixed,
+orthonormal Walsh-Hadamard transform followed by a learned diagonal affine:
+
+    MHA_had(X) = alpha * (Y H / sqrt(d)) + beta        Y: concatenated heads, alpha, beta in R^d
+
+H is parameter-free (kernels.hadamard), so each block trades d^2 + d parameters for 2d and
+O(d^2) mixing FLOPs for O(d log d).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from kernels.hadamard import hadamard_transform_affine
+from models.config import ModelConfig
+
+
+class HadamardOutputProjection(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.d_model = cfg.d_model
+        # The dense baseline's W_O is drawn with std 0.02/sqrt(2L), which scales the
+        # variance of its output by d * std^2. H/sqrt(d) is orthonormal and preserves it,
+        # so alpha starts at sqrt(d) * std: the block output has the baseline's variance at
+        # init (alpha = 1 would make every attention update ~sqrt(d) * std^-1 times louder).
+        self.alpha_init = math.sqrt(cfg.d_model) * 0.02 / math.sqrt(2 * cfg.n_layer)
+        self.alpha = nn.Parameter(torch.full((cfg.d_model,), self.alpha_init))
+        self.beta = nn.Parameter(torch.zeros(cfg.d_model))
+
+    def forward(self, y: Tensor) -> Tensor:
+        return hadamard_transform_affine(y, self.alpha, self.beta)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, alpha_init={self.alpha_init:.4g}"
