@@ -21,19 +21,60 @@ class FrozenConfig(BaseModel):
 
 
 class BudgetConfig(FrozenConfig):
-    """BudgetFormer: per-input head budget s and per-head relevance (see models/budget.py)."""
+    """BudgetFormer: per-input head budget s and per-head relevance (see models/budget.py;
+    equations and defaults in docs/reproducing/budgetformer.md)."""
 
-    s_min: float = 0.1
+    s_min: float = 0.1  # target interval [s_min, s_max] of the budget s (paper: [0.1, 0.9])
     s_max: float = 0.9
-    budget_hidden: int = 64
-    tau_start: float = 5.0
-    tau_end: float = 0.1
+    budget_hidden: int = 64  # f_theta: d -> budget_hidden -> 1
+    tau_start: float = 5.0  # temperature tau: high = near-uniform relevance (exploration) ...
+    tau_end: float = 0.05  # ... low = concentrated, near-hard top-k mask (exploitation)
     tau_schedule: Literal["linear", "cosine", "exponential"] = "exponential"
-    gumbel_noise: bool = True
-    budget_loss_weight: float = 1.0
-    entropy_weight_start: float = 0.01
-    entropy_weight_end: float = 0.01
+    gumbel_noise: bool = True  # exploration noise on the relevance logits (training only)
+    budget_loss_weight: float = 1.0  # lambda_b: squared distance of s outside [s_min, s_max]
+    cost_weight: float = 0.05  # lambda_c: linear cost on s inside the interval (0: paper's form)
+    entropy_weight_start: float = -0.01  # lambda_e(0) < 0: reward spread early ...
+    entropy_weight_end: float = 0.01  # ... lambda_e(1) > 0: penalise entropy late
     entropy_schedule: Literal["linear", "cosine", "constant"] = "linear"
+
+    @field_validator("s_min", "s_max")
+    @classmethod
+    def _open_unit_interval(cls, value: float) -> float:
+        if not 0.0 < value < 1.0:
+            raise ValueError(f"a head fraction must be in (0, 1), got {value}")
+        return value
+
+    @field_validator("budget_hidden")
+    @classmethod
+    def _positive_width(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"must be a positive integer, got {value}")
+        return value
+
+    @field_validator("tau_start", "tau_end")
+    @classmethod
+    def _positive_temperature(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError(f"a temperature must be > 0, got {value}")
+        return value
+
+    @field_validator("budget_loss_weight", "cost_weight")
+    @classmethod
+    def _non_negative(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError(f"must be >= 0 (a penalty, not a reward), got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BudgetConfig:
+        if self.s_min >= self.s_max:
+            raise ValueError(f"s_min={self.s_min} must be < s_max={self.s_max}")
+        if self.tau_end > self.tau_start:
+            raise ValueError(
+                f"tau_end={self.tau_end} must be <= tau_start={self.tau_start} "
+                "(the temperature anneals from exploration to exploitation)"
+            )
+        return self
 
 
 class TSAConfig(FrozenConfig):
@@ -110,6 +151,10 @@ class ModelConfig(FrozenConfig):
             raise ValueError("task='classify' needs n_classes >= 2")
         if self.task == "lm" and self.n_classes is not None:
             raise ValueError("n_classes is only allowed with task='classify'")
+        if self.budget is not None and self.n_head < 2:
+            raise ValueError(
+                f"budget needs n_head >= 2 (it selects a subset of heads), got n_head={self.n_head}"
+            )
         if self.tsa is not None and self.n_layer < 2:
             raise ValueError(
                 f"tsa needs n_layer >= 2 (block 0 always runs; routers sit between blocks), "
