@@ -1,0 +1,198 @@
+"""SweepSpec -> [Trial]: the product of the axes, each a fully resolved, validated JobConfig.
+
+An axis is a list of options; an option sets some dotted keys (remembering which YAML node
+each value came from, so a bad value is reported at its own line). The trials are the
+cartesian product of: each `grid` key, the `zip` lists (paired), the `isoflop` budgets x
+sizes, and the `variants`. A trial's identity is `JobConfig.trial_id` (science only).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from jobs.config import JobConfig
+from models.flops import count_params, train_flops_per_token
+from orchestrator.spec import SourceMap, SpecError, SweepSpec, located_errors
+
+MAX_PROBLEMS = 20
+
+# (dotted key, value, YAML key path the value came from)
+Setting = tuple[str, Any, tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One resolved point of the sweep, with what the plan needs to know about it."""
+
+    job: JobConfig
+    trial_id: str
+    variant: str
+    size: str
+    n_params: int
+    n_nonembed: int
+    tokens: int
+    flops: float  # training FLOPs (forward + backward) of the whole run
+    axes: dict[str, Any] = field(default_factory=dict)  # what the axes set, for display
+
+
+def resolve_tokens(job: JobConfig, n_params: int | None = None) -> int:
+    """Training tokens of a job from whichever budget it gives (tokens, tokens/param, FLOPs)."""
+    train = job.train
+    if train.tokens is not None:
+        return train.tokens
+    if train.tokens_per_param is not None:
+        n = n_params if n_params is not None else count_params(job.model)
+        return int(train.tokens_per_param * n)
+    return int(train.flops // train_flops_per_token(job.model, job.data.seq_len))
+
+
+def _axes(spec: SweepSpec) -> list[list[list[Setting]]]:
+    axes: list[list[list[Setting]]] = []
+    for key, values in spec.grid.items():
+        axes.append([[(key, v, ("grid", key, i))] for i, v in enumerate(values)])
+    if spec.zip:
+        n = len(next(iter(spec.zip.values())))
+        axes.append([[(k, vs[i], ("zip", k, i)) for k, vs in spec.zip.items()] for i in range(n)])
+    if spec.isoflop is not None:
+        iso = spec.isoflop
+        axes.append(
+            [
+                [
+                    ("model.size", size, ("isoflop", "sizes", j)),
+                    ("train.flops", c, ("isoflop", "flops", i)),
+                    ("train.tokens", None, ("isoflop", "flops", i)),
+                    ("train.tokens_per_param", None, ("isoflop", "flops", i)),
+                ]
+                for i, c in enumerate(iso.flops)
+                for j, size in enumerate(iso.sizes)
+            ]
+        )
+    if spec.variants:
+        base_model = spec.base.get("model") or {}
+        options = []
+        for i, name in enumerate(spec.variants):
+            on = set(name.split("+"))
+            where = ("variants", i)
+            options.append(
+                [
+                    ("model.attn_out", "hadamard" if "hadamard" in on else "dense", where),
+                    (
+                        "model.budget",
+                        (base_model.get("budget") or {}) if "budget" in on else None,
+                        where,
+                    ),
+                    ("model.tsa", (base_model.get("tsa") or {}) if "tsa" in on else None, where),
+                ]
+            )
+        axes.append(options)
+    return axes
+
+
+def _set(tree: dict[str, Any], key: str, value: Any) -> None:
+    *parents, last = key.split(".")
+    for part in parents:
+        child = tree.get(part)
+        if not isinstance(child, dict):
+            child = tree[part] = {}
+        tree = child
+    if value is None:
+        tree.pop(last, None)  # None = leave the field to its default (e.g. the other budgets)
+        if last in ("tokens", "tokens_per_param", "budget", "tsa"):
+            tree[last] = None
+    else:
+        tree[last] = _copy_tree(value)
+
+
+def _copy_tree(value: Any) -> Any:
+    """Copy of plain YAML data (dicts, lists, scalars): faster than copy.deepcopy."""
+    if isinstance(value, dict):
+        return {k: _copy_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy_tree(v) for v in value]
+    return value
+
+
+def _locate(loc: tuple[Any, ...], settings: list[Setting]) -> tuple[Any, ...]:
+    """The YAML key path of a JobConfig error location: the axis value that set it, or base."""
+    dotted = ".".join(str(p) for p in loc)
+    best = None
+    for key, _value, where in settings:
+        if dotted == key or dotted.startswith(key + "."):
+            if best is None or len(key) > len(best[0]):
+                best = (key, where)
+    if best is None:
+        return ("base", *loc)
+    key, where = best
+    return (*where, *loc[len(key.split(".")) :])
+
+
+def expand(spec: SweepSpec, source: SourceMap | None = None) -> list[Trial]:
+    """All trials of a sweep, smallest training compute first; bad values raise SpecError."""
+    source = source or SourceMap("<sweep>", None)
+    problems: list[str] = []
+    trials: dict[str, Trial] = {}
+    for combo in itertools.product(*_axes(spec)):
+        settings = [s for option in combo for s in option]
+        tree = _copy_tree(spec.base)
+        for key, value, _ in settings:
+            _set(tree, key, value)
+        try:
+            job = JobConfig.model_validate(tree)
+        except ValidationError as e:
+            for line in located_errors(e, source, functools.partial(_locate, settings=settings)):
+                if line not in problems:
+                    problems.append(line)
+            if len(problems) >= MAX_PROBLEMS:
+                break
+            continue
+        trial_id = job.trial_id
+        if trial_id in trials:
+            continue  # two axis combinations that mean the same computation
+        n_params = count_params(job.model)
+        tokens = resolve_tokens(job, n_params)
+        trials[trial_id] = Trial(
+            job=job,
+            trial_id=trial_id,
+            variant=job.model.variant,
+            size=job.model.size,
+            n_params=n_params,
+            n_nonembed=count_params(job.model, non_embedding=True),
+            tokens=tokens,
+            flops=tokens * train_flops_per_token(job.model, job.data.seq_len),
+            axes={k: v for k, v, _ in settings if v is not None},
+        )
+    if problems:
+        raise SpecError(problems)
+    if not trials:
+        raise SpecError([f"{source.path}: the sweep has no trials"])
+    return sorted(trials.values(), key=lambda t: (t.flops, t.trial_id))
+
+
+def gpu_hours(flops: float, mfu: float, peak_flops: float) -> float:
+    return flops / (mfu * peak_flops) / 3600.0
+
+
+def plan_rows(
+    spec: SweepSpec, trials: list[Trial], statuses: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """One row per trial for `submit --dry-run` (status: the ledger's, or NEW)."""
+    statuses = statuses or {}
+    est = spec.estimate
+    return [
+        {
+            "trial_id": t.trial_id,
+            "variant": t.variant,
+            "size": t.size,
+            "params": t.n_params,
+            "tokens": t.tokens,
+            "flops": t.flops,
+            "gpu_hours": gpu_hours(t.flops, est.mfu, est.peak_flops),
+            "status": statuses.get(t.trial_id, "NEW"),
+        }
+        for t in trials
+    ]

@@ -1,0 +1,351 @@
+"""Sweep YAML -> validated `SweepSpec` (torch-free).
+
+A sweep is a `base` JobConfig (possibly partial) plus axes that vary it: `grid`
+(cartesian product over dotted keys), `zip` (paired lists), `isoflop` (compute budgets x
+model sizes, Chinchilla's IsoFLOP design) and `variants` (mechanism presets from
+models.variants). Every problem is reported as `file:line: key.path: message`, found by
+mapping pydantic's error locations back onto the YAML nodes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from jobs.config import JobConfig
+from models.config import FrozenConfig, format_config_error, register_config
+from models.sizes import get_size
+from models.variants import canonical_variant
+
+MAX_EXPANDED_NODES = 100_000  # a YAML bomb (nested aliases) expands past this
+MAX_DEPTH = 64
+
+
+class SpecError(ValueError):
+    """Bad sweep input; `problems` holds one 'file:line: key: message' line each."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+# ---------------------------------------------------------------- the schema
+
+
+def _without_required(schema: Any) -> Any:
+    """JobConfig's JSON Schema with no required keys: `base` may leave fields to the axes."""
+    if isinstance(schema, dict):
+        return {k: _without_required(v) for k, v in schema.items() if k != "required"}
+    if isinstance(schema, list):
+        return [_without_required(v) for v in schema]
+    return schema
+
+
+_BASE_SCHEMA = _without_required(JobConfig.model_json_schema())
+Base = Annotated[dict[str, Any], WithJsonSchema(_BASE_SCHEMA)]
+AxisValues = list[Any]
+
+
+class IsoFlopAxis(FrozenConfig):
+    """IsoFLOP design: for each compute budget C and size N, tokens D = C / (6N-ish FLOPs)."""
+
+    flops: list[Annotated[float, Field(gt=0)]] = Field(
+        min_length=1, description="training compute budgets in FLOPs"
+    )
+    sizes: list[str] = Field(min_length=1, description="model size presets")
+
+    @field_validator("sizes")
+    @classmethod
+    def _known_sizes(cls, names: list[str]) -> list[str]:
+        for name in names:
+            get_size(name)
+        return names
+
+
+class SlurmOptions(FrozenConfig):
+    """submitit's AutoExecutor parameters (placement only: never part of a trial's id)."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_min: int = Field(60, ge=1, description="wall-clock limit per job, minutes")
+    nodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(0, ge=0)
+    tasks_per_node: int = Field(1, ge=1)
+    cpus_per_task: int = Field(1, ge=1)
+    mem_gb: float | None = Field(None, gt=0)
+    constraint: str | None = None
+    extra_sbatch: list[str] = Field(
+        default_factory=list, description="raw '#SBATCH' lines, e.g. '--exclusive'"
+    )
+    array: bool | None = Field(
+        None, description="job arrays: None = when several small (single-node) trials wait"
+    )
+    array_parallelism: int = Field(64, ge=1)
+    max_array_size: int | None = Field(
+        None, ge=1, description="default: the cluster's MaxArraySize (scontrol show config)"
+    )
+    poll_s: float = Field(5.0, gt=0, description="how often a watcher polls its job")
+
+
+class BackendConfig(FrozenConfig):
+    """Where trials run. Placement, not science."""
+
+    kind: Literal["local", "ray", "slurm"] = "local"
+    address: str | None = Field(None, description="ray: cluster address (ray://host:10001)")
+    concurrency: int = Field(2, ge=1, description="trials running at once")
+    cpus_per_trial: float = Field(1.0, ge=0)
+    gpus_per_trial: float = Field(0.0, ge=0)
+    max_retries: int = Field(2, ge=0, description="re-runs of a FAILED trial")
+    retry_backoff_s: float = Field(5.0, ge=0, description="first retry delay; doubles")
+    slurm: SlurmOptions | None = None
+
+    @model_validator(mode="after")
+    def _options_match_kind(self) -> BackendConfig:
+        if self.slurm is not None and self.kind != "slurm":
+            raise ValueError(f"'slurm' options need kind='slurm', got kind={self.kind!r}")
+        if self.address is not None and self.kind != "ray":
+            raise ValueError(f"'address' needs kind='ray', got kind={self.kind!r}")
+        if self.kind == "ray" and not self.address:
+            raise ValueError("kind='ray' needs an address (e.g. ray://head:10001 or auto)")
+        if self.kind == "slurm" and self.slurm is None:
+            self.__dict__["slurm"] = SlurmOptions()
+        return self
+
+
+class EstimateConfig(FrozenConfig):
+    """Assumptions behind the plan's GPU-hour estimate."""
+
+    mfu: float = Field(0.4, gt=0, le=1, description="assumed model FLOPs utilisation")
+    peak_flops: float = Field(989e12, gt=0, description="per GPU (H100 bf16 dense: 989e12)")
+
+
+class SweepSpec(FrozenConfig):
+    """One sweep YAML."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)
+    experiment: str | None = Field(None, description="MLflow experiment; default: name")
+    description: str = ""
+    base: Base = Field(description="a (partial) JobConfig the axes fill in")
+    variants: list[str] = Field(
+        default_factory=list, description="mechanism presets, e.g. dense, hadamard, budget+tsa"
+    )
+    grid: dict[str, AxisValues] = Field(
+        default_factory=dict, description="dotted key -> values; the cartesian product"
+    )
+    zip: dict[str, AxisValues] = Field(
+        default_factory=dict, description="dotted key -> values; lists of equal length, paired"
+    )
+    isoflop: IsoFlopAxis | None = None
+    backend: BackendConfig = BackendConfig()
+    estimate: EstimateConfig = EstimateConfig()
+
+    @property
+    def experiment_name(self) -> str:
+        return self.experiment or self.name
+
+    @field_validator("variants")
+    @classmethod
+    def _known_variants(cls, names: list[str]) -> list[str]:
+        out = [canonical_variant(n) for n in names]
+        if len(set(out)) != len(out):
+            raise ValueError(f"variants are repeated: {names}")
+        return out
+
+    @field_validator("grid", "zip")
+    @classmethod
+    def _dotted_keys(cls, axes: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for key, values in axes.items():
+            check_dotted_key(key)
+            if not values:
+                raise ValueError(f"{key}: needs at least one value")
+        return axes
+
+    @model_validator(mode="after")
+    def _axes_consistent(self) -> SweepSpec:
+        if self.zip and len({len(v) for v in self.zip.values()}) > 1:
+            lengths = {k: len(v) for k, v in self.zip.items()}
+            raise ValueError(f"zip lists must have equal lengths, got {lengths}")
+        keys = list(self.grid) + list(self.zip)
+        if self.isoflop is not None:
+            keys += ["model.size", "train.tokens"]
+        if self.variants:
+            keys += [k for k in ("model.attn_out", "model.budget", "model.tsa")]
+        clash = sorted({k for k in keys if keys.count(k) > 1})
+        if clash:
+            raise ValueError(f"these keys are set by more than one axis: {clash}")
+        return self
+
+
+for _cls in (IsoFlopAxis, SlurmOptions, BackendConfig, EstimateConfig, SweepSpec):
+    register_config(_cls)
+
+
+def check_dotted_key(key: str) -> None:
+    """'model.size' must name a JobConfig field; raise with the allowed keys otherwise."""
+    cls: type[BaseModel] | None = JobConfig
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        if cls is None:
+            raise ValueError(f"{key!r}: {'.'.join(parts[:i])} has no sub-keys")
+        if part not in cls.model_fields:
+            where = ".".join(parts[:i]) or "a job"
+            raise ValueError(
+                f"{key!r}: {part!r} is not a key of {where} "
+                f"(allowed: {', '.join(sorted(cls.model_fields))})"
+            )
+        if cls.__name__ == "DeepSpeedConfig" and part == "extra":
+            return  # free-form DeepSpeed keys below
+        from models.config import _config_class_of
+
+        cls = _config_class_of(cls.model_fields[part].annotation)
+
+
+# ---------------------------------------------------------------- YAML with line numbers
+
+
+class SourceMap:
+    """The composed YAML tree of one file, to turn key paths into line numbers."""
+
+    def __init__(self, path: str, root: yaml.Node | None):
+        self.path, self.root = path, root
+
+    def line(self, keys: tuple[Any, ...]) -> int | None:
+        """1-based line of the deepest node along `keys` that exists."""
+        node, line = self.root, None
+        for key in keys:
+            if node is None:
+                break
+            line = node.start_mark.line + 1
+            node = _child(node, key)
+        if node is not None:
+            line = node.start_mark.line + 1
+        return line
+
+    def where(self, keys: tuple[Any, ...]) -> str:
+        line = self.line(keys)
+        return f"{self.path}:{line}" if line else self.path
+
+
+def _child(node: yaml.Node, key: Any) -> yaml.Node | None:
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            if str(k.value) == str(key):
+                return v
+    elif isinstance(node, yaml.SequenceNode) and isinstance(key, int):
+        if 0 <= key < len(node.value):
+            return node.value[key]
+    return None
+
+
+def _check_tree(node: yaml.Node, path: str) -> None:
+    """Reject YAML bombs (aliases expanding past a limit), deep nesting, duplicate keys."""
+    sizes: dict[int, int] = {}
+
+    def size(n: yaml.Node, depth: int) -> int:
+        if depth > MAX_DEPTH:
+            raise SpecError([f"{path}:{n.start_mark.line + 1}: nested deeper than {MAX_DEPTH}"])
+        if id(n) in sizes:  # an alias: count its expansion again, but compute it once
+            return sizes[id(n)]
+        total = 1
+        if isinstance(n, yaml.MappingNode):
+            seen: set[str] = set()
+            for k, v in n.value:
+                if isinstance(k, yaml.ScalarNode):
+                    if k.value in seen and k.value != "<<":
+                        raise SpecError(
+                            [f"{path}:{k.start_mark.line + 1}: duplicate key {k.value!r}"]
+                        )
+                    seen.add(k.value)
+                total += size(k, depth + 1) + size(v, depth + 1)
+        elif isinstance(n, yaml.SequenceNode):
+            total += sum(size(v, depth + 1) for v in n.value)
+        sizes[id(n)] = total
+        if total > MAX_EXPANDED_NODES:
+            raise SpecError(
+                [
+                    f"{path}:{n.start_mark.line + 1}: the document expands to more than "
+                    f"{MAX_EXPANDED_NODES:,} nodes (nested aliases: a YAML bomb?); refused"
+                ]
+            )
+        return total
+
+    size(node, 0)
+
+
+def load_yaml(text: str, path: str = "<sweep>") -> tuple[Any, SourceMap]:
+    """Safe-load one YAML document; returns (data, source map)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise SpecError([f"{path}: the file is empty"])
+        _check_tree(node, path)
+        data = loader.construct_document(node)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = f":{mark.line + 1}" if mark else ""
+        raise SpecError([f"{path}{line}: malformed YAML: {e.problem or e}"]) from None
+    except yaml.YAMLError as e:
+        raise SpecError([f"{path}: malformed YAML: {e}"]) from None
+    finally:
+        loader.dispose()
+    return data, SourceMap(path, node)
+
+
+def parse_spec(text: str, path: str = "<sweep>") -> tuple[SweepSpec, SourceMap]:
+    data, source = load_yaml(text, path)
+    if not isinstance(data, dict):
+        raise SpecError([f"{path}:1: a sweep is a mapping (name:, base:, grid:, ...)"])
+    try:
+        spec = SweepSpec.model_validate(copy.deepcopy(data))
+    except ValidationError as e:
+        raise SpecError(located_errors(e, source)) from None
+    return spec, source
+
+
+def load_spec(path: str | Path) -> tuple[SweepSpec, SourceMap]:
+    """Read, parse and validate a sweep file (axes are checked later, by expand)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise SpecError([f"{p}: cannot read: {e.strerror}"]) from None
+    return parse_spec(text, str(p))
+
+
+def key_path(loc: tuple[Any, ...]) -> str:
+    """('grid', 'model.size', 2) -> 'grid.model.size[2]'."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<root>"
+
+
+def located_errors(
+    error: ValidationError,
+    source: SourceMap,
+    relocate: Callable[[tuple[Any, ...]], tuple[Any, ...]] = lambda loc: loc,
+) -> list[str]:
+    """pydantic errors -> 'file:line: key.path: message', one per problem; `relocate` maps
+    a location in the validated object to the YAML key path the value came from."""
+    messages = format_config_error(error, "").splitlines()
+    out = []
+    for item, message in zip(error.errors(), messages, strict=True):
+        loc = relocate(tuple(item["loc"]))
+        key = key_path(loc)
+        text = message.split(": ", 2)[-1] if message.startswith(": ") else message
+        out.append(f"{source.where(loc)}: {key}: {text}")
+    return out
