@@ -23,7 +23,12 @@ from typing import Any
 import torch
 
 from kernels.blocks import hadamard_block
-from kernels.sizes import hadamard_factors, supported_hadamard_size, unsupported_message
+from kernels.sizes import (
+    hadamard_factors,
+    nearest_supported_sizes,
+    supported_hadamard_size,
+    unsupported_message,
+)
 
 __all__ = [
     "hadamard_transform",
@@ -31,8 +36,6 @@ __all__ = [
     "supported_hadamard_size",
     "nearest_supported_sizes",
 ]
-
-from kernels.sizes import nearest_supported_sizes  # noqa: E402  (re-exported)
 
 # Largest dense block of one torch stage; fewer, larger stages mean fewer passes over memory,
 # and blocks of 16-32 keep the small matmuls cheap (benchmarks/hadamard.py).
