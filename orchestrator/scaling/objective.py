@@ -61,13 +61,20 @@ class LogLaw:
     def objective_and_grad(
         self, theta: np.ndarray, delta: float = HUBER_DELTA
     ) -> tuple[float, np.ndarray]:
-        lse, p = _logsumexp(self.terms(theta))  # p = d lse / d z
-        r = lse - self.y
-        g = np.clip(r, -delta, delta) / (delta**2 * r.size)  # d f / d r
-        gp = g[:, None] * p
-        grad = np.concatenate(
-            [gp.sum(0), -np.einsum("nk,nk->k", gp[:, 1:], self.X)]
-        )  # [e, a_j] then alpha_j
+        """Objective and gradient for one theta (the L-BFGS inner loop, kept lean)."""
+        k = self.k
+        e, a, alpha = theta[0], theta[1 : 1 + k], theta[1 + k :]
+        z = a - alpha * self.X  # (n, k)
+        if self.mask is not None:
+            z = np.where(self.mask, z, -np.inf)
+        m = np.maximum(z.max(axis=1), e)
+        w0 = np.exp(e - m)
+        wz = np.exp(z - m[:, None])
+        s = w0 + wz.sum(axis=1)
+        r = m + np.log(s) - self.y
+        g = np.clip(r, -delta, delta) / (delta**2 * r.size * s)  # d f/d r, over the LSE sum
+        gz = g[:, None] * wz  # d f / d z_j (softmax weight times d f/d r)
+        grad = np.concatenate([[g @ w0], gz.sum(axis=0), -np.einsum("nk,nk->k", gz, self.X)])
         return float(_huber(r, delta).mean() / delta**2), grad
 
 

@@ -266,3 +266,19 @@ def test_bootstrap_is_seeded_and_resamples_within_strata():
     assert isinstance(a.point, PowerLawFit) and a.n_resamples == 30
     with pytest.raises(ScalingError, match="n_resamples"):
         bootstrap(fit_power_law, flops, loss, n_resamples=0)
+
+
+def test_log_space_objective_gradient_matches_finite_differences():
+    from scipy.optimize import approx_fprime
+
+    from orchestrator.scaling.objective import LogLaw
+
+    rng = np.random.default_rng(12)
+    mask = rng.random((60, 2)) > 0.5
+    mask[:, 0] |= ~mask[:, 1]
+    law = LogLaw(X=rng.normal(size=(60, 2)), y=1 + 0.01 * rng.normal(size=60), mask=mask)
+    theta = np.array([0.5, 0.2, -0.3, 0.3, 0.4])
+    value, grad = law.objective_and_grad(theta)
+    assert value == pytest.approx(float(law.objective(theta)))
+    numeric = approx_fprime(theta, lambda t: law.objective_and_grad(t)[0], 1e-7)
+    np.testing.assert_allclose(grad, numeric, rtol=1e-4, atol=1e-3)
