@@ -4,8 +4,8 @@
     hadamard_transform_affine(x, a, b)    = a * (x @ H_d / sqrt(d)) + b
 
 H_d = H_m (x) H_{2^k} (Kronecker), m in {1, 12, 20, 28} (kernels/sizes.py, kernels/blocks.py).
-The transform is applied as a few stages, each a small dense +-1 block (order <= 32) acting on
-one axis of the row reshaped as a tensor (a radix-16/32 FWHT): O(d * sum(block orders))
+The transform is applied as a few stages, each a small dense +-1 block (order <= 64) acting on
+one axis of the row reshaped as a tensor (a radix-16..64 FWHT): O(d * sum(block orders))
 work and a handful of passes over memory, instead of the O(d^2) dense matmul.
 
 Dispatch: a Triton kernel (kernels/triton_fwht.py) for fp32/bf16/fp16 CUDA tensors, this
@@ -37,9 +37,10 @@ __all__ = [
     "nearest_supported_sizes",
 ]
 
-# Largest dense block of one torch stage; fewer, larger stages mean fewer passes over memory,
-# and blocks of 16-32 keep the small matmuls cheap (benchmarks/hadamard.py).
-_MAX_BLOCK = 32
+# Largest dense block of one torch stage. The transform is memory-bound on CPU: fewer, larger
+# stages (fewer passes over memory) beat less arithmetic; 64 measured faster than 16 or 32
+# for d = 1024..4096 (benchmarks/hadamard.py).
+_MAX_BLOCK = 64
 _BACKENDS = ("auto", "torch", "triton")
 
 
@@ -58,7 +59,7 @@ def torch_plan(d: int) -> tuple[tuple[int, int], ...]:
         if first > _MAX_BLOCK and j > 0:
             break
         rest = k - j
-        parts = -(-rest // 5)  # blocks of at most 2^5 = 32
+        parts = -(-rest // (_MAX_BLOCK.bit_length() - 1))  # blocks of at most _MAX_BLOCK
         bits = [rest // parts + (i < rest % parts) for i in range(parts)] if parts else []
         stages = ([(first, m)] if first > 1 else []) + [(2**b, 1) for b in bits]
         key = (len(stages), sum(s for s, _ in stages))
