@@ -46,7 +46,7 @@ class FlopCount:
 
 
 def tsa_router_hidden(d_model: int) -> int:
-    """Router r_l width: a quarter of d_model, never below 16."""
+    """Router r_l width: a quarter of d_model rounded down, never below 16 (paper: d/4)."""
     return max(16, d_model // 4)
 
 
@@ -97,8 +97,9 @@ def forward_flops_per_token(
     mechanisms = 0.0
     if cfg.budget is not None:
         mechanisms += L * 2 * (_budget_params_per_layer(cfg))
-    if cfg.tsa is not None:
-        mechanisms += 2 * _tsa_params(cfg)
+    if cfg.tsa is not None:  # routers run for every token (they decide), biases not counted
+        r = tsa_router_hidden(d)
+        mechanisms += (L - 1) * 2 * (d * r + r)
     head = 2 * d * cfg.vocab_size if cfg.task == "lm" else 2 * d * cfg.n_classes / T
     return FlopCount(
         attention_qkv=L * 6 * d * d * heads,

@@ -46,3 +46,53 @@ def test_hadamard_mixing_is_cheaper_than_dense():
     assert had.attention_out == 0 and had.hadamard_mixing > 0
     assert had.hadamard_mixing < dense.attention_out / 100  # d log d versus 2 d^2
     assert had.mlp == dense.mlp and had.attention_qkv == dense.attention_qkv
+
+
+# --- Token-Selective Attention ------------------------------------------------------------
+# The counts are exact, so a tight tolerance makes the routers' ~1% of FLOPs matter.
+
+
+def test_tsa_soft_training_executes_every_block_and_the_routers():
+    cfg = ModelConfig(size="micro", vocab_size=512, block_size=64, tsa={})
+    B, T = 2, 64
+    with torch.no_grad():
+        forward = measured_flops_in_mode(cfg, B, T, train=True)
+    assert forward_flops_per_token(cfg, seq_len=T).matmul * B * T == pytest.approx(
+        forward, rel=1e-3
+    )
+    dense = forward_flops_per_token(ModelConfig(size="micro", vocab_size=512, block_size=64))
+    assert forward_flops_per_token(cfg, seq_len=T).mlp == dense.mlp  # nothing skipped
+    measured = measured_flops(cfg, B, T, backward=True)
+    assert train_flops_per_token(cfg, seq_len=T) * B * T == pytest.approx(measured, rel=1e-3)
+
+
+def test_tsa_sparse_inference_flops_follow_the_executed_ffn_fraction():
+    from models.flops import ActiveFractions
+
+    cfg = ModelConfig(size="micro", vocab_size=512, block_size=64, tsa={})
+    B, T = 2, 64
+    torch.manual_seed(0)
+    model = build(cfg).eval()
+    for router in model.depth.routers:  # centre p on 0.5 so about half the tokens halt
+        torch.nn.init.zeros_(router.out.bias)
+        torch.nn.init.normal_(router.out.weight, std=3.0)
+    model.depth.force_path = "sparse"
+    idx = torch.randint(0, cfg.vocab_size, (B, T))
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter, sdpa_kernel([SDPBackend.MATH]):
+        out = model(idx)
+    ffn_tokens = out.metrics["tsa/alpha"].item()
+    assert 0.1 < ffn_tokens < 0.9  # a real mix of halted and active tokens
+    analytic = forward_flops_per_token(cfg, T, ActiveFractions(ffn_tokens=ffn_tokens))
+    assert analytic.matmul * B * T == pytest.approx(counter.get_total_flops(), rel=1e-3)
+    assert analytic.mlp < forward_flops_per_token(cfg, T).mlp
+
+
+def measured_flops_in_mode(cfg: ModelConfig, B: int, T: int, train: bool) -> int:
+    torch.manual_seed(0)
+    model = build(cfg).train(train)
+    idx = torch.randint(0, cfg.vocab_size, (B, T))
+    counter = FlopCounterMode(display=False)
+    with counter, sdpa_kernel([SDPBackend.MATH]):
+        model(idx)
+    return counter.get_total_flops()
