@@ -97,7 +97,7 @@ def _torch_fwht(x: torch.Tensor, scale: float, transpose: bool) -> torch.Tensor:
     mats = _stage_matrices(d, x.device, cdtype, transpose)
     y = x.reshape(-1, d).to(cdtype)
     rows = y.shape[0]
-    if not mats:  # d == 1
+    if not mats or rows == 0:  # d == 1, or no rows at all
         return (y * scale).reshape(x.shape)
     pre = rows
     for i, g in enumerate(mats):

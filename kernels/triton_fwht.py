@@ -166,6 +166,7 @@ def triton_fwht(
         return out.reshape(x.shape)
     rows, D, num_warps = launch_config(d)
     dummy = x2
+    pre, alpha, beta = (t.contiguous() if t is not None else None for t in (pre, alpha, beta))
     _fwht_kernel[(triton.cdiv(n_rows, rows),)](
         x2,
         out,

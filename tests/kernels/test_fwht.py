@@ -77,6 +77,14 @@ def test_leading_dims_and_non_contiguous_input(gen):
     assert _rel(y, dense_hadamard_transform(x.double())) < 1e-5
 
 
+def test_empty_batch():
+    x = torch.zeros(0, 3, 768, requires_grad=True)
+    y = hadamard_transform(x)
+    assert y.shape == (0, 3, 768)
+    y.sum().backward()
+    assert x.grad.shape == x.shape
+
+
 @pytest.mark.parametrize("d", [12, 20, 28, 48])
 def test_backward_is_the_transposed_transform(d, gen):
     # Paley type I blocks (12, 20) are not symmetric: grad must be g @ H^T, not g @ H.
