@@ -1,0 +1,322 @@
+"""Queries over the results tables with pyarrow compute.
+
+`--where` takes a small, safe expression language parsed with Python's `ast` (never
+evaluated): column comparisons (==, !=, <, <=, >, >=, chained), `in` / `not in` lists,
+`is None`, `and` / `or` / `not`, parentheses; literals are numbers, strings, True/False/None.
+
+    variant == 'dense' and size in ['nano', 'micro']
+    1e15 <= flops < 1e18 and not (tsa_lambda is None)
+
+`at` picks a curve metric's value per trial: 'final' (its last step), or interpolated at
+'flops=1e18', 'tokens=2e9' or 'step=500' (linearly in log x for flops/tokens; null outside
+the trial's range, never extrapolated).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import store
+from .store import ResultsError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+AT_AXES = ("flops", "tokens", "step")
+DEFAULT_METRIC = "val/loss"
+TRIAL_AGGREGATES = ("final_val_loss", "best_val_loss", "n_params", "tokens", "flops", "wall_time_s")
+
+_COMPARE = {
+    ast.Eq: "equal",
+    ast.NotEq: "not_equal",
+    ast.Lt: "less",
+    ast.LtE: "less_equal",
+    ast.Gt: "greater",
+    ast.GtE: "greater_equal",
+}
+
+
+def parse_where(text: str, columns: list[str]) -> pc.Expression:
+    """`text` -> a pyarrow compute expression over `columns` (ResultsError when invalid)."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as e:
+        raise ResultsError(f"--where {text!r}: not a valid expression ({e.msg})") from None
+    return _expr(tree.body, text, columns)
+
+
+def _expr(node: ast.AST, text: str, columns: list[str]) -> pc.Expression:
+
+    if isinstance(node, ast.BoolOp):
+        parts = [_expr(v, text, columns) for v in node.values]
+        out = parts[0]
+        for p in parts[1:]:
+            out = (out & p) if isinstance(node.op, ast.And) else (out | p)
+        return out
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return ~_expr(node.operand, text, columns)
+    if isinstance(node, ast.Compare):
+        terms = [node.left, *node.comparators]
+        out = None
+        for left, op, right in zip(terms, node.ops, terms[1:], strict=False):
+            e = _compare(left, op, right, text, columns)
+            out = e if out is None else out & e
+        return out
+    if isinstance(node, ast.Name):  # a bare boolean column
+        return _field(node, text, columns)
+    raise ResultsError(
+        f"--where {text!r}: unsupported {type(node).__name__} at "
+        f"{ast.get_source_segment(text, node) or '?'!r}; use comparisons joined by and/or/not"
+    )
+
+
+def _field(node: ast.AST, text: str, columns: list[str]) -> pc.Expression:
+    import pyarrow.compute as pc
+
+    if not isinstance(node, ast.Name):
+        raise ResultsError(
+            f"--where {text!r}: expected a column name, got "
+            f"{ast.get_source_segment(text, node) or type(node).__name__!r}"
+        )
+    if node.id not in columns:
+        raise ResultsError(
+            f"--where {text!r}: unknown column {node.id!r} (columns: {', '.join(columns)})"
+        )
+    return pc.field(node.id)
+
+
+def _literal(node: ast.AST, text: str) -> Any:
+    if isinstance(node, ast.Constant) and isinstance(
+        node.value, (int, float, str, bool, type(None))
+    ):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        value = _literal(node.operand, text)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return -value
+    raise ResultsError(
+        f"--where {text!r}: expected a literal (number, 'string', True/False/None), got "
+        f"{ast.get_source_segment(text, node) or type(node).__name__!r}"
+    )
+
+
+def _compare(
+    left: ast.AST, op: ast.cmpop, right: ast.AST, text: str, columns: list[str]
+) -> pc.Expression:
+    import pyarrow.compute as pc
+
+    if isinstance(op, (ast.In, ast.NotIn)):
+        if not isinstance(right, (ast.List, ast.Tuple, ast.Set)):
+            raise ResultsError(
+                f"--where {text!r}: 'in' needs a list, e.g. size in ['nano', 'micro']"
+            )
+        values = [_literal(v, text) for v in right.elts]
+        e = _field(left, text, columns).isin(values)
+        return ~e if isinstance(op, ast.NotIn) else e
+    if isinstance(op, (ast.Is, ast.IsNot)):
+        if _literal(right, text) is not None:
+            raise ResultsError(f"--where {text!r}: 'is' only compares with None")
+        e = _field(left, text, columns).is_null(nan_is_null=True)
+        return ~e if isinstance(op, ast.IsNot) else e
+    if type(op) not in _COMPARE:
+        raise ResultsError(f"--where {text!r}: unsupported operator {type(op).__name__}")
+    func = _COMPARE[type(op)]
+    if isinstance(left, ast.Name):
+        return getattr(pc, func)(_field(left, text, columns), pc.scalar(_literal(right, text)))
+    # literal on the left (1e15 <= flops): flip the comparison
+    flipped = {
+        "less": "greater",
+        "less_equal": "greater_equal",
+        "greater": "less",
+        "greater_equal": "less_equal",
+    }
+    return getattr(pc, flipped.get(func, func))(
+        _field(right, text, columns), pc.scalar(_literal(left, text))
+    )
+
+
+def parse_at(at: str) -> tuple[str, float | None]:
+    """'final' -> ('final', None); 'flops=1e18' -> ('flops', 1e18)."""
+    text = (at or "final").strip()
+    if text == "final":
+        return "final", None
+    axis, sep, value = text.partition("=")
+    axis = axis.strip()
+    try:
+        x = float(value)
+    except ValueError:
+        x = math.nan
+    if not sep or axis not in AT_AXES or not math.isfinite(x) or x < 0:
+        raise ResultsError(
+            f"--at {at!r}: expected 'final' or AXIS=VALUE with AXIS in {', '.join(AT_AXES)} "
+            "and a non-negative number, e.g. flops=1e18"
+        )
+    return axis, x
+
+
+def metric_at(curves: pa.Table, metric: str, at: str = "final") -> pa.Table:
+    """(trial_id, value) of `metric` per trial at `at` (see the module doc)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    axis, x = parse_at(at)
+    sel = curves.filter(pc.equal(curves["metric"], metric))
+    if sel.num_rows == 0:
+        names = sorted(set(curves["metric"].unique().cast(pa.string()).to_pylist()))
+        raise ResultsError(f"no curve metric {metric!r} (metrics: {', '.join(names) or 'none'})")
+    # sort_by does not take dictionary columns: sort on the ids as plain strings
+    order = pc.sort_indices(
+        pa.table({"t": sel["trial_id"].cast(pa.string()), "s": sel["step"]}),
+        sort_keys=[("t", "ascending"), ("s", "ascending")],
+    )
+    sel = sel.take(order)
+    tid = sel["trial_id"].combine_chunks()
+    tid = tid if pa.types.is_dictionary(tid.type) else tid.dictionary_encode()
+    codes = tid.indices.to_numpy()
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    ends = np.r_[starts[1:], codes.size]
+    values = sel["value"].to_numpy()
+    ids = tid.dictionary.take(pa.array(codes[starts])).cast(pa.string())
+    if axis == "final":
+        return pa.table({"trial_id": ids, "value": values[ends - 1]})
+    xs = sel[axis].to_numpy().astype(float)
+    log = axis != "step"
+    out = np.full(starts.size, np.nan)
+    for i, (a, b) in enumerate(zip(starts, ends, strict=True)):
+        gx, gy = xs[a:b], values[a:b]
+        if gx.size == 0 or not gx[0] <= x <= gx[-1]:
+            continue
+        if log:
+            ok = gx > 0
+            if not ok.any() or x <= 0:
+                continue
+            out[i] = np.interp(np.log(x), np.log(gx[ok]), gy[ok])
+        else:
+            out[i] = np.interp(x, gx, gy)
+    return pa.table({"trial_id": ids, "value": pa.array(out, from_pandas=True)})
+
+
+def load(sweep: str, kind: str = store.TRIALS, root: Path | None = None) -> pa.Table:
+    """A synced table of the sweep (ResultsError if the sweep was never synced)."""
+    table = store.read_table(kind, sweep, root)
+    if table is None:
+        raise ResultsError(
+            f"sweep {sweep!r} has no results tables yet: run `scalelab results sync {sweep}`"
+        )
+    return table
+
+
+def query(
+    sweep: str,
+    where: str | None = None,
+    group_by: list[str] | None = None,
+    metric: str | None = None,
+    at: str = "final",
+    *,
+    table: str = store.TRIALS,
+    root: Path | None = None,
+) -> pa.Table:
+    """Filter and aggregate one sweep's results (a pyarrow Table, for notebooks too).
+
+    table='trials' (default): one row per trial; with `metric` (or an `at` other than
+    'final', which implies val/loss) a `value` column holds that metric at `at`.
+    table='curves': one row per curve point, with the trial columns that `where` and
+    `group_by` name joined on. With `group_by`, rows become groups with `n` and
+    mean/std/min/max of `value` (or of the trials' losses, sizes and compute)."""
+    trials = load(sweep, store.TRIALS, root)
+    group_by = list(group_by or [])
+    if table == store.CURVES:
+        result = _curves_rows(sweep, trials, where, group_by, metric, at, root)
+    elif table == store.TRIALS:
+        result = trials
+        if metric is not None or parse_at(at)[0] != "final":
+            curves = load(sweep, store.CURVES, root)
+            values = metric_at(curves, metric or DEFAULT_METRIC, at)
+            result = result.join(values, "trial_id", join_type="left outer")
+        if where:
+            result = _filter(result, where)
+    else:
+        raise ResultsError(f"unknown table {table!r}: expected trials or curves")
+    if group_by:
+        missing = [c for c in group_by if c not in result.column_names]
+        if missing:
+            raise ResultsError(
+                f"--group-by: unknown column(s) {', '.join(missing)} "
+                f"(columns: {', '.join(result.column_names)})"
+            )
+        result = _aggregate(result, group_by)
+    elif table == store.TRIALS:
+        order = [c for c in ("variant", "n_params", "trial_id") if c in result.column_names]
+        result = result.sort_by([(c, "ascending") for c in order])
+    return result
+
+
+def _filter(table: pa.Table, where: str) -> pa.Table:
+    import pyarrow as pa
+
+    expr = parse_where(where, table.column_names)
+    try:
+        return table.filter(expr)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise ResultsError(f"--where {where!r}: {str(e).splitlines()[0]}") from None
+
+
+def _curves_rows(
+    sweep: str,
+    trials: pa.Table,
+    where: str | None,
+    group_by: list[str],
+    metric: str | None,
+    at: str,
+    root: Path | None,
+) -> pa.Table:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if parse_at(at)[0] != "final":
+        raise ResultsError("--at applies to the trials table; curves rows are every point")
+    curves = load(sweep, store.CURVES, root)
+    if metric is not None:
+        curves = curves.filter(pc.equal(curves["metric"], metric))
+    wanted = set(group_by)
+    if where:
+        wanted |= {
+            n.id for n in ast.walk(ast.parse(where.strip(), mode="eval")) if isinstance(n, ast.Name)
+        }
+    joined = sorted((wanted & set(trials.column_names)) - set(curves.column_names))
+    if joined:
+        side = trials.select(["trial_id", *joined])
+        side = side.set_column(0, "trial_id", side["trial_id"].cast(pa.string()))
+        curves = curves.set_column(0, "trial_id", curves["trial_id"].cast(pa.string()))
+        curves = curves.join(side, "trial_id", join_type="left outer")
+    return _filter(curves, where) if where else curves
+
+
+def _aggregate(table: pa.Table, group_by: list[str]) -> pa.Table:
+    import pyarrow as pa
+
+    cols = (
+        ["value"]
+        if "value" in table.column_names
+        else [c for c in TRIAL_AGGREGATES if c in table.column_names]
+    )
+    aggs: list[tuple[str, str]] = [(group_by[0], "count")]
+    for c in cols:
+        aggs += (
+            [(c, "mean"), (c, "stddev"), (c, "min"), (c, "max")]
+            if c == "value" or c.endswith("loss")
+            else [(c, "mean")]
+        )
+    out = table.group_by(group_by).aggregate(aggs)
+    out = out.rename_columns(
+        [("n" if n == f"{group_by[0]}_count" else n) for n in out.column_names]
+    )
+    for i, f in enumerate(out.schema):  # few rows now: plain strings sort and print
+        if pa.types.is_dictionary(f.type):
+            out = out.set_column(i, f.name, out[f.name].cast(f.type.value_type))
+    return out.sort_by([(c, "ascending") for c in group_by])

@@ -1,0 +1,373 @@
+"""MLflow + trial directories -> the `trials` and `curves` Parquet tables of one sweep.
+
+Incremental: the sync state remembers each trial's run id and status; a trial synced as
+FINISHED (same run) keeps its rows from the previous tables and its files are not read
+again. Everything else (new, running, failed, requeued trials) is read afresh.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jobs import paths
+
+from . import store
+from .sources import (
+    SKIP_SUFFIX,
+    TrialRun,
+    find_sweep_runs,
+    raw_schema,
+    read_job,
+    read_local_curves,
+    read_mlflow_curves,
+    read_result,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+FINISHED = "FINISHED"
+# Final values of these curve metrics become trial columns (mechanism summaries);
+# other budget/* and tsa/* metrics are added as columns too, when present.
+SUMMARY_METRICS = ("budget/s_mean", "budget/heads_active", "tsa/alpha", "tsa/tlops_saved")
+SUMMARY_PREFIXES = ("budget/", "tsa/")
+# Key config fields as columns: (column, path in the JobConfig, type)
+CONFIG_COLUMNS = (
+    ("seed", ("seed",), "int"),
+    ("attn_out", ("model", "attn_out"), "str"),
+    ("task", ("model", "task"), "str"),
+    ("n_layer", ("model", "n_layer"), "int"),
+    ("d_model", ("model", "d_model"), "int"),
+    ("n_head", ("model", "n_head"), "int"),
+    ("tsa_lambda", ("model", "tsa", "lambda_depth"), "float"),
+    ("tsa_threshold", ("model", "tsa", "threshold"), "float"),
+    ("budget_s_min", ("model", "budget", "s_min"), "float"),
+    ("budget_s_max", ("model", "budget", "s_max"), "float"),
+    ("lr", ("train", "lr"), "float"),
+    ("seq_len", ("data", "seq_len"), "int"),
+    ("data_source", ("data", "source"), "str"),
+    ("budget_flops", ("train", "flops"), "float"),  # the nominal (IsoFLOP) budget, if any
+)
+
+
+def summary_column(metric: str) -> str:
+    return metric.replace("/", "_").replace("@", "_at_")
+
+
+def trials_schema(extra: list[str]) -> pa.Schema:
+    import pyarrow as pa
+
+    types = {"int": pa.int64(), "float": pa.float64(), "str": pa.string()}
+    fields = [
+        ("trial_id", pa.string()),
+        ("run_id", pa.string()),
+        ("variant", pa.string()),
+        ("size", pa.string()),
+        ("status", pa.string()),
+        ("reason", pa.string()),
+        ("n_params", pa.int64()),
+        ("n_nonembed", pa.int64()),
+        ("steps", pa.int64()),
+        ("tokens", pa.int64()),
+        ("flops", pa.float64()),
+        ("final_val_loss", pa.float64()),
+        ("best_val_loss", pa.float64()),
+        ("wall_time_s", pa.float64()),
+        ("backend", pa.string()),
+        ("code_version", pa.string()),
+        ("curves_source", pa.string()),
+    ]
+    fields += [(name, types[kind]) for name, _, kind in CONFIG_COLUMNS]
+    fields += [(summary_column(m), pa.float64()) for m in SUMMARY_METRICS]
+    fields += [(c, pa.float64()) for c in extra]
+    fields.append(("config", pa.string()))  # the whole JobConfig as JSON
+    return pa.schema(fields)
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    sweep: str
+    trials_path: Path
+    curves_path: Path
+    state_path: Path
+    n_trials: int
+    n_read: int  # trials whose files / runs were read this time
+    n_reused: int  # FINISHED trials kept from the previous sync
+    n_curve_rows: int
+    seconds: float
+
+    def __str__(self) -> str:
+        return (
+            f"synced sweep {self.sweep!r}: {self.n_trials} trials ({self.n_read} read, "
+            f"{self.n_reused} unchanged), {self.n_curve_rows:,} curve points in "
+            f"{self.seconds:.1f} s -> {self.trials_path.parent.parent}"
+        )
+
+
+def sync(
+    sweep: str, tracking_uri: str | None = None, *, root: Path | None = None, workers: int = 4
+) -> SyncResult:
+    """Build (or update) the sweep's `trials` and `curves` tables. See the module doc."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t0 = time.perf_counter()
+    runs = find_sweep_runs(sweep, tracking_uri)
+    state = store.load_state(sweep, root)
+    old_trials = store.read_table(store.TRIALS, sweep, root)
+    old_ids = set(old_trials.column("trial_id").to_pylist()) if old_trials is not None else set()
+
+    def unchanged(t: TrialRun) -> bool:
+        prev = state.get(t.trial_id, {})
+        return (
+            prev.get("status") == FINISHED
+            and t.status == FINISHED
+            and prev.get("run_id") == t.run_id
+            and t.trial_id in old_ids
+        )
+
+    keep = [t for t in runs.trials if unchanged(t)]
+    fresh = [t for t in runs.trials if not unchanged(t)]
+    client = None
+    if any(not (paths.trial_dir(t.trial_id) / paths.CURVES_FILE).exists() for t in fresh):
+        from mlflow import MlflowClient
+
+        client = MlflowClient(runs.uri)
+    with ThreadPoolExecutor(max(1, workers)) as pool:  # pyarrow's JSON reader drops the GIL
+        read = list(pool.map(lambda t: _read_trial(t, client), fresh))
+
+    rows = [row for row, _ in read]
+    curve_parts = [curves for _, curves in read]
+    keep_ids = pa.array([t.trial_id for t in keep], pa.string())
+    if keep and old_trials is not None:
+        rows += old_trials.filter(pc.is_in(old_trials["trial_id"], keep_ids)).to_pylist()
+        old_curves = store.read_table(store.CURVES, sweep, root)
+        if old_curves is not None:
+            old_curves = old_curves.filter(
+                pc.is_in(old_curves["trial_id"].cast(pa.string()), keep_ids)
+            )
+            curve_parts.append(_strings(old_curves))
+    extra = sorted(
+        {k for r in rows for k in r if k.startswith(("budget_", "tsa_"))}
+        - {f.name for f in trials_schema([])}
+    )
+    schema = trials_schema(extra)
+    rows.sort(key=lambda r: (r["variant"] or "", r["n_params"] or 0, r["trial_id"]))
+    trials = pa.Table.from_pylist([{k: r.get(k) for k in schema.names} for r in rows], schema)
+    curves = tidy_curves(curve_parts)
+    trials_path = store.write_table(store.TRIALS, sweep, trials, root)
+    curves_path = store.write_table(store.CURVES, sweep, curves, root)
+    state_path = store.save_state(
+        sweep, {t.trial_id: {"run_id": t.run_id, "status": t.status} for t in runs.trials}, root
+    )
+    return SyncResult(
+        sweep=sweep,
+        trials_path=trials_path,
+        curves_path=curves_path,
+        state_path=state_path,
+        n_trials=trials.num_rows,
+        n_read=len(fresh),
+        n_reused=len(keep),
+        n_curve_rows=curves.num_rows,
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def _strings(table: pa.Table) -> pa.Table:
+    """Dictionary columns back to plain strings (for concatenation with fresh parts)."""
+    import pyarrow as pa
+
+    for name in ("trial_id", "metric"):
+        i = table.schema.get_field_index(name)
+        table = table.set_column(i, name, table[name].cast(pa.string()))
+    return table
+
+
+def tidy_curves(parts: list[pa.Table]) -> pa.Table:
+    """Concatenate, drop points logged twice (a resumed job re-logs steps after its last
+    checkpoint: the later point wins), sort by (trial_id, metric, step), dictionary-encode."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    schema = store.curves_schema()
+    parts = [p for p in parts if p.num_rows]
+    if not parts:
+        return schema.empty_table()
+    table = pa.concat_tables([p.select(schema.names) for p in parts])
+    table = table.append_column("_row", pa.array(np.arange(table.num_rows)))
+    order = pc.sort_indices(
+        table,
+        sort_keys=[
+            ("trial_id", "ascending"),
+            ("metric", "ascending"),
+            ("step", "ascending"),
+            ("_row", "ascending"),
+        ],
+    )
+    table = table.take(order).drop_columns(["_row"])
+    tid = table["trial_id"].combine_chunks().dictionary_encode()
+    met = table["metric"].combine_chunks().dictionary_encode()
+    step = table["step"].to_numpy()
+    same_as_next = np.zeros(table.num_rows, bool)
+    same_as_next[:-1] = (
+        (tid.indices.to_numpy()[:-1] == tid.indices.to_numpy()[1:])
+        & (met.indices.to_numpy()[:-1] == met.indices.to_numpy()[1:])
+        & (step[:-1] == step[1:])
+    )
+    table = table.set_column(0, "trial_id", tid).set_column(
+        table.schema.get_field_index("metric"), "metric", met
+    )
+    if same_as_next.any():
+        table = table.filter(pa.array(~same_as_next))
+    return table.cast(schema)
+
+
+def _read_trial(t: TrialRun, client: Any) -> tuple[dict[str, Any], pa.Table]:
+    """One trial's row and its curve points, from its directory or else from MLflow."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    tdir = paths.trial_dir(t.trial_id)
+    job = read_job(t, tdir)
+    result = read_result(tdir) or {}
+    curves_file = tdir / paths.CURVES_FILE
+    if curves_file.exists():
+        raw, source = read_local_curves(curves_file), "local"
+    elif client is not None:
+        raw, source = read_mlflow_curves(client, t), "mlflow"
+    else:
+        raw, source = None, "none"
+    if raw is not None:
+        raw = raw.filter(pc.invert(pc.ends_with(raw["metric"], SKIP_SUFFIX)))
+    last = _last_values(raw)
+    val = _series(raw, "val/loss")
+    row: dict[str, Any] = {
+        "trial_id": t.trial_id,
+        "run_id": t.run_id,
+        "variant": t.tags.get("scalelab.variant"),
+        "size": t.tags.get("scalelab.size") or _get(job, ("model", "size")),
+        "status": t.status,
+        "reason": result.get("reason") or t.tags.get("scalelab.failure_reason"),
+        "backend": t.tags.get("scalelab.backend"),
+        "code_version": t.tags.get("scalelab.code_version"),
+        "curves_source": source,
+        "steps": _first(result.get("steps"), _max(raw, "step")),
+        "tokens": _first(
+            result.get("tokens"),
+            last.get("compute/tokens"),
+            _max(raw, "tokens"),
+            _num(t.params.get("tokens")),
+        ),
+        "flops": _first(result.get("flops"), last.get("compute/flops"), _max(raw, "flops")),
+        "final_val_loss": _first(result.get("final_val_loss"), val[-1] if val else None, ...),
+        "best_val_loss": _first(
+            result.get("best_val_loss"),
+            min((v for v in val if math.isfinite(v)), default=None),
+            ...,
+        ),
+        "n_params": _first(result.get("n_params"), _num(t.params.get("n_params"))),
+        "n_nonembed": result.get("n_nonembed"),
+        "wall_time_s": _first(result.get("wall_time_s"), _wall(t)),
+        "config": json.dumps(job, sort_keys=True),
+    }
+    for name, where, kind in CONFIG_COLUMNS:
+        value = _get(job, where)
+        row[name] = None if value is None else {"int": int, "float": float, "str": str}[kind](value)
+    if row["n_params"] is None or row["n_nonembed"] is None:
+        row.update(_count_params(job, row))
+    for metric, value in last.items():
+        if metric.startswith(SUMMARY_PREFIXES):
+            row[summary_column(metric)] = value
+    if raw is None:
+        raw = raw_schema().empty_table()
+    trial_col = pa.array([t.trial_id] * raw.num_rows, pa.string())
+    return row, raw.append_column("trial_id", trial_col)
+
+
+def _get(tree: dict[str, Any], where: tuple[str, ...]) -> Any:
+    node: Any = tree
+    for key in where:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(key)
+    return node
+
+
+def _first(*values: Any) -> Any:
+    """The first value that is not None; `...` ends the list early (keeps NaN losses:
+    a diverged run's NaN is an answer, not a missing value)."""
+    for v in values:
+        if v is ...:
+            return None
+        if v is not None:
+            return v
+    return None
+
+
+def _num(text: str | None) -> float | None:
+    try:
+        return None if text is None else float(text)
+    except ValueError:
+        return None
+
+
+def _max(raw: pa.Table | None, column: str) -> Any:
+    import pyarrow.compute as pc
+
+    if raw is None or raw.num_rows == 0:
+        return None
+    return pc.max(raw[column]).as_py()
+
+
+def _series(raw: pa.Table | None, metric: str) -> list[float]:
+    """Values of `metric` in step order (the later point wins for a repeated step)."""
+    import pyarrow.compute as pc
+
+    if raw is None or raw.num_rows == 0:
+        return []
+    sel = raw.filter(pc.equal(raw["metric"], metric))
+    by_step = dict(zip(sel["step"].to_pylist(), sel["value"].to_pylist(), strict=True))
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def _last_values(raw: pa.Table | None) -> dict[str, float]:
+    """Each metric's value at its largest step."""
+    if raw is None or raw.num_rows == 0:
+        return {}
+    out: dict[str, tuple[int, float]] = {}
+    for step, metric, value in zip(
+        raw["step"].to_pylist(), raw["metric"].to_pylist(), raw["value"].to_pylist(), strict=True
+    ):
+        if metric not in out or step >= out[metric][0]:
+            out[metric] = (step, value)
+    return {k: v for k, (_, v) in out.items()}
+
+
+def _wall(t: TrialRun) -> float | None:
+    if t.start_time and t.end_time:
+        return (t.end_time - t.start_time) / 1000.0
+    return None
+
+
+def _count_params(job: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """Exact counts from the model config when the job did not report them."""
+    from models.config import ModelConfig
+    from models.flops import count_params
+
+    try:
+        cfg = ModelConfig(**job["model"])
+    except Exception:  # an unreadable or older config: leave the counts empty
+        return {}
+    return {
+        "n_params": row["n_params"] if row["n_params"] is not None else count_params(cfg),
+        "n_nonembed": row["n_nonembed"]
+        if row["n_nonembed"] is not None
+        else count_params(cfg, non_embedding=True),
+    }

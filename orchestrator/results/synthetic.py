@@ -1,0 +1,231 @@
+"""A synthetic sweep written exactly as a real one is (for tests, benchmarks and docs).
+
+Real MLflow runs (experiment = sweep, parent `sweep:<name>`, child runs with the scalelab
+tags, the flattened JobConfig as params, metrics via log_batch) and real trial
+directories (job.json, curves.jsonl, result.json), with losses drawn from a known law:
+
+    L_v(C) = E + A * (C / m_v)^(-alpha)
+
+so variant v reaches any loss with m_v times the baseline's FLOPs (m_v < 1: cheaper).
+C = 6 N D. Nothing here trains a model.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from jobs import paths
+
+LAW_E, LAW_A, LAW_ALPHA = 1.7, 270.0, 0.15
+
+
+@dataclass(frozen=True)
+class SyntheticTrial:
+    trial_id: str
+    run_id: str
+    variant: str
+    size: str
+    n_params: int
+    tokens: int
+    flops: float
+    final_loss: float
+    status: str
+    curve: dict[str, np.ndarray] = field(repr=False, default_factory=dict)
+
+
+def flatten(tree: dict, prefix: str = "") -> dict[str, str]:
+    """{'model': {'size': 'nano'}} -> {'model.size': 'nano'}, as the ledger logs params."""
+    out: dict[str, str] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = (
+                json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+            )
+    return out
+
+
+def law(flops: np.ndarray | float, multiplier: float = 1.0) -> np.ndarray:
+    return LAW_E + LAW_A * (np.asarray(flops, float) / multiplier) ** -LAW_ALPHA
+
+
+def write_sweep(
+    sweep: str,
+    *,
+    sizes: Sequence[str] = ("nano", "micro", "mini", "124M"),
+    multipliers: dict[str, float] | None = None,
+    tokens_per_param: Sequence[float] = (10, 20, 40),
+    isoflop: Sequence[float] = (),
+    tsa_lambdas: Sequence[float] = (0.01,),
+    seeds: Sequence[int] = (0,),
+    steps: int = 20,
+    noise: float = 0.005,
+    nan_variants: Sequence[str] = (),
+    status: str = "FINISHED",
+    local_files: bool = True,
+    log_metrics: bool = False,
+    tracking_uri: str | None = None,
+    rng_seed: int = 0,
+) -> list[SyntheticTrial]:
+    """Write the sweep; return its trials. `isoflop` budgets (FLOPs) replace the
+    tokens_per_param axis: each size trains on C / (6 N) tokens. Trials of `nan_variants`
+    get a NaN final loss (diverged)."""
+    from mlflow import MlflowClient
+
+    from jobs.config import JobConfig, TrainConfig
+    from models.config import ModelConfig
+    from models.flops import count_params
+    from models.variants import variant_fields
+
+    multipliers = multipliers or {"dense": 1.0, "hadamard": 0.8}
+    rng = np.random.default_rng(rng_seed)
+    client = MlflowClient(tracking_uri or paths.tracking_uri())
+    exp = client.get_experiment_by_name(sweep)
+    eid = (
+        exp.experiment_id
+        if exp
+        else client.create_experiment(sweep, paths.artifact_root().as_uri())
+    )
+    parent = client.create_run(
+        eid,
+        run_name=f"sweep:{sweep}",
+        tags={"scalelab.role": "sweep", "scalelab.sweep": sweep},
+    ).info.run_id
+    ctx = _Context(client, eid, parent, sweep, steps, noise, status, local_files, log_metrics, rng)
+    budgets: list[tuple[str, float | None]] = [("tokens_per_param", t) for t in tokens_per_param]
+    if isoflop:
+        budgets = [("flops", c) for c in isoflop]
+    out = []
+    for variant, m in multipliers.items():
+        lambdas = tsa_lambdas if "tsa" in variant.split("+") else (None,)
+        for size in sizes:
+            for kind, amount in budgets:
+                for lam in lambdas:
+                    for seed in seeds:
+                        fields = variant_fields(variant)
+                        if lam is not None:
+                            fields["tsa"] = {"lambda_depth": lam}
+                        model = ModelConfig(size=size, vocab_size=256, block_size=256, **fields)
+                        n = count_params(model)
+                        tokens = (
+                            int(amount * n) if kind == "tokens_per_param" else int(amount / (6 * n))
+                        )
+                        job = JobConfig(model=model, train=TrainConfig(**{kind: amount}), seed=seed)
+                        diverged = variant in nan_variants
+                        out.append(_write_trial(ctx, job, variant, n, tokens, m, diverged))
+    client.set_terminated(parent, status="FINISHED")
+    return out
+
+
+@dataclass(frozen=True)
+class _Context:
+    client: Any
+    eid: str
+    parent: str
+    sweep: str
+    steps: int
+    noise: float
+    status: str
+    local_files: bool
+    log_metrics: bool
+    rng: np.random.Generator
+
+
+def _write_trial(
+    ctx: _Context, job: Any, variant: str, n: int, tokens: int, m: float, diverged: bool
+) -> SyntheticTrial:
+    from mlflow.entities import Metric, Param, RunTag
+
+    client, eid, parent, sweep = ctx.client, ctx.eid, ctx.parent, ctx.sweep
+    steps, noise, status, rng = ctx.steps, ctx.noise, ctx.status, ctx.rng
+    tid = job.trial_id
+    size = job.model.size
+    tags = {
+        "mlflow.parentRunId": parent,
+        "scalelab.role": "trial",
+        "scalelab.sweep": sweep,
+        "scalelab.trial_id": tid,
+        "scalelab.variant": variant,
+        "scalelab.size": size,
+        "scalelab.backend": "local",
+        "scalelab.job_ref": "",
+        "scalelab.code_version": "synthetic",
+    }
+    run_id = client.create_run(eid, run_name=f"{variant}-{size}-{tid[:8]}").info.run_id
+    params = flatten(job.model_dump(mode="json"))
+    params.update({"n_params": str(n), "tokens": str(tokens)})
+    items = [Param(k, v) for k, v in params.items()]
+    tag_items = [RunTag(k, v) for k, v in tags.items()]
+    for i in range(0, max(len(items), len(tag_items)), 100):
+        client.log_batch(run_id, params=items[i : i + 100], tags=tag_items[i : i + 100])
+    flops = 6.0 * n * tokens
+    final = float(law(flops, m) * np.exp(rng.normal(0, noise)))
+    if diverged:
+        final = float("nan")
+    frac = np.arange(1, steps + 1) / steps
+    c = flops * frac
+    val = law(c, m) * (final / law(flops, m)) if not diverged else law(c, m)
+    if diverged:
+        val[-1] = np.nan
+    curve = {
+        "val/loss": val,
+        "train/loss": val * 1.02,
+        "compute/flops": c,
+        "compute/tokens": np.rint(tokens * frac),
+    }
+    parts = set(variant.split("+"))
+    if "budget" in parts:
+        curve["budget/s_mean"] = 0.9 - 0.4 * frac * (np.log10(n) / 10)
+    if "tsa" in parts:
+        lam = job.model.tsa.lambda_depth
+        curve["tsa/alpha"] = np.clip(0.1 + 2.0 * lam * frac + 0.02 * np.log10(n), 0, 1)
+    step_no = np.arange(1, steps + 1)
+    tok = np.rint(tokens * frac).astype(np.int64)
+    if ctx.local_files:
+        tdir = paths.trial_dir(tid)
+        tdir.mkdir(parents=True, exist_ok=True)
+        (tdir / paths.JOB_FILE).write_text(job.model_dump_json(indent=2))
+        lines = [
+            json.dumps(
+                {
+                    "step": int(s),
+                    "tokens": int(t),
+                    "flops": float(cc),
+                    "metric": k,
+                    "value": float(v[i]),
+                }
+            )
+            for i, (s, t, cc) in enumerate(zip(step_no, tok, c, strict=True))
+            for k, v in curve.items()
+        ]
+        (tdir / paths.CURVES_FILE).write_text("\n".join(lines) + "\n")
+        if status == "FINISHED":
+            result = {
+                "status": status, "reason": "", "trial_id": tid, "run_id": run_id,
+                "steps": steps, "tokens": tokens, "flops": flops, "final_val_loss": final,
+                "best_val_loss": float(np.nanmin(val)) if np.isfinite(val).any() else None,
+                "n_params": n, "n_nonembed": None, "wall_time_s": 1.5,
+            }  # fmt: skip
+            (tdir / paths.RESULT_FILE).write_text(json.dumps(result))
+    if ctx.log_metrics:
+        now = int(time.time() * 1000)
+        metrics = [
+            Metric(k, float(v[i]), now, int(s))
+            for i, s in enumerate(step_no)
+            for k, v in curve.items()
+            if np.isfinite(v[i])
+        ]
+        for i in range(0, len(metrics), 1000):
+            client.log_batch(run_id, metrics=metrics[i : i + 1000])
+    if status in ("FINISHED", "FAILED", "KILLED"):
+        client.set_terminated(run_id, status=status)
+    else:
+        client.update_run(run_id, status=status)
+    return SyntheticTrial(tid, run_id, variant, size, n, tokens, flops, final, status, curve)
