@@ -114,6 +114,11 @@ def variants() -> None:
         print(name)
 
 
+from orchestrator import commands as _orchestrator_commands  # noqa: E402
+
+_orchestrator_commands.register(app)
+
+
 def main() -> None:
     try:
         app()

@@ -1,0 +1,154 @@
+"""Where trials run. Every backend turns a claimed trial into a Ray ObjectRef that resolves
+to an outcome dict ({'status': 'FINISHED'|'FAILED'|'PREEMPTED', 'reason': str|None}), so the
+scheduler waits on all of them the same way (`ray.wait`).
+
+  local : an embedded Ray on this machine (ray.init(address='local'))
+  ray   : an existing Ray cluster by address (cloud GPUs through its autoscaler)
+  slurm : submitit -> sbatch; a Ray task with a fraction of a CPU watches each SLURM job
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from orchestrator.expand import Trial
+    from orchestrator.ledger import Ledger, TrialRecord
+    from orchestrator.spec import BackendConfig
+
+DEFAULT_JOB = "jobs.train:run"
+JobRef = str | Callable[..., Any]
+
+
+class BackendError(RuntimeError):
+    """A backend cannot be used (not reachable, not installed); nothing was submitted."""
+
+
+def resolve_job(ref: JobRef) -> Callable[..., Any]:
+    """'module:function' -> the function (callables pass through)."""
+    if callable(ref):
+        return ref
+    module, _, name = ref.partition(":")
+    if not name:
+        raise ValueError(f"a job is 'module:function', got {ref!r}")
+    obj: Any = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def outcome_of(result: Any) -> dict[str, Any]:
+    """A job's return value (TrainResult, dict, None) -> {'status', 'reason'}."""
+    if result is None:
+        return {"status": "FINISHED", "reason": None}
+    if isinstance(result, dict):
+        return {"status": result.get("status", "FINISHED"), "reason": result.get("reason")}
+    return {
+        "status": getattr(result, "status", "FINISHED"),
+        "reason": getattr(result, "reason", None),
+    }
+
+
+def run_job(job_ref: JobRef, job_json: str, run_id: str | None) -> dict[str, Any]:
+    """The body of one trial wherever it runs: rebuild the JobConfig, call the job."""
+    from jobs.config import JobConfig
+
+    job = JobConfig.model_validate_json(job_json)
+    return outcome_of(resolve_job(job_ref)(job, run_id))
+
+
+def ray_init(address: str, *, embedded: bool) -> None:
+    """Connect to (or start) Ray once per process, quietly and without telemetry."""
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if embedded:
+        # Ray 2.60 turns token auth on when a token file exists; the embedded cluster only
+        # listens on 127.0.0.1, so say explicitly that it is off unless the user chose.
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    if ray.is_initialized():
+        return
+    # Workers must import what the driver imports (the job function's module, tests' helpers).
+    path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+    env = {"PYTHONPATH": path, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    kwargs: dict[str, Any] = {
+        "address": address,
+        "log_to_driver": True,
+        "runtime_env": {"env_vars": env},
+    }
+    if embedded:
+        kwargs.update(include_dashboard=False, logging_level="WARNING")
+    try:
+        ray.init(**kwargs)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise BackendError(f"cannot connect to Ray at {address!r}: {e}") from None
+
+
+class Backend:
+    """Launch trials as Ray tasks; subclasses change where the work happens."""
+
+    kind = "local"
+
+    def __init__(self, cfg: BackendConfig, ledger: Ledger, job: JobRef = DEFAULT_JOB):
+        self.cfg, self.ledger, self.job = cfg, ledger, job
+
+    def start(self) -> None:
+        ray_init(os.environ.get("RAY_ADDRESS") or "local", embedded=True)
+
+    def launch_many(self, items: list[tuple[Trial, TrialRecord]]) -> list[tuple[Any, str]]:
+        """Start trials; returns (handle, job_ref) per item: an ObjectRef and its id."""
+        import ray
+
+        task = ray.remote(run_job).options(
+            num_cpus=self.cfg.cpus_per_trial,
+            num_gpus=self.cfg.gpus_per_trial,
+            max_retries=0,  # the scheduler retries, with backoff and a FAILED tag
+            name="scalelab-trial",
+        )
+        out = []
+        for trial, rec in items:
+            ref = task.remote(self.job, trial.job.model_dump_json(), rec.run_id)
+            out.append((ref, f"ray:{ref.task_id().hex()}"))
+        return out
+
+    def cancel(self, handle: Any, rec: TrialRecord) -> None:
+        import ray
+
+        ray.cancel(handle, force=True)
+
+    def stop(self) -> None:
+        """Leave Ray running when we joined a cluster; shut the embedded one down."""
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+def preflight(cfg: BackendConfig) -> None:
+    """Check the backend is usable before anything is written to the ledger."""
+    if cfg.kind == "slurm":
+        from orchestrator.backends.slurm import check_slurm
+
+        check_slurm()
+    elif cfg.kind == "ray":
+        ray_init(cfg.address, embedded=False)
+
+
+def make_backend(cfg: BackendConfig, ledger: Ledger, job: JobRef = DEFAULT_JOB) -> Backend:
+    if cfg.kind == "local":
+        from orchestrator.backends.local import LocalBackend
+
+        return LocalBackend(cfg, ledger, job)
+    if cfg.kind == "ray":
+        from orchestrator.backends.ray import RayClusterBackend
+
+        return RayClusterBackend(cfg, ledger, job)
+    if cfg.kind == "slurm":
+        from orchestrator.backends.slurm import SlurmBackend
+
+        return SlurmBackend(cfg, ledger, job)
+    raise BackendError(f"unknown backend {cfg.kind!r}; allowed: local, ray, slurm")

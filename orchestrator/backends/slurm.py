@@ -1,0 +1,187 @@
+"""slurm: submitit -> sbatch, one job per trial or job arrays for many small trials.
+
+The driver submits (so the SLURM job id is recorded in MLflow as `scalelab.job_ref` at
+once); a Ray task with a fraction of a CPU then watches each job until it ends. A driver
+started again finds the job id in MLflow and re-attaches instead of submitting twice.
+Preemption and time limits: the trial callable is `Checkpointable`, so submitit requeues
+it with the same arguments (the same run id) after the job checkpointed on the signal.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from jobs import paths
+from orchestrator.backends import Backend, BackendError, JobRef, ray_init, run_job
+
+if TYPE_CHECKING:
+    from orchestrator.expand import Trial
+    from orchestrator.ledger import TrialRecord
+
+ACTIVE = {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "CONFIGURING", "COMPLETING"}
+WATCHER_CPUS = 0.05
+
+
+def check_slurm(timeout_s: float = 15.0) -> None:
+    """Raise BackendError unless sbatch exists and slurmctld answers."""
+    if shutil.which("sbatch") is None or shutil.which("scontrol") is None:
+        raise BackendError("SLURM is not reachable: sbatch/scontrol are not on PATH")
+    try:
+        ping = subprocess.run(
+            ["scontrol", "ping"], capture_output=True, text=True, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        raise BackendError(
+            f"SLURM is not reachable: 'scontrol ping' timed out ({timeout_s}s)"
+        ) from None
+    if ping.returncode != 0 or "UP" not in ping.stdout:
+        detail = (ping.stdout + ping.stderr).strip().splitlines()
+        raise BackendError(
+            f"SLURM is not reachable: {detail[-1] if detail else 'scontrol ping failed'}"
+        )
+
+
+@cache
+def max_array_size() -> int:
+    """The cluster's MaxArraySize (array indices go 0 .. MaxArraySize-1)."""
+    try:
+        text = subprocess.run(
+            ["scontrol", "show", "config"], capture_output=True, text=True, timeout=15
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 1000
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "MaxArraySize" and value.strip().isdigit():
+            return int(value.strip())
+    return 1001
+
+
+def sbatch_extras(lines: list[str]) -> dict[str, Any]:
+    """['--exclusive', '--reservation=x'] -> {'exclusive': True, 'reservation': 'x'}."""
+    extra: dict[str, Any] = {}
+    for line in lines:
+        flag = line.strip().removeprefix("#SBATCH").strip().lstrip("-")
+        key, sep, value = flag.partition("=")
+        extra[key.strip().replace("-", "_")] = value.strip() if sep else True
+    return extra
+
+
+class SlurmTrial:
+    """What runs inside the SLURM job; Checkpointable so submitit requeues it unchanged."""
+
+    def __call__(self, job_ref: JobRef, job_json: str, run_id: str | None) -> dict[str, Any]:
+        return run_job(job_ref, job_json, run_id)
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def watch_slurm(folder: str, job_id: str, poll_s: float) -> dict[str, Any]:
+    """Wait for one SLURM job; its outcome dict, or FAILED with the reason."""
+    import submitit
+
+    job = submitit.SlurmJob(folder=folder, job_id=job_id)
+    while not job.done():
+        time.sleep(poll_s)
+    try:
+        return job.result()
+    except Exception as e:  # job failed, was cancelled, or left no result
+        state = job.state
+        if state.startswith("CANCELLED"):
+            return {"status": "KILLED", "reason": f"SLURM job {job_id}: {state}"}
+        lines = str(e).strip().splitlines()
+        return {
+            "status": "FAILED",
+            "reason": f"SLURM job {job_id} {state}: " + "\n".join(lines[-15:]),
+        }
+
+
+class SlurmBackend(Backend):
+    kind = "slurm"
+
+    def start(self) -> None:
+        check_slurm()
+        ray_init("local", embedded=True)  # only the watchers run in Ray
+        self.folder = str(paths.scalelab_home() / "slurm" / self.ledger.sweep / "%j")
+
+    def _executor(self) -> Any:
+        import submitit
+
+        opts = self.cfg.slurm
+        ex = submitit.AutoExecutor(folder=self.folder, cluster="slurm")
+        params: dict[str, Any] = {
+            "timeout_min": opts.time_min,
+            "nodes": opts.nodes,
+            "tasks_per_node": opts.tasks_per_node,
+            "cpus_per_task": opts.cpus_per_task,
+            "slurm_array_parallelism": opts.array_parallelism,
+            "name": f"scalelab-{self.ledger.sweep}",
+        }
+        if opts.gpus_per_node:
+            params["gpus_per_node"] = opts.gpus_per_node
+        if opts.mem_gb:
+            params["mem_gb"] = opts.mem_gb
+        for key in ("partition", "account", "qos", "constraint"):
+            if getattr(opts, key):
+                params[f"slurm_{key}"] = getattr(opts, key)
+        if opts.extra_sbatch:
+            params["slurm_additional_parameters"] = sbatch_extras(opts.extra_sbatch)
+        ex.update_parameters(**params)
+        return ex
+
+    def _reattach(self, rec: TrialRecord) -> str | None:
+        """The SLURM job id of a trial whose job still exists (a previous driver's)."""
+        import submitit
+
+        ref = rec.tags.get("scalelab.job_ref", "")
+        if not ref.startswith("slurm:"):
+            return None
+        job_id = ref.removeprefix("slurm:")
+        state = submitit.SlurmJob(folder=self.folder, job_id=job_id).state
+        return job_id if state in ACTIVE or state == "COMPLETED" else None
+
+    def launch_many(self, items: list[tuple[Trial, TrialRecord]]) -> list[tuple[Any, str]]:
+        import ray
+
+        job_ids: list[str | None] = [self._reattach(rec) for _, rec in items]
+        fresh = [i for i, jid in enumerate(job_ids) if jid is None]
+        if fresh:
+            ex, opts = self._executor(), self.cfg.slurm
+            use_array = (
+                opts.array if opts.array is not None else (len(fresh) > 1 and opts.nodes == 1)
+            )
+            chunk = (
+                min(max_array_size(), opts.max_array_size or max_array_size()) if use_array else 1
+            )
+            for start in range(0, len(fresh), chunk):
+                group = fresh[start : start + chunk]
+                args = [
+                    (self.job, items[i][0].job.model_dump_json(), items[i][1].run_id) for i in group
+                ]
+                if len(group) > 1:
+                    with ex.batch():
+                        jobs = [ex.submit(SlurmTrial(), *a) for a in args]
+                else:
+                    jobs = [ex.submit(SlurmTrial(), *args[0])]
+                for i, job in zip(group, jobs, strict=True):
+                    job_ids[i] = job.job_id
+        watcher = ray.remote(watch_slurm).options(num_cpus=WATCHER_CPUS, max_retries=3)
+        poll = self.cfg.slurm.poll_s
+        return [(watcher.remote(self.folder, jid, poll), f"slurm:{jid}") for jid in job_ids]
+
+    def cancel(self, handle: Any, rec: TrialRecord) -> None:
+        import ray
+
+        ref = rec.tags.get("scalelab.job_ref", "")
+        if ref.startswith("slurm:"):
+            subprocess.run(
+                ["scancel", ref.removeprefix("slurm:")], check=False, capture_output=True
+            )
+        ray.cancel(handle, force=True)

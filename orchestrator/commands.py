@@ -1,0 +1,299 @@
+"""CLI commands of the orchestrator: submit, status, cancel, resume, ui, schema.
+
+Registered onto `orchestrator.cli.app`; ray and mlflow are imported inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.backends import DEFAULT_JOB
+from orchestrator.expand import Trial, expand, plan_rows
+from orchestrator.spec import SpecError, SweepSpec, load_spec, parse_spec
+
+err = Console(stderr=True, soft_wrap=True)
+out = Console(width=None if sys.stdout.isatty() else 160)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    return typer.Exit(code=code)
+
+
+def _load(path: Path) -> tuple[SweepSpec, list[Trial], str]:
+    try:
+        spec, source = load_spec(path)
+        trials = expand(spec, source)
+    except SpecError as e:
+        raise _fail("invalid sweep, nothing submitted:\n" + "\n".join(e.problems)) from None
+    return spec, trials, path.read_text()
+
+
+def _ledger(spec_name: str, experiment: str | None, create: bool = True) -> Any:
+    from orchestrator.ledger import Ledger, LedgerUnavailable
+
+    try:
+        return Ledger(spec_name, experiment)
+    except LedgerUnavailable as e:
+        raise _fail(f"{e}; nothing submitted") from None
+
+
+def _read_statuses(spec: SweepSpec) -> dict[str, str]:
+    """The ledger's statuses without creating anything (a missing sqlite file = all NEW)."""
+    from jobs.paths import tracking_uri
+
+    uri = tracking_uri()
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+        return {}
+    return _ledger(spec.name, spec.experiment_name).statuses()
+
+
+def _plan_table(spec: SweepSpec, rows: list[dict[str, Any]]) -> Table:
+    table = Table(title=f"sweep {spec.name}: {len(rows)} trials on {spec.backend.kind}")
+    for col in ("trial_id", "variant", "size", "params", "tokens", "FLOPs", "GPU-h", "status"):
+        table.add_column(
+            col, justify="left" if col in ("trial_id", "variant", "size", "status") else "right"
+        )
+    for r in rows:
+        table.add_row(
+            r["trial_id"],
+            r["variant"],
+            r["size"],
+            f"{r['params']:,}",
+            f"{r['tokens']:,}",
+            f"{r['flops']:.3e}",
+            f"{r['gpu_hours']:.3g}",
+            "FINISHED (skip)" if r["status"] == "FINISHED" else r["status"],
+        )
+    live = [r for r in rows if r["status"] != "FINISHED"]
+    table.caption = (
+        f"to run: {len(live)} trials, {sum(r['flops'] for r in live):.3e} FLOPs, "
+        f"~{sum(r['gpu_hours'] for r in live):.3g} GPU-hours at MFU {spec.estimate.mfu:.0%} of "
+        f"{spec.estimate.peak_flops:.3g} FLOP/s; already finished: {len(rows) - len(live)}"
+    )
+    return table
+
+
+def submit(
+    sweep: Path = typer.Argument(..., help="Sweep YAML file.", exists=False),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; submit nothing."),
+    as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON."),
+    detach: bool = typer.Option(
+        False, "--detach", help="Run the driver as a Ray job (a local head if none) and return."
+    ),
+    job: str = typer.Option(DEFAULT_JOB, "--job", help="The job function, module:function."),
+) -> None:
+    """Validate a sweep YAML, record its trials in MLflow and run them (FINISHED ones are skipped)."""
+    spec, trials, text = _load(sweep)
+    if dry_run:
+        rows = plan_rows(spec, trials, _read_statuses(spec))
+        if as_json:
+            keys = (
+                "trial_id",
+                "variant",
+                "size",
+                "params",
+                "tokens",
+                "flops",
+                "gpu_hours",
+                "status",
+            )
+            print(
+                json.dumps({"sweep": spec.name, "trials": [{k: r[k] for k in keys} for r in rows]})
+            )
+        else:
+            out.print(_plan_table(spec, rows))
+        return
+    if detach:
+        from orchestrator.detach import submit_detached
+
+        try:
+            job_id, address = submit_detached(sweep.resolve(), job)
+        except RuntimeError as e:
+            raise _fail(str(e)) from None
+        out.print(f"submitted sweep {spec.name} as Ray job {job_id} on {address}")
+        out.print(f"watch it with: scalelab status {spec.name}")
+        return
+    _drive(spec, trials, text, str(sweep.resolve()), job)
+
+
+def _drive(spec: SweepSpec, trials: list[Trial], text: str, path: str, job: str) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from orchestrator.backends import BackendError, preflight
+    from orchestrator.scheduler import run_sweep
+
+    try:
+        preflight(spec.backend)
+    except BackendError as e:
+        raise _fail(f"{e}; nothing submitted") from None
+    ledger = _ledger(spec.name, spec.experiment_name)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=err, transient=False) as progress:
+        task = progress.add_task(f"sweep {spec.name}", total=len(trials))
+
+        def update(counts: dict[str, int]) -> None:
+            progress.update(
+                task,
+                completed=counts["done"],
+                description=f"sweep {spec.name} ({counts['running']} running)",
+            )
+
+        try:
+            result = run_sweep(
+                spec, trials, ledger, job=job, on_update=update, spec_yaml=text, spec_path=path
+            )
+        except BackendError as e:
+            raise _fail(str(e)) from None
+        progress.update(task, completed=len(trials) - len(result.elsewhere))
+    summary = (
+        f"{len(result.finished)} finished, {len(result.skipped)} skipped (already done), "
+        f"{len(result.failed)} failed, {len(result.killed)} cancelled, "
+        f"{len(result.elsewhere)} run by another driver"
+    )
+    out.print(f"sweep {spec.name}: {summary}")
+    if result.failed:
+        raise typer.Exit(code=1)
+
+
+def _find(sweep: str) -> Any:
+    from orchestrator.ledger import LedgerUnavailable, find_sweep
+
+    if sweep.endswith((".yaml", ".yml")) and Path(sweep).exists():
+        spec, _ = load_spec(sweep)
+        sweep = spec.name
+    try:
+        return find_sweep(sweep)
+    except (LookupError, LedgerUnavailable) as e:
+        raise _fail(str(e)) from None
+
+
+def status(
+    sweep: str = typer.Argument(..., help="Sweep name (or its YAML file)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Show a sweep's trials and their statuses (from MLflow)."""
+    from rich.progress import BarColumn, Progress, TextColumn
+
+    ledger = _find(sweep)
+    recs = sorted(ledger.records().values(), key=lambda r: r.start_time)
+    rows = [
+        {
+            "trial_id": r.trial_id,
+            "run_id": r.run_id,
+            "variant": r.tags.get("scalelab.variant", ""),
+            "size": r.tags.get("scalelab.size", ""),
+            "status": r.status,
+            "attempts": r.attempts,
+            "job_ref": r.tags.get("scalelab.job_ref", ""),
+            "error": r.tags.get("scalelab.error", "") if r.status != "FINISHED" else "",
+        }
+        for r in recs
+    ]
+    if as_json:
+        print(json.dumps({"sweep": ledger.sweep, "trials": rows}))
+        return
+    table = Table(title=f"sweep {ledger.sweep} ({ledger.experiment})")
+    for col in ("trial_id", "variant", "size", "status", "attempts", "job_ref", "error"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            *(str(r[c]) for c in ("trial_id", "variant", "size", "status", "attempts", "job_ref")),
+            r["error"][:60],
+        )
+    out.print(table)
+    done = sum(r["status"] in ("FINISHED", "FAILED", "KILLED") for r in rows)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        console=out,
+    ) as p:
+        p.add_task(
+            "finished" if done == len(rows) else "in progress", total=len(rows), completed=done
+        )
+
+
+def cancel(
+    sweep: str = typer.Argument(..., help="Sweep name (or its YAML file)."),
+    trials: list[str] = typer.Argument(None, help="Trial ids (default: every live trial)."),
+) -> None:
+    """Cancel a sweep's live trials (or the given ones); the driver stops them within seconds."""
+    ledger = _find(sweep)
+    touched = ledger.request_cancel(trials or None)
+    scancel = [
+        r.tags["scalelab.job_ref"].removeprefix("slurm:")
+        for r in ledger.records().values()
+        if r.run_id in touched and r.tags.get("scalelab.job_ref", "").startswith("slurm:")
+    ]
+    if scancel:
+        import subprocess
+
+        subprocess.run(["scancel", *scancel], check=False)
+    out.print(f"cancel requested for {len(touched)} trial(s) of sweep {ledger.sweep}")
+
+
+def resume(
+    sweep: str = typer.Argument(..., help="Sweep name."),
+    job: str = typer.Option(DEFAULT_JOB, "--job", help="The job function, module:function."),
+) -> None:
+    """Drive a sweep again from the YAML recorded in MLflow (unfinished trials only)."""
+    ledger = _find(sweep)
+    tags = ledger.parent_tags()
+    text = tags.get("scalelab.spec_yaml")
+    if text is None:
+        path = tags.get("scalelab.spec_path")
+        if not path or not Path(path).exists():
+            raise _fail(f"sweep {sweep}: its YAML is not recorded; submit the file again")
+        text = Path(path).read_text()
+    try:
+        spec, source = parse_spec(text, tags.get("scalelab.spec_path", "<recorded sweep>"))
+        trials = expand(spec, source)
+    except SpecError as e:
+        raise _fail("\n".join(e.problems)) from None
+    _drive(spec, trials, text, tags.get("scalelab.spec_path", ""), job)
+
+
+def ui(
+    port: int = typer.Option(5000, help="Port of the MLflow UI."),
+    host: str = typer.Option("127.0.0.1", help="Interface (127.0.0.1: this machine only)."),
+) -> None:
+    """Start the MLflow UI on this machine's tracking store."""
+    from jobs.paths import tracking_uri
+
+    uri = tracking_uri()
+    if uri.startswith("http"):
+        out.print(f"the tracking server is already a UI: open {uri}")
+        return
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
+    out.print(f"MLflow UI on http://{host}:{port} for {uri} (Ctrl-C to stop)")
+    os.execv(sys.executable, cmd)
+
+
+def schema() -> None:
+    """Print the sweep YAML's JSON Schema (for editors: yaml-language-server)."""
+    print(json.dumps(SweepSpec.model_json_schema(), indent=2))
+
+
+def register(app: typer.Typer) -> None:
+    for fn in (submit, status, cancel, resume, ui, schema):
+        app.command()(fn)

@@ -1,0 +1,422 @@
+"""MLflow is the sweep's state: one parent run per sweep, one child run per trial.
+
+Children are created up front with status SCHEDULED, so the UI shows the whole grid at once;
+the run id is the trial's identity across retries, requeues and driver restarts.
+
+Two drivers on one sweep never both launch a trial: a driver *claims* a trial by logging
+the param `scalelab.claim.<n>` = its id. MLflow params are write-once (a second, different
+value is rejected by the store, atomically), so exactly one driver wins epoch n. A claim
+lapses when its driver is gone: on this host its pid is dead, or its heartbeat (a tag on
+the parent run) is older than the lease; then the next epoch can be claimed.
+Run creation races (two drivers creating the same trial's run at once) are settled by
+keeping the oldest run per trial and deleting the others, after a short settling delay.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jobs import paths
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+    from orchestrator.expand import Trial
+    from orchestrator.spec import SweepSpec
+
+TAG = "scalelab."
+CLAIM = "scalelab.claim."
+SCHEDULED, RUNNING, FINISHED, FAILED, KILLED = (
+    "SCHEDULED",
+    "RUNNING",
+    "FINISHED",
+    "FAILED",
+    "KILLED",
+)
+TERMINAL = {FINISHED, FAILED, KILLED}
+SETTLE_S = 0.5  # > the time from creating a run to seeing it in a search, with margin
+MAX_TAG = 8000
+
+
+class LedgerUnavailable(RuntimeError):
+    """The tracking store cannot be reached (nothing was written)."""
+
+
+@dataclass
+class TrialRecord:
+    """What MLflow knows about one trial's run."""
+
+    run_id: str
+    trial_id: str
+    status: str
+    tags: dict[str, str] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
+    start_time: int = 0
+
+    @property
+    def attempts(self) -> int:
+        return int(self.tags.get(TAG + "attempts", "0"))
+
+    @property
+    def claim(self) -> tuple[int, str | None]:
+        """(epoch, driver id) of the latest claim; (-1, None) when never claimed."""
+        epochs = [(int(k[len(CLAIM) :]), v) for k, v in self.params.items() if k.startswith(CLAIM)]
+        return max(epochs) if epochs else (-1, None)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.tags.get(TAG + "cancel") == "1"
+
+
+def new_driver_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@cache
+def code_version() -> str:
+    root = Path(__file__).resolve().parents[1]
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+        if out.returncode == 0:
+            return out.stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    from importlib.metadata import version
+
+    return version("scalelab")
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """{'model': {'size': 'nano'}} -> {'model.size': 'nano'} (MLflow params are strings)."""
+    out: dict[str, str] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+    return out
+
+
+def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
+    """Fail fast (LedgerUnavailable) when an MLflow server is down, before any write."""
+    if uri.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s) as r:
+                if r.status != 200:
+                    raise LedgerUnavailable(f"MLflow server {uri} answered HTTP {r.status}")
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            raise LedgerUnavailable(f"MLflow server {uri} is not reachable: {reason}") from None
+    elif uri.startswith("sqlite:///"):
+        db = Path(uri.removeprefix("sqlite:///"))
+        if not db.parent.is_dir():
+            raise LedgerUnavailable(f"the folder of the MLflow database {db} does not exist")
+
+
+class Ledger:
+    """One sweep's runs in MLflow."""
+
+    def __init__(
+        self,
+        sweep: str,
+        experiment: str | None = None,
+        tracking_uri: str | None = None,
+        driver_id: str | None = None,
+        lease_s: float = 60.0,
+    ):
+        from mlflow import MlflowClient
+
+        self.sweep = sweep
+        self.experiment = experiment or sweep
+        self.uri = tracking_uri or paths.tracking_uri()
+        check_reachable(self.uri)
+        self.client: MlflowClient = MlflowClient(self.uri)
+        self.driver_id = driver_id or new_driver_id()
+        self.lease_s = lease_s
+        self._experiment_id: str | None = None
+        self.parent_id: str | None = None
+
+    # ------------------------------------------------------------ lookup
+
+    def experiment_id(self, create: bool = False) -> str | None:
+        if self._experiment_id is None:
+            exp = self.client.get_experiment_by_name(self.experiment)
+            if exp is None and create:
+                from mlflow.exceptions import MlflowException
+
+                try:
+                    artifacts = paths.artifact_root().as_uri()
+                    location = None if self.uri.startswith("http") else artifacts
+                    self._experiment_id = self.client.create_experiment(self.experiment, location)
+                except MlflowException:  # another driver created it just now
+                    exp = self.client.get_experiment_by_name(self.experiment)
+            if exp is not None:
+                self._experiment_id = exp.experiment_id
+        return self._experiment_id
+
+    def _search(self, filter_string: str) -> list[Any]:
+        eid = self.experiment_id()
+        if eid is None:
+            return []
+        runs, token = [], None
+        while True:
+            page = self.client.search_runs(
+                [eid], filter_string, max_results=10_000, page_token=token
+            )
+            runs.extend(page)
+            token = page.token
+            if not token:
+                return runs
+
+    def find_parent(self) -> str | None:
+        if self.parent_id is None:
+            runs = self._search(
+                f"tags.`scalelab.role` = 'sweep' and tags.`scalelab.sweep` = '{self.sweep}'"
+            )
+            if runs:
+                self.parent_id = min(
+                    runs, key=lambda r: (r.info.start_time, r.info.run_id)
+                ).info.run_id
+        return self.parent_id
+
+    def records(self) -> dict[str, TrialRecord]:
+        """The trials' runs, by trial id (one search, paged)."""
+        runs = self._search(
+            f"tags.`scalelab.role` = 'trial' and tags.`scalelab.sweep` = '{self.sweep}'"
+        )
+        out: dict[str, TrialRecord] = {}
+        for run in sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id)):
+            tid = run.data.tags.get(TAG + "trial_id")
+            if tid and tid not in out:
+                out[tid] = _record(run)
+        return out
+
+    def record(self, run_id: str) -> TrialRecord:
+        return _record(self.client.get_run(run_id))
+
+    def statuses(self) -> dict[str, str]:
+        return {tid: rec.status for tid, rec in self.records().items()}
+
+    # ------------------------------------------------------------ creation
+
+    def ensure_parent(self, spec: SweepSpec, spec_yaml: str = "", spec_path: str = "") -> str:
+        if self.find_parent():
+            self._update_parent_tags(spec, spec_yaml, spec_path)
+            return self.parent_id
+        eid = self.experiment_id(create=True)
+        tags = {
+            "mlflow.runName": f"sweep:{self.sweep}",
+            TAG + "role": "sweep",
+            TAG + "sweep": self.sweep,
+            TAG + "code_version": code_version(),
+        }
+        run = self.client.create_run(eid, tags=tags, run_name=f"sweep:{self.sweep}")
+        time.sleep(SETTLE_S)
+        self.parent_id = None
+        parent = self.find_parent()
+        if parent != run.info.run_id:
+            self.client.delete_run(run.info.run_id)  # lost a creation race: use the winner's
+        else:
+            self.client.update_run(parent, status=SCHEDULED)
+        self._update_parent_tags(spec, spec_yaml, spec_path)
+        return parent
+
+    def _update_parent_tags(self, spec: SweepSpec, spec_yaml: str, spec_path: str) -> None:
+        from mlflow.entities import RunTag
+
+        tags = {TAG + "backend": spec.backend.kind}
+        if spec_yaml and len(spec_yaml) <= MAX_TAG:
+            tags[TAG + "spec_yaml"] = spec_yaml
+        if spec_path:
+            tags[TAG + "spec_path"] = spec_path
+        self.client.log_batch(self.parent_id, tags=[RunTag(k, v) for k, v in tags.items()])
+
+    def sync(
+        self, spec: SweepSpec, trials: list[Trial], **parent_info: str
+    ) -> dict[str, TrialRecord]:
+        """Create the parent and every missing child run (SCHEDULED); never duplicates."""
+        from mlflow.entities import Param, RunTag
+
+        parent = self.ensure_parent(spec, **parent_info)
+        existing = self.records()
+        missing = [t for t in trials if t.trial_id not in existing]
+        if not missing:
+            return existing
+        eid = self.experiment_id()
+
+        def create(t: Trial) -> str:
+            tags = {
+                "mlflow.parentRunId": parent,
+                "mlflow.runName": f"{t.variant}-{t.size}-{t.trial_id[:8]}",
+                TAG + "role": "trial",
+                TAG + "sweep": self.sweep,
+                TAG + "trial_id": t.trial_id,
+                TAG + "variant": t.variant,
+                TAG + "size": t.size,
+                TAG + "backend": spec.backend.kind,
+                TAG + "code_version": code_version(),
+                TAG + "attempts": "0",
+            }
+            run = self.client.create_run(eid, tags=tags, run_name=tags["mlflow.runName"])
+            params = flatten(t.job.model_dump(mode="json"))
+            params.update({"n_params": str(t.n_params), "tokens": str(t.tokens)})
+            items = [Param(k, v) for k, v in params.items()]
+            for i in range(0, len(items), 100):
+                self.client.log_batch(run.info.run_id, params=items[i : i + 100])
+            self.client.update_run(run.info.run_id, status=SCHEDULED)
+            return run.info.run_id
+
+        # a tracking server takes concurrent requests; sqlite serialises them itself
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            created = list(pool.map(create, missing))
+        time.sleep(SETTLE_S)
+        records = self.records()
+        keep = {rec.run_id for rec in records.values()}
+        for run_id in created:
+            if run_id not in keep:  # another driver created this trial first
+                self.client.delete_run(run_id)
+        self.client.log_batch(parent, tags=[RunTag(TAG + "n_trials", str(len(records)))])
+        return records
+
+    # ------------------------------------------------------------ claims and heartbeats
+
+    def heartbeat(self) -> None:
+        host, pid, _ = self.driver_id.split(":")
+        beat = json.dumps({"t": time.time(), "host": host, "pid": int(pid)})
+        self.client.set_tag(self.parent_id, f"{TAG}driver.{_tag_safe(self.driver_id)}", beat)
+
+    def driver_alive(self, driver_id: str | None, parent_tags: dict[str, str]) -> bool:
+        if driver_id is None:
+            return False
+        if driver_id == self.driver_id:
+            return True
+        raw = parent_tags.get(f"{TAG}driver.{_tag_safe(driver_id)}")
+        if raw is None:
+            return False
+        beat = json.loads(raw)
+        if beat["host"] == socket.gethostname() and not _pid_alive(beat["pid"]):
+            return False
+        return time.time() - beat["t"] < self.lease_s
+
+    def parent_tags(self) -> dict[str, str]:
+        return self.client.get_run(self.parent_id).data.tags
+
+    def claim(self, rec: TrialRecord, parent_tags: dict[str, str] | None = None) -> bool:
+        """Try to own a trial; True when this driver owns it now."""
+        from mlflow.exceptions import MlflowException
+
+        epoch, owner = rec.claim
+        if owner == self.driver_id:
+            return True
+        if owner is not None and self.driver_alive(owner, parent_tags or self.parent_tags()):
+            return False
+        try:
+            self.client.log_param(rec.run_id, f"{CLAIM}{epoch + 1}", self.driver_id)
+        except MlflowException:
+            return False  # another driver logged this epoch first
+        rec.params[f"{CLAIM}{epoch + 1}"] = self.driver_id
+        return True
+
+    # ------------------------------------------------------------ transitions
+
+    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(run_id, tags=[RunTag(k, v[:MAX_TAG]) for k, v in tags.items()])
+
+    def started(self, rec: TrialRecord, attempt: int) -> None:
+        self.set_tags(rec.run_id, {TAG + "attempts": str(attempt)})
+        rec.tags[TAG + "attempts"] = str(attempt)
+
+    def set_status(self, run_id: str, status: str) -> None:
+        if status in TERMINAL:
+            self.client.set_terminated(run_id, status=status)
+        else:
+            self.client.update_run(run_id, status=status)
+
+    def finish_sweep(self, status: str) -> None:
+        if self.parent_id:
+            self.set_status(self.parent_id, status)
+
+    def request_cancel(self, trial_ids: list[str] | None = None) -> list[str]:
+        """Mark trials cancelled; SCHEDULED ones become KILLED at once. Returns run ids."""
+        recs = self.records()
+        chosen = [r for tid, r in recs.items() if trial_ids is None or tid in trial_ids]
+        touched = []
+        for rec in chosen:
+            if rec.status in TERMINAL:
+                continue
+            self.set_tags(rec.run_id, {TAG + "cancel": "1"})
+            if rec.status == SCHEDULED:
+                self.set_status(rec.run_id, KILLED)
+            touched.append(rec.run_id)
+        return touched
+
+    def cancelled_run_ids(self) -> set[str]:
+        runs = self._search(
+            f"tags.`scalelab.sweep` = '{self.sweep}' and tags.`scalelab.cancel` = '1'"
+        )
+        return {r.info.run_id for r in runs}
+
+
+def _record(run: Any) -> TrialRecord:
+    return TrialRecord(
+        run_id=run.info.run_id,
+        trial_id=run.data.tags.get(TAG + "trial_id", ""),
+        status=run.info.status,
+        tags=dict(run.data.tags),
+        params=dict(run.data.params),
+        start_time=run.info.start_time or 0,
+    )
+
+
+def _tag_safe(driver_id: str) -> str:
+    return driver_id.replace(":", "_")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def find_sweep(name: str, tracking_uri: str | None = None) -> Ledger:
+    """The ledger of a sweep by name, whatever experiment it lives in."""
+    from mlflow import MlflowClient
+
+    uri = tracking_uri or paths.tracking_uri()
+    check_reachable(uri)
+    client = MlflowClient(uri)
+    for exp in client.search_experiments():
+        runs = client.search_runs(
+            [exp.experiment_id],
+            f"tags.`scalelab.role` = 'sweep' and tags.`scalelab.sweep` = '{name}'",
+            max_results=1,
+        )
+        if runs:
+            ledger = Ledger(name, exp.name, uri)
+            ledger.find_parent()
+            return ledger
+    raise LookupError(f"no sweep named {name!r} in {uri}")

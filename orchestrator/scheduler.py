@@ -1,0 +1,243 @@
+"""Drive a sweep: claim each live trial, run it on the backend, record the outcome in MLflow.
+
+Smallest training compute first, so the scaling picture fills in early; at most
+`backend.concurrency` trials at once; a FAILED attempt is retried after
+`retry_backoff_s * 2**(attempt-1)` seconds up to `max_retries` times, then the trial is
+FAILED with the error as the `scalelab.error` tag; a PREEMPTED trial is requeued under
+the same run id without using up a retry; `scalelab cancel` is honoured within a poll.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.backends import DEFAULT_JOB, JobRef, make_backend
+from orchestrator.expand import Trial
+from orchestrator.ledger import (
+    FAILED,
+    FINISHED,
+    KILLED,
+    RUNNING,
+    SCHEDULED,
+    TAG,
+    Ledger,
+    TrialRecord,
+)
+from orchestrator.spec import SweepSpec
+
+
+@dataclass
+class SweepOutcome:
+    """What this driver saw: trial ids by what happened to them."""
+
+    finished: list[str] = field(default_factory=list)  # ran to FINISHED here
+    failed: list[str] = field(default_factory=list)  # retries used up
+    killed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # already FINISHED (or out of retries)
+    elsewhere: list[str] = field(default_factory=list)  # claimed by another live driver
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+@dataclass
+class _Live:
+    trial: Trial
+    rec: TrialRecord
+    not_before: float = 0.0  # retry backoff
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return "\n".join(text[-20:]) or type(exc).__name__
+
+
+def run_sweep(
+    spec: SweepSpec,
+    trials: list[Trial],
+    ledger: Ledger,
+    *,
+    job: JobRef = DEFAULT_JOB,
+    poll_s: float = 0.5,
+    cancel_poll_s: float = 2.0,
+    on_update: Callable[[dict[str, int]], None] | None = None,
+    spec_yaml: str = "",
+    spec_path: str = "",
+) -> SweepOutcome:
+    """Run every live trial of the sweep to a terminal state (or until cancelled)."""
+    import ray
+
+    cfg = spec.backend
+    out = SweepOutcome()
+    records = ledger.sync(spec, trials, spec_yaml=spec_yaml, spec_path=spec_path)
+    ledger.heartbeat()
+    parent_tags = ledger.parent_tags()
+
+    pending: list[_Live] = []
+    for trial in trials:  # already sorted by compute
+        rec = records[trial.trial_id]
+        if rec.status == FINISHED:
+            out.skipped.append(trial.trial_id)
+        elif rec.status == FAILED and rec.attempts > cfg.max_retries:
+            out.skipped.append(trial.trial_id)
+        elif rec.status == KILLED and ledger.driver_alive(rec.claim[1], parent_tags):
+            out.elsewhere.append(trial.trial_id)  # cancelled under a driver still running
+        else:
+            if rec.cancelled:  # re-submitting a cancelled trial runs it again
+                ledger.set_tags(rec.run_id, {TAG + "cancel": "0"})
+                rec.tags[TAG + "cancel"] = "0"
+            pending.append(_Live(trial, rec))
+    if not pending:
+        _close_parent(ledger, out)
+        return out
+
+    backend = make_backend(cfg, ledger, job)
+    backend.start()
+    inflight: dict[Any, _Live] = {}
+    killing: set[Any] = set()  # handles cancelled on request
+    last_beat = last_cancel_check = time.monotonic()
+    counts = {"done": len(out.skipped), "running": 0, "total": len(trials)}
+    try:
+        while pending or inflight:
+            now = time.monotonic()
+            if now - last_beat > ledger.lease_s / 4:
+                ledger.heartbeat()
+                last_beat = now
+            if now - last_cancel_check > cancel_poll_s:
+                last_cancel_check = now
+                _apply_cancels(ledger, backend, pending, inflight, killing, out)
+
+            free = cfg.concurrency - len(inflight)
+            ready = [live for live in pending if live.not_before <= now][: max(free, 0)]
+            if ready:
+                claimed = _claim(ledger, ready, pending, out)
+                if claimed:
+                    _launch(ledger, backend, claimed, inflight)
+            if not inflight:
+                if pending:
+                    time.sleep(poll_s)
+                continue
+            done, _ = ray.wait(list(inflight), num_returns=1, timeout=poll_s)
+            for handle in done:
+                live = inflight.pop(handle)
+                retries = -1 if handle in killing else cfg.max_retries
+                _settle(ledger, live, handle, pending, out, retries, cfg.retry_backoff_s)
+            counts.update(
+                done=len(out.skipped) + len(out.finished) + len(out.failed) + len(out.killed),
+                running=len(inflight),
+            )
+            if on_update:
+                on_update(counts)
+    finally:
+        backend.stop()
+    _close_parent(ledger, out)
+    return out
+
+
+def _claim(
+    ledger: Ledger, ready: list[_Live], pending: list[_Live], out: SweepOutcome
+) -> list[_Live]:
+    parent_tags = ledger.parent_tags()
+    claimed = []
+    for live in ready:
+        pending.remove(live)
+        fresh = ledger.record(live.rec.run_id)  # another driver may have moved it on
+        live.rec = fresh
+        if fresh.status == FINISHED:
+            out.skipped.append(live.trial.trial_id)
+        elif ledger.claim(fresh, parent_tags):
+            claimed.append(live)
+        else:
+            out.elsewhere.append(live.trial.trial_id)
+    return claimed
+
+
+def _launch(ledger: Ledger, backend: Any, claimed: list[_Live], inflight: dict) -> None:
+    items = [(live.trial, live.rec) for live in claimed]
+    for live, (handle, job_ref) in zip(claimed, backend.launch_many(items), strict=True):
+        reattached = job_ref == live.rec.tags.get(TAG + "job_ref")  # a SLURM job still alive
+        attempt = live.rec.attempts + (0 if reattached else 1)
+        tags = {TAG + "attempts": str(attempt), TAG + "job_ref": job_ref, TAG + "cancel": "0"}
+        ledger.set_tags(live.rec.run_id, tags)
+        live.rec.tags.update(tags)
+        inflight[handle] = live
+
+
+def _settle(
+    ledger: Ledger,
+    live: _Live,
+    handle: Any,
+    pending: list[_Live],
+    out: SweepOutcome,
+    max_retries: int,
+    backoff_s: float,
+) -> None:
+    import ray
+
+    run_id, tid = live.rec.run_id, live.trial.trial_id
+    try:
+        outcome = ray.get(handle)
+    except ray.exceptions.TaskCancelledError:
+        outcome = {"status": KILLED, "reason": "cancelled"}
+    except Exception as e:  # the job raised, or its worker died
+        outcome = {"status": FAILED, "reason": _error_text(e)}
+    status = outcome["status"]
+    if max_retries < 0 and status != FINISHED:  # cancelled on request, however it ended
+        status = KILLED
+    if status == FINISHED:
+        ledger.set_status(run_id, FINISHED)
+        out.finished.append(tid)
+    elif status == "PREEMPTED":
+        ledger.set_tags(run_id, {TAG + "preempted": str(int(time.time()))})
+        live.not_before = 0.0
+        pending.insert(0, live)  # same run id, resumes from its checkpoint
+    elif status == KILLED:
+        ledger.set_status(run_id, KILLED)
+        out.killed.append(tid)
+    elif live.rec.attempts < max_retries + 1:
+        delay = backoff_s * 2 ** (live.rec.attempts - 1)
+        ledger.set_tags(run_id, {TAG + "error": str(outcome.get("reason") or "failed")})
+        ledger.set_status(run_id, SCHEDULED)
+        live.not_before = time.monotonic() + delay
+        pending.append(live)
+    else:
+        ledger.set_tags(run_id, {TAG + "error": str(outcome.get("reason") or "failed")})
+        ledger.set_status(run_id, FAILED)
+        out.failed.append(tid)
+
+
+def _apply_cancels(
+    ledger: Ledger,
+    backend: Any,
+    pending: list[_Live],
+    inflight: dict,
+    killing: set,
+    out: SweepOutcome,
+) -> None:
+    cancelled = ledger.cancelled_run_ids()
+    if not cancelled:
+        return
+    for live in [p for p in pending if p.rec.run_id in cancelled]:
+        pending.remove(live)
+        ledger.set_status(live.rec.run_id, KILLED)
+        out.killed.append(live.trial.trial_id)
+    for handle, live in list(inflight.items()):
+        if live.rec.run_id in cancelled and handle not in killing:
+            killing.add(handle)
+            backend.cancel(handle, live.rec)  # its ObjectRef then settles as KILLED
+
+
+def _close_parent(ledger: Ledger, out: SweepOutcome) -> None:
+    statuses = ledger.statuses()
+    if all(s == FINISHED for s in statuses.values()):
+        ledger.finish_sweep(FINISHED)
+    elif out.elsewhere or any(s in (RUNNING, SCHEDULED) for s in statuses.values()):
+        ledger.set_status(ledger.parent_id, RUNNING)
+    elif any(s == FAILED for s in statuses.values()):
+        ledger.finish_sweep(FAILED)
+    else:
+        ledger.finish_sweep(KILLED)

@@ -1,0 +1,62 @@
+"""Small job functions with the jobs.train.run signature, for scheduler tests.
+
+Each records its calls as files under $SCALELAB_HOME/calls/<trial_id>/ so a test can
+count how often a trial really ran (across processes and drivers).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+
+from jobs.config import JobConfig
+from jobs.paths import scalelab_home
+
+
+def _calls(job: JobConfig) -> Path:
+    d = scalelab_home() / "calls" / job.trial_id
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _record(job: JobConfig, run_id: str | None, what: str = "call") -> int:
+    d = _calls(job)
+    (d / f"{what}-{time.time_ns()}-{uuid.uuid4().hex[:6]}").write_text(f"{os.getpid()} {run_id}")
+    return len(list(d.glob(f"{what}-*")))
+
+
+def noop(job: JobConfig, run_id: str | None = None) -> dict:
+    return {"status": "FINISHED"}
+
+
+def count(job: JobConfig, run_id: str | None = None) -> dict:
+    _record(job, run_id)
+    return {"status": "FINISHED"}
+
+
+def sleepy(job: JobConfig, run_id: str | None = None) -> dict:
+    """Runs SCALELAB_TEST_SLEEP seconds (default 2), then finishes."""
+    _record(job, run_id, "start")
+    time.sleep(float(os.environ.get("SCALELAB_TEST_SLEEP", "2")))
+    _record(job, run_id)
+    return {"status": "FINISHED"}
+
+
+def flaky(job: JobConfig, run_id: str | None = None) -> dict:
+    """Raises on the first two calls of a trial with seed 1; others finish."""
+    n = _record(job, run_id)
+    if job.seed == 1 and n <= 2:
+        raise RuntimeError(f"flaky failure number {n}")
+    return {"status": "FINISHED"}
+
+
+def always_fails(job: JobConfig, run_id: str | None = None) -> dict:
+    _record(job, run_id)
+    raise ValueError("this job always fails")
+
+
+def preempted_once(job: JobConfig, run_id: str | None = None) -> dict:
+    n = _record(job, run_id)
+    return {"status": "PREEMPTED" if n == 1 else "FINISHED", "reason": "test preemption"}
