@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+# One subprocess (fresh interpreter-mode Triton) runs every check: ~9-12 s on a busy machine.
+pytestmark = pytest.mark.slow
+
 SCRIPT = Path(__file__).with_name("triton_interpreter_check.py")
 
 
