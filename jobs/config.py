@@ -83,6 +83,12 @@ class DeepSpeedConfig(FrozenConfig):
     """How the computation is sharded; placement, not science."""
 
     zero_stage: Literal[0, 1, 2, 3] = 0
+    micro_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="sequences per rank per forward; None: the whole per-rank share "
+        "(no gradient accumulation). The global batch stays train.global_batch_tokens",
+    )
     offload_optimizer: bool = False
     activation_checkpointing: bool = False
     extra: dict[str, Any] = Field(

@@ -1,0 +1,176 @@
+"""Distributed set-up from whichever launcher started this process. Nothing else reads
+the launcher's environment.
+
+Launchers understood (checked in this order):
+- an already initialised process group (a Ray Train worker group, a test harness): used
+  as is and left for its owner to destroy;
+- torchrun and the `deepspeed` launcher: RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR;
+- submitit / SLURM (SLURM_PROCID, SLURM_NTASKS, ...): submitit's
+  TorchDistributedEnvironment exports the rendezvous variables;
+- a Ray Train worker that has not initialised torch.distributed: its train context;
+- nothing: one process, rendezvous on 127.0.0.1 and a free port.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+    launcher: str  # 'none' | 'env' (torchrun, deepspeed) | 'slurm' | 'ray' | 'external'
+    device: str  # 'cuda:<local_rank>' or 'cpu'
+    owns_process_group: bool  # False when someone else initialised torch.distributed
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def backend(self) -> str:
+        return "nccl" if self.device.startswith("cuda") else "gloo"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ray_train_context() -> tuple[int, int, int, int] | None:
+    if "ray" not in sys.modules:  # never import Ray just to find out it is not there
+        return None
+    try:
+        from ray import train
+
+        ctx = train.get_context()
+        return (
+            ctx.get_world_rank(),
+            ctx.get_world_size(),
+            ctx.get_local_rank(),
+            ctx.get_local_world_size(),
+        )
+    except Exception:
+        return None
+
+
+def read_environment() -> DistEnv:
+    """Rank, world size, local rank and rendezvous address of this process (and export
+    the rendezvous variables torch.distributed's env:// method and DeepSpeed expect)."""
+    env = os.environ
+    cuda = torch.cuda.is_available()
+    if dist.is_available() and dist.is_initialized():
+        rank, world = dist.get_rank(), dist.get_world_size()
+        local = int(env.get("LOCAL_RANK", rank))
+        local_world = int(env.get("LOCAL_WORLD_SIZE", world))
+        launcher, owns = "external", False
+    elif "RANK" in env and "WORLD_SIZE" in env:
+        rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+        local = int(env.get("LOCAL_RANK", 0))
+        local_world = int(env.get("LOCAL_WORLD_SIZE", world))
+        launcher, owns = "env", True
+    elif "SLURM_PROCID" in env and "SLURM_NTASKS" in env and "SLURM_JOB_ID" in env:
+        from submitit.helpers import TorchDistributedEnvironment
+
+        tde = TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+        rank, world = tde.rank, tde.world_size
+        local, local_world = tde.local_rank, tde.local_world_size
+        launcher, owns = "slurm", True
+    elif (ray_ctx := _ray_train_context()) is not None:
+        rank, world, local, local_world = ray_ctx
+        env.setdefault("MASTER_ADDR", "127.0.0.1")  # single node: Ray's own IP can fail
+        launcher, owns = "ray", True
+    else:
+        rank, world, local, local_world = 0, 1, 0, 1
+        env.setdefault("MASTER_ADDR", "127.0.0.1")
+        env.setdefault("MASTER_PORT", str(_free_port()))
+        launcher, owns = "none", True
+    env.setdefault("MASTER_ADDR", "127.0.0.1")
+    env.setdefault("MASTER_PORT", "29500")
+    for key, value in (
+        ("RANK", rank),
+        ("WORLD_SIZE", world),
+        ("LOCAL_RANK", local),
+        ("LOCAL_WORLD_SIZE", local_world),
+    ):
+        env[key] = str(value)  # DeepSpeed looks for these (else it tries mpi4py)
+    device = f"cuda:{local}" if cuda else "cpu"
+    return DistEnv(
+        rank=rank,
+        world_size=world,
+        local_rank=local,
+        local_world_size=local_world,
+        master_addr=env["MASTER_ADDR"],
+        master_port=int(env["MASTER_PORT"]),
+        launcher=launcher,
+        device=device,
+        owns_process_group=owns,
+    )
+
+
+def check_devices(env: DistEnv) -> None:
+    """Refuse more ranks per node than devices (before any rendezvous can hang)."""
+    if env.device.startswith("cuda"):
+        have, kind = torch.cuda.device_count(), "CUDA devices"
+    else:
+        have, kind = os.cpu_count() or 1, "CPU cores"
+    if env.local_world_size > have:
+        raise ValueError(
+            f"{env.local_world_size} ranks on this node but only {have} {kind}; "
+            f"start at most {have} processes per node"
+        )
+
+
+def init(env: DistEnv) -> None:
+    """Initialise torch.distributed (gloo on CPU, nccl on CUDA) and DeepSpeed's comm layer."""
+    if not env.device.startswith("cuda"):
+        # One thread per rank: with several ranks sharing cores, more threads make steps
+        # ~4x slower and erratic (measured on the CI machine).
+        if "OMP_NUM_THREADS" not in os.environ:
+            os.environ["OMP_NUM_THREADS"] = "1"
+            torch.set_num_threads(1)
+        _skip_shm_comm_build()
+    else:
+        torch.cuda.set_device(env.local_rank)
+    if env.owns_process_group and not dist.is_initialized():
+        dist.init_process_group(backend=env.backend, rank=env.rank, world_size=env.world_size)
+    import deepspeed
+
+    deepspeed.init_distributed(dist_backend=env.backend)
+
+
+def _skip_shm_comm_build() -> None:
+    """DeepSpeed's CPU accelerator JIT-builds its `deepspeed_shm_comm` op for every new
+    process group on a fresh machine (35-50 s). Gloo's all-reduce is enough for CPU runs, so
+    mark the op unavailable; DeepSpeed keeps this probe result in one module-level dict."""
+    import deepspeed.ops
+
+    if os.environ.get("SCALELAB_DS_SHM_COMM") != "1":
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
+def barrier(env: DistEnv) -> None:
+    if env.world_size > 1 and dist.is_initialized():
+        dist.barrier()
+
+
+def shutdown(env: DistEnv) -> None:
+    """Barrier, then destroy the group we created (without this, ~7% of runs under the
+    deepspeed launcher abort at exit)."""
+    if not dist.is_initialized():
+        return
+    dist.barrier()
+    if env.owns_process_group:
+        dist.destroy_process_group()

@@ -1,0 +1,73 @@
+"""The DeepSpeed config of one trial, generated from DeepSpeedConfig + TrainConfig."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from jobs.config import JobConfig
+from jobs.distributed import DistEnv
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """global batch (sequences) = micro_batch x world_size x accumulation steps."""
+
+    global_seqs: int
+    micro_batch: int
+    accum: int
+    world_size: int
+
+
+def plan_batch(job: JobConfig, world_size: int) -> BatchPlan:
+    t, seq_len = job.train, job.data.seq_len
+    if t.global_batch_tokens % seq_len:
+        raise ValueError(
+            f"train.global_batch_tokens={t.global_batch_tokens} is not a multiple of "
+            f"data.seq_len={seq_len}"
+        )
+    seqs = t.global_batch_tokens // seq_len
+    if seqs % world_size:
+        raise ValueError(
+            f"the global batch of {seqs} sequences (train.global_batch_tokens / data.seq_len) "
+            f"does not divide across {world_size} ranks"
+        )
+    micro = job.deepspeed.micro_batch_size or seqs // world_size
+    if seqs % (micro * world_size):
+        raise ValueError(
+            f"the global batch of {seqs} sequences is not micro_batch_size ({micro}) x "
+            f"{world_size} ranks x an integer number of accumulation steps"
+        )
+    return BatchPlan(seqs, micro, seqs // (micro * world_size), world_size)
+
+
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def deepspeed_config(job: JobConfig, plan: BatchPlan, env: DistEnv) -> dict[str, Any]:
+    ds, t = job.deepspeed, job.train
+    zero: dict[str, Any] = {"stage": ds.zero_stage}
+    if ds.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": env.device != "cpu"}
+    cfg: dict[str, Any] = {
+        "train_batch_size": plan.global_seqs,
+        "train_micro_batch_size_per_gpu": plan.micro_batch,
+        "gradient_accumulation_steps": plan.accum,
+        "gradient_clipping": t.grad_clip,
+        "zero_optimization": zero,
+        "bf16": {"enabled": t.dtype == "bf16"},
+        "fp16": {"enabled": t.dtype == "fp16", "initial_scale_power": 12},
+        # the optimizer is torch's AdamW (DeepSpeed's Adam JIT-compiles for 70-100 s)
+        "zero_allow_untested_optimizer": True,
+        "zero_force_ds_cpu_optimizer": False,
+        "steps_per_print": 2**31 - 1,
+        "wall_clock_breakdown": False,
+    }
+    return deep_merge(cfg, ds.extra)

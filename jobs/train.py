@@ -1,0 +1,376 @@
+"""One trial: `run(job, run_id) -> TrainResult`, and the process entry `python -m jobs.train`.
+
+Order of work: read the launcher's environment and check every input (devices, batch
+division, data source, tokenizer) before any process group, file or MLflow run exists; then
+tokenise (rank 0), build the model, wrap it in a DeepSpeed engine, resume from the newest
+complete checkpoint, and train with logging, validation, checkpoints, divergence checks and
+preemption handling. trials/<trial_id>/ gets job.json, deepspeed.json, curves.jsonl, ckpt/
+and result.json (written last).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+
+from jobs import checkpoint, distributed
+from jobs.accounting import device_peak_flops, mfu
+from jobs.config import VARIANT_SEMANTICS_VERSION, JobConfig
+from jobs.data import TrainStream, check_data, open_data, prepare, val_batches
+from jobs.distributed import DistEnv
+from jobs.ds_config import BatchPlan, deepspeed_config, plan_batch
+from jobs.evaluate import evaluate
+from jobs.optim import adamw, lr_at, total_steps
+from jobs.paths import JOB_FILE, RESULT_FILE, trial_dir
+from jobs.tracking import VAL_LOSS_AT_GFLOP, Tracker, flatten
+from models.flops import count_params, train_flops_per_token
+
+EXIT_REQUEUE = 75  # EX_TEMPFAIL: "requeue me" for every backend
+DS_CONFIG_FILE = "deepspeed.json"
+Status = Literal["FINISHED", "FAILED", "PREEMPTED"]
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    status: Status
+    reason: str
+    trial_id: str
+    run_id: str | None
+    steps: int
+    tokens: int
+    flops: float
+    final_val_loss: float | None
+    best_val_loss: float | None
+    n_params: int
+    n_nonembed: int
+    wall_time_s: float
+
+
+def check_job(job: JobConfig, env: DistEnv) -> BatchPlan:
+    """Every input error, raised before anything is started or written."""
+    distributed.check_devices(env)
+    if job.data.seq_len > job.model.block_size:
+        raise ValueError(
+            f"data.seq_len={job.data.seq_len} exceeds model.block_size={job.model.block_size}"
+        )
+    if job.train.dtype == "fp16" and not env.device.startswith("cuda"):
+        raise ValueError("train.dtype='fp16' needs a GPU (refused on CPU); use bf16 or fp32")
+    plan = plan_batch(job, env.world_size)
+    check_data(job.data, job.model)
+    return plan
+
+
+def run(job: JobConfig, run_id: str | None = None) -> TrainResult:
+    """Train one trial to its budget (or until preempted / diverged)."""
+    t0 = time.time()
+    env = distributed.read_environment()
+    plan = check_job(job, env)
+    distributed.init(env)
+    try:
+        return _Trainer(job, env, plan, t0).train(run_id)
+    finally:
+        distributed.shutdown(env)
+
+
+def _checkpointed(fn: Any) -> Any:
+    from torch.utils.checkpoint import checkpoint as ckpt
+
+    return lambda *args: ckpt(fn, *args, use_reentrant=False)
+
+
+def code_version() -> str:
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+    except Exception:
+        sha = ""
+    return f"semantics{VARIANT_SEMANTICS_VERSION}" + (f"+{sha}" if sha else "")
+
+
+class _Trainer:
+    def __init__(self, job: JobConfig, env: DistEnv, plan: BatchPlan, t0: float) -> None:
+        self.job, self.env, self.plan, self.t0 = job, env, plan, t0
+        self.dir = trial_dir(job.trial_id)
+        self.ckpt_dir = self.dir / "ckpt"
+        self.steps = total_steps(job)
+        self.step_tokens = job.train.global_batch_tokens
+        self.flops_per_token = train_flops_per_token(job.model, job.data.seq_len)
+        self.n_params = count_params(job.model)
+        self.n_nonembed = count_params(job.model, non_embedding=True)
+        self.tracker = Tracker(self.dir, enabled=env.is_main)
+
+    # -- set-up -----------------------------------------------------------------------
+    def _prepare_data(self) -> None:
+        job, env = self.job, self.env
+        root, error = None, None
+        if env.is_main:
+            try:
+                root = prepare(job.data, job.seed, job.model)
+            except Exception as e:  # tell the other ranks instead of leaving them waiting
+                error = f"{type(e).__name__}: {e}"
+        if env.world_size > 1:
+            box = [root, error]
+            dist.broadcast_object_list(box, src=0)
+            root, error = box
+        if error:
+            raise ValueError(f"preparing data.source {job.data.source!r} failed: {error}")
+        self.data = open_data(job.data, job.seed, root, job.model)
+        self.stream = TrainStream(
+            self.data, job.seed, self.plan.micro_batch, self.plan.accum, env.rank, env.world_size
+        )
+        self.val = val_batches(
+            self.data, job.data.val_tokens, job.data.seq_len, self.plan.micro_batch, env.rank,
+            env.world_size,
+        )  # fmt: skip
+
+    def _build_engine(self) -> None:
+        import deepspeed
+
+        from models.build import build
+
+        job = self.job
+        torch.manual_seed(job.seed)  # identical initial weights on every rank
+        model = build(job.model)
+        if job.deepspeed.activation_checkpointing:
+            for block in model.blocks:
+                block.mlp_update = _checkpointed(block.mlp_update)
+                block.attn_update = _checkpointed(block.attn_update)
+        self.optimizer = adamw(model, job.train)
+        self.ds_config = deepspeed_config(job, self.plan, self.env)
+        self.engine, *_ = deepspeed.initialize(
+            model=model, optimizer=self.optimizer, config=self.ds_config, dist_init_required=False
+        )
+        torch.manual_seed(job.seed * 1000 + 1 + self.env.rank)  # per-rank noise (dropout, ...)
+
+    def _write_job_files(self) -> None:
+        if not self.env.is_main:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / JOB_FILE).write_text(self.job.model_dump_json(indent=2))
+        (self.dir / DS_CONFIG_FILE).write_text(json.dumps(self.ds_config, indent=2))
+
+    def _start_tracking(self, run_id: str | None) -> str | None:
+        job = self.job
+        tags = {
+            "scalelab.trial_id": job.trial_id,
+            "scalelab.variant": job.model.variant,
+            "scalelab.size": job.model.size,
+            "scalelab.backend": os.environ.get("SCALELAB_BACKEND", "local"),
+            "scalelab.job_ref": os.environ.get("SCALELAB_JOB_REF")
+            or os.environ.get("SLURM_JOB_ID", ""),
+            "scalelab.code_version": code_version(),
+            "scalelab.world_size": str(self.env.world_size),
+        }
+        params = flatten(json.loads(job.model_dump_json()))
+        run_id = self.tracker.start(
+            run_id,
+            experiment=os.environ.get("SCALELAB_EXPERIMENT", "scalelab-train"),
+            run_name=f"{job.model.size}-{job.model.variant}-{job.trial_id}",
+            tags=tags,
+            params=params,
+        )
+        if self.env.world_size > 1:
+            box = [run_id]
+            dist.broadcast_object_list(box, src=0)
+            run_id = box[0]
+        return run_id
+
+    def _resume(self) -> dict[str, Any]:
+        fresh = {"step": 0, "tokens": 0, "flops": 0.0, "best_val": None, "min_loss": None}
+        found = checkpoint.latest(self.ckpt_dir)
+        if found is None:
+            return fresh
+        state = checkpoint.load(self.engine, self.env, found)
+        if self.env.is_main:  # points logged after this checkpoint are logged again
+            _truncate_curves(self.dir / "curves.jsonl", state["tokens"])
+        return state
+
+    # -- the loop ---------------------------------------------------------------------
+    def train(self, run_id: str | None) -> TrainResult:
+        self._prepare_data()
+        self._build_engine()
+        state = self._resume()
+        run_id = run_id or state.get("run_id")
+        self._write_job_files()
+        run_id = self._start_tracking(run_id)
+        state["run_id"] = run_id
+        try:
+            with checkpoint.PreemptionFlag() as flag:
+                status, reason, final_val = self._loop(state, flag)
+        except BaseException as e:
+            self.tracker.set_tag("scalelab.failure_reason", f"{type(e).__name__}: {e}"[:5000])
+            self.tracker.finish("FAILED")
+            raise
+        self.tracker.finish(None if status == "PREEMPTED" else status)
+        result = TrainResult(
+            status=status,
+            reason=reason,
+            trial_id=self.job.trial_id,
+            run_id=run_id,
+            steps=state["step"],
+            tokens=state["tokens"],
+            flops=state["flops"],
+            final_val_loss=final_val,
+            best_val_loss=state["best_val"],
+            n_params=self.n_params,
+            n_nonembed=self.n_nonembed,
+            wall_time_s=time.time() - self.t0,
+        )
+        if self.env.is_main:
+            tmp = self.dir / (RESULT_FILE + ".tmp")
+            tmp.write_text(json.dumps(asdict(result), indent=2))
+            tmp.replace(self.dir / RESULT_FILE)
+        return result
+
+    def _loop(self, state: dict[str, Any], flag: checkpoint.PreemptionFlag) -> tuple:
+        job, env, engine = self.job, self.env, self.engine
+        t, peak = job.train, device_peak_flops(env.device)
+        window: dict[str, float] = {}
+        window_steps, window_t = 0, time.perf_counter()
+        final_val = state.get("last_val")
+        while state["step"] < self.steps:
+            step = state["step"]
+            lr = lr_at(step, self.steps, t)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            progress = step / self.steps
+            sums: dict[str, torch.Tensor] = {}
+            batches = self.stream.micro_batches(step)
+            for a, b in enumerate(batches):
+                x = torch.from_numpy(b.x).to(env.device)
+                y = torch.from_numpy(b.y).to(env.device)
+                out = engine(x, y, progress=progress)
+                _add(sums, "train/loss", out.task_loss)
+                _add(sums, "train/total_loss", out.loss)
+                for name, value in out.metrics.items():
+                    _add(sums, name, value)
+                for name, value in out.aux_losses.items():
+                    _add(sums, f"aux/{name}", value)
+                if a == len(batches) - 1:  # decide before the update: the state is still good
+                    means, preempt = self._reduce(sums, len(batches), flag.raised)
+                    problem = self._divergence(means["train/loss"], state)
+                    if problem:
+                        self._save(state)
+                        self.tracker.set_tag("scalelab.failure_reason", problem)
+                        return "FAILED", problem, None
+                engine.backward(out.loss)
+                engine.step()
+            state["step"] += 1
+            state["tokens"] += self.step_tokens
+            state["flops"] += self.step_tokens * self.flops_per_token
+            loss = means["train/loss"]
+            state["min_loss"] = loss if state["min_loss"] is None else min(state["min_loss"], loss)
+            for k, v in means.items():
+                window[k] = window.get(k, 0.0) + v
+            window_steps += 1
+            done = state["step"]
+            if done % t.log_interval == 0 or done == self.steps:
+                elapsed = time.perf_counter() - window_t
+                tok_s = window_steps * self.step_tokens / elapsed
+                point = {k: v / window_steps for k, v in window.items()}
+                point |= {
+                    "train/lr": lr,
+                    "compute/flops": state["flops"],
+                    "compute/tokens": state["tokens"],
+                    "perf/tokens_per_s": tok_s,
+                }
+                if (u := mfu(tok_s * self.flops_per_token, env.world_size, peak)) is not None:
+                    point["perf/mfu"] = u
+                self.tracker.log(done, state["tokens"], state["flops"], point)
+                window, window_steps, window_t = {}, 0, time.perf_counter()
+            if done % t.eval_interval == 0 or done == self.steps:
+                final_val = self._validate(state, progress)
+            if preempt and done < self.steps:
+                self._save(state)
+                sig = flag.signal or 0
+                return "PREEMPTED", f"signal {sig} (checkpointed at step {done})", final_val
+            if done % t.checkpoint_interval == 0 or done == self.steps:
+                self._save(state)
+        return "FINISHED", "", final_val
+
+    def _reduce(
+        self, sums: dict[str, torch.Tensor], n: int, preempt: bool
+    ) -> tuple[dict[str, float], bool]:
+        """Means over micro-batches and ranks, and whether any rank was signalled."""
+        names = list(sums)
+        vec = torch.stack([sums[k].detach().float().cpu() / n for k in names] + [
+            torch.tensor(float(preempt))
+        ])  # fmt: skip
+        if self.env.world_size > 1:
+            vec = vec.to(self.env.device)
+            dist.all_reduce(vec)
+            vec = vec.cpu()
+            vec[:-1] /= self.env.world_size
+        return {k: float(vec[i]) for i, k in enumerate(names)}, bool(vec[-1] > 0)
+
+    def _divergence(self, loss: float, state: dict[str, Any]) -> str:
+        if loss != loss or loss in (float("inf"), float("-inf")):
+            return f"diverged: non-finite loss {loss} at step {state['step']}"
+        low = state["min_loss"]
+        if low is not None and loss > self.job.train.divergence_factor * low:
+            return (
+                f"diverged: loss {loss:.4g} at step {state['step']} exceeds "
+                f"{self.job.train.divergence_factor} x its minimum {low:.4g}"
+            )
+        return ""
+
+    def _validate(self, state: dict[str, Any], progress: float) -> float:
+        val = evaluate(self.engine, self.val, self.env, progress)
+        state["best_val"] = val if state["best_val"] is None else min(state["best_val"], val)
+        state["last_val"] = val
+        self.tracker.log(state["step"], state["tokens"], state["flops"], {"val/loss": val})
+        gflop = int(state["flops"] / 1e9)  # the UI's x-axis becomes compute
+        self.tracker.log(gflop, state["tokens"], state["flops"], {VAL_LOSS_AT_GFLOP: val})
+        return val
+
+    def _save(self, state: dict[str, Any]) -> None:
+        checkpoint.save(
+            self.engine, self.env, self.ckpt_dir, state, self.job.train.keep_checkpoints
+        )
+
+
+def _add(sums: dict[str, torch.Tensor], name: str, value: torch.Tensor) -> None:
+    value = value.detach().float()
+    sums[name] = sums[name] + value if name in sums else value
+
+
+def _truncate_curves(path: Path, tokens: int) -> None:
+    if not path.exists():
+        return
+    keep = [ln for ln in path.read_text().splitlines() if json.loads(ln)["tokens"] <= tokens]
+    path.write_text("".join(ln + "\n" for ln in keep))
+
+
+def load_job(path: str | Path) -> JobConfig:
+    """A JobConfig from a YAML or JSON file."""
+    import yaml
+
+    text = Path(path).read_text()
+    data = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
+    return JobConfig.model_validate(data)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m jobs.train CONFIG [RUN_ID]` under any launcher; exit 75 = requeue me."""
+    argv = sys.argv[1:] if argv is None else argv
+    result = run(load_job(argv[0]), argv[1] if len(argv) > 1 else None)
+    print(json.dumps(asdict(result)))
+    return {"FINISHED": 0, "FAILED": 1, "PREEMPTED": EXIT_REQUEUE}[result.status]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
