@@ -1,0 +1,281 @@
+"""Pictures of a sweep's results (matplotlib, Agg): only those the data supports.
+
+loss_vs_flops   every trial's val/loss curve against training FLOPs, coloured by variant,
+                with each variant's fitted L(C) = E + A C^-alpha and the Pareto frontier
+loss_vs_params  final loss against parameters, per variant
+isoflop         loss against N at each compute budget, with the fitted parabolas
+gains           compute-equivalent gain of each variant with its bootstrap interval
+budget_s_mean   BudgetFormer's mean head budget s against model size
+tsa_alpha       TSA's halted-token fraction alpha against lambda, per size
+
+`make_plots` writes PNGs to results/<sweep>/plots; `log_plots` attaches them to the
+sweep's parent MLflow run (artifact folder `plots/`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from matplotlib.figure import Figure
+
+    from orchestrator.results.fit import SweepFit
+
+DPI = 120
+
+
+def _figure(width: float = 7.0, height: float = 4.6) -> tuple[Figure, Any]:
+    from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
+
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def colours(variants: list[str]) -> dict[str, Any]:
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab10"]
+    return {v: cmap(i % 10) for i, v in enumerate(variants)}
+
+
+def _spans_decades(x: np.ndarray, decades: float = 1.0) -> bool:
+    x = x[np.isfinite(x) & (x > 0)]
+    return x.size > 1 and np.log10(x.max() / x.min()) >= decades
+
+
+def _col(table: pa.Table, name: str) -> np.ndarray:
+    return table[name].to_numpy(zero_copy_only=False).astype(float)
+
+
+def loss_vs_flops(fit: SweepFit, curves: pa.Table | None, metric: str = "val/loss") -> Figure:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from orchestrator.scaling import pareto_frontier
+
+    fig, ax = _figure()
+    col = colours(fit.variants)
+    t = fit.table
+    variant_of = dict(zip(t["trial_id"].to_pylist(), t["variant"].to_pylist(), strict=True))
+    if curves is not None and curves.num_rows:
+        sel = curves.filter(pc.equal(curves["metric"], metric))
+        tid = sel["trial_id"].cast(pa.string()).to_numpy(zero_copy_only=False)
+        x, y = _col(sel, "flops"), _col(sel, "value")
+        for trial in np.unique(tid):
+            v = variant_of.get(trial)
+            if v is None:
+                continue
+            rows = (tid == trial) & (x > 0) & np.isfinite(y)
+            ax.plot(x[rows], y[rows], color=col[v], alpha=0.35, lw=0.9)
+    c, y = _col(t, "flops"), _col(t, fit.loss)
+    variants = t["variant"].to_pylist()
+    for v in fit.variants:
+        rows = np.array([u == v for u in variants])
+        ax.scatter(c[rows], y[rows], color=col[v], s=18, zorder=3, label=f"{v} (final)")
+        if v in fit.laws:
+            law = fit.laws[v].point
+            grid = np.geomspace(c[rows].min(), c[rows].max(), 100)
+            ax.plot(grid, law.predict(grid), "--", color=col[v], lw=1.6,
+                    label=f"{v}: L = {law.E:.3g} + {law.A:.3g}·C^-{law.alpha:.3f}")  # fmt: skip
+    front = pareto_frontier(c, y)
+    ax.plot(c[front], y[front], "-", color="black", lw=1.0, alpha=0.7, label="Pareto frontier")
+    ax.set_xscale("log")
+    if _spans_decades(y, 1.0):
+        ax.set_yscale("log")
+    ax.set_xlabel("training compute C (FLOPs)")
+    ax.set_ylabel(f"{metric} (nats/token)")
+    ax.set_title(f"{fit.sweep}: loss vs compute")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper right")
+    return fig
+
+
+def loss_vs_params(fit: SweepFit) -> Figure:
+    fig, ax = _figure()
+    col = colours(fit.variants)
+    t = fit.table
+    n, y = _col(t, "n_params"), _col(t, fit.loss)
+    variants = np.array(t["variant"].to_pylist())
+    for v in fit.variants:
+        rows = variants == v
+        ax.scatter(n[rows], y[rows], color=col[v], s=16, alpha=0.6)
+        sizes = np.unique(n[rows])
+        best = [y[rows][n[rows] == s].min() for s in sizes]
+        ax.plot(sizes, best, "-o", color=col[v], ms=4, label=f"{v} (best per size)")
+    ax.set_xscale("log")
+    ax.set_xlabel("parameters N")
+    ax.set_ylabel(f"{fit.loss} (nats/token)")
+    ax.set_title(f"{fit.sweep}: final loss vs model size")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def isoflop(fit: SweepFit) -> Figure:
+    import matplotlib
+
+    fig, ax = _figure()
+    t = fit.table
+    n, y, b = _col(t, "n_params"), _col(t, fit.loss), _col(t, "budget_flops")
+    variants = np.array(t["variant"].to_pylist())
+    styles = ["-", "--", ":", "-."]
+    budgets = np.unique(b[np.isfinite(b)])
+    cmap = matplotlib.colormaps["viridis"]
+    for k, (v, iso) in enumerate(fit.isoflop.items()):
+        for j, opt in enumerate(iso.budgets):
+            colour = cmap(j / max(len(budgets) - 1, 1))
+            rows = (variants == v) & (b == opt.flops)
+            ax.scatter(n[rows], y[rows], color=colour, s=16)
+            log_n = np.log(n[rows])
+            c2, c1, c0 = np.polyfit(log_n, y[rows], 2)
+            grid = np.linspace(log_n.min(), log_n.max(), 60)
+            label = (
+                f"{v}, C = {opt.flops:.1e}"
+                if len(fit.isoflop) > 1
+                else f"C = {opt.flops:.1e} FLOPs"
+            )
+            ax.plot(
+                np.exp(grid),
+                c2 * grid**2 + c1 * grid + c0,
+                styles[k % 4],
+                color=colour,
+                label=label,
+            )
+            ax.plot([opt.n_opt], [opt.loss_opt], "*", color=colour, ms=10, mec="black")
+    ax.set_xscale("log")
+    ax.set_xlabel("parameters N")
+    ax.set_ylabel(f"{fit.loss} (nats/token)")
+    ax.set_title(f"{fit.sweep}: IsoFLOP profiles (★ = optimum N*)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def gains(fit: SweepFit) -> Figure:
+    fig, ax = _figure(6.5, 1.2 + 0.55 * len(fit.gains))
+    col = colours(fit.variants)
+    finite = [g for g in fit.gains if np.isfinite(g.multiplier.estimate)]
+    ys = np.arange(len(finite))
+    for i, g in enumerate(finite):
+        m = g.multiplier
+        high = m.high if np.isfinite(m.high) else m.estimate * 10
+        ax.errorbar(m.estimate, i, xerr=[[m.estimate - m.low], [high - m.estimate]], fmt="o",
+                    color=col[g.variant], capsize=5, ms=7)  # fmt: skip
+        ax.annotate(f"{m.estimate:.2f}× [{m.low:.2f}, {m.high:.2f}]", (m.estimate, i),
+                    textcoords="offset points", xytext=(0, 9), ha="center", fontsize=8)  # fmt: skip
+    ax.axvline(1.0, color="grey", ls="--", lw=1, label=f"{fit.baseline} (1×)")
+    ax.set_yticks(ys, [g.variant for g in finite])
+    ax.set_ylim(-0.7, len(finite) - 0.3)
+    ax.set_xscale("log")
+    from matplotlib.ticker import FuncFormatter
+
+    times = FuncFormatter(lambda v, _: f"{v:.2g}×")
+    ax.xaxis.set_major_formatter(times)
+    ax.xaxis.set_minor_formatter(times)
+    ax.tick_params(axis="x", which="minor", labelsize=7)
+    ax.set_xlabel(f"FLOPs to reach the {fit.baseline} loss, × {fit.baseline}'s (< 1: cheaper)")
+    level = finite[0].multiplier.level if finite else fit.level
+    ax.set_title(f"{fit.sweep}: compute-equivalent gain ({level:.0%} bootstrap CI)")
+    ax.grid(True, axis="x", which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def budget_s_mean(table: pa.Table) -> Figure:
+    fig, ax = _figure(6.0, 4.0)
+    rows = np.isfinite(_col(table, "budget_s_mean"))
+    n, s = _col(table, "n_params")[rows], _col(table, "budget_s_mean")[rows]
+    variants = np.array(table["variant"].to_pylist())[rows]
+    col = colours(sorted(set(table["variant"].to_pylist())))
+    for v in sorted(set(variants)):
+        r = variants == v
+        ax.plot(*_sorted(n[r], s[r]), "o-", color=col[v], label=v)
+    ax.set_xscale("log")
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("parameters N")
+    ax.set_ylabel("mean head budget s (fraction of heads)")
+    ax.set_title("BudgetFormer: head budget vs model size")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def tsa_alpha(table: pa.Table) -> Figure:
+    import matplotlib
+
+    fig, ax = _figure(6.0, 4.0)
+    a = _col(table, "tsa_alpha")
+    lam = _col(table, "tsa_lambda")
+    rows = np.isfinite(a)
+    sizes = np.array(table["size"].to_pylist())[rows]
+    n = _col(table, "n_params")[rows]
+    a, lam = a[rows], lam[rows]
+    order = sorted(set(sizes), key=lambda s: n[sizes == s].min())
+    cmap = matplotlib.colormaps["plasma"]
+    many_lambdas = np.unique(lam[np.isfinite(lam)]).size > 1
+    if many_lambdas:
+        for i, s in enumerate(order):
+            r = sizes == s
+            ax.plot(*_sorted(lam[r], a[r]), "o-", color=cmap(i / max(len(order), 1)), label=s)
+        ax.set_xlabel("λ (weight of the depth loss)")
+        ax.legend(title="size", fontsize=8)
+    else:
+        ax.plot(*_sorted(n, a), "o-")
+        ax.set_xscale("log")
+        ax.set_xlabel("parameters N")
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("α (fraction of halted tokens)")
+    ax.set_title("TSA: halted-token fraction α")
+    ax.grid(True, alpha=0.3)
+    return fig
+
+
+def _sorted(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean y per distinct x, in x order."""
+    xs = np.unique(x)
+    return xs, np.array([y[x == v].mean() for v in xs])
+
+
+def figures(fit: SweepFit, curves: pa.Table | None) -> dict[str, Figure]:
+    """The figures this sweep's data supports, by name."""
+    out = {"loss_vs_flops": loss_vs_flops(fit, curves), "loss_vs_params": loss_vs_params(fit)}
+    if fit.isoflop:
+        out["isoflop"] = isoflop(fit)
+    if fit.gains:
+        out["gains"] = gains(fit)
+    t = fit.table
+    if "budget_s_mean" in t.column_names and np.isfinite(_col(t, "budget_s_mean")).any():
+        out["budget_s_mean"] = budget_s_mean(t)
+    if "tsa_alpha" in t.column_names and np.isfinite(_col(t, "tsa_alpha")).any():
+        out["tsa_alpha"] = tsa_alpha(t)
+    return out
+
+
+def make_plots(fit: SweepFit, curves: pa.Table | None, out_dir: Path) -> dict[str, Path]:
+    """Write every supported figure as out_dir/<name>.png; return the paths by name."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("*.png"):
+        old.unlink()  # a plot the data no longer supports must not linger
+    written = {}
+    for name, fig in figures(fit, curves).items():
+        path = out_dir / f"{name}.png"
+        fig.savefig(path)
+        written[name] = path
+    return written
+
+
+def log_plots(parent_run_id: str | None, files: dict[str, Path], tracking_uri: str) -> bool:
+    """Attach the PNGs to the sweep's parent run (artifact folder plots/). False when the
+    sweep has no parent run."""
+    if parent_run_id is None or not files:
+        return False
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    for path in files.values():
+        client.log_artifact(parent_run_id, str(path), artifact_path="plots")
+    return True
