@@ -89,7 +89,7 @@ export PATH="$PATH:/usr/sbin:/sbin"
 
 # ---------------------------------------------------------------- configs
 NODE="$(hostname -s)"
-CPUS="$(nproc)"
+CPUS="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" # nproc obeys OMP_NUM_THREADS
 MEM_MB="$(free -m | awk '/^Mem:/ {print $2}')"
 REAL_MEM=$((MEM_MB * 95 / 100)) # slurmd drains a node that reports less than RealMemory
 DB_PASS_FILE="$STATE/db.pass"
