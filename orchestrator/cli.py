@@ -119,6 +119,11 @@ from orchestrator import commands as _orchestrator_commands  # noqa: E402
 _orchestrator_commands.register(app)
 
 
+from orchestrator.results_cli import app as results_app  # noqa: E402
+
+app.add_typer(results_app, name="results")
+
+
 def main() -> None:
     try:
         app()

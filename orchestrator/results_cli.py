@@ -1,0 +1,274 @@
+"""`scalelab results sync|query|fit|plot|report SWEEP`: the aggregated results of a sweep.
+
+Bad input (unknown sweep, nothing to fit, a bad --where) exits with code 2 and one line.
+pyarrow, mlflow, scipy and matplotlib are imported inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(
+    help="Aggregated results of a sweep: Parquet tables, queries, scaling fits, plots, report.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+SWEEP = typer.Argument(..., help="Sweep name (the MLflow experiment).")
+URI = typer.Option(
+    None, "--tracking-uri", help="MLflow tracking URI (default: the work directory's)."
+)
+BASELINE = typer.Option("dense", "--baseline", "-b", help="Variant the others are compared with.")
+RESAMPLES = typer.Option(1000, "--resamples", help="Bootstrap resamples for the intervals.")
+
+
+def _fail(message: str) -> typer.Exit:
+    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code=2)
+
+
+def _synced(sweep: str, uri: str | None) -> None:
+    """Sync first when the sweep has never been synced (queries then just work)."""
+    from orchestrator.results import store, sync
+
+    if store.read_table(store.TRIALS, sweep) is None:
+        Console(stderr=True).print(str(sync(sweep, uri)), highlight=False)
+
+
+def _guard(fn):  # noqa: ANN001, ANN202
+    """Run a command body; ResultsError/ScalingError -> exit 2 with one line."""
+    from orchestrator.results.store import ResultsError
+    from orchestrator.scaling import ScalingError
+
+    try:
+        return fn()
+    except (ResultsError, ScalingError) as e:
+        raise _fail(str(e)) from None
+
+
+@app.command("sync")
+def sync_cmd(sweep: str = SWEEP, tracking_uri: str | None = URI) -> None:
+    """Build or refresh the sweep's `trials` and `curves` Parquet tables (incremental)."""
+    from orchestrator.results import sync
+
+    result = _guard(lambda: sync(sweep, tracking_uri))
+    console.print(str(result), highlight=False)
+    console.print(f"trials: {result.trials_path}\ncurves: {result.curves_path}", highlight=False)
+
+
+@app.command("query")
+def query_cmd(
+    sweep: str = SWEEP,
+    where: str | None = typer.Option(
+        None, "--where", "-w", help="e.g. \"variant == 'dense' and size in ['nano', 'micro']\""
+    ),
+    group_by: str | None = typer.Option(
+        None, "--group-by", "-g", help="Comma-separated columns, e.g. variant,size"
+    ),
+    metric: str | None = typer.Option(
+        None, "--metric", "-m", help="Curve metric, e.g. val/loss, tsa/alpha"
+    ),
+    at: str = typer.Option("final", "--at", help="final | flops=1e18 | tokens=2e9 | step=500"),
+    table: str = typer.Option(
+        "trials", "--table", help="trials (one row per trial) or curves (every point)"
+    ),
+    fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json | parquet"),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="File to write (parquet: required)"
+    ),
+    columns: str | None = typer.Option(
+        None, "--columns", "-c", help="Comma-separated columns to show"
+    ),
+    tracking_uri: str | None = URI,
+) -> None:
+    """Filter and aggregate a sweep's results (syncs first if never synced)."""
+    from orchestrator.results import query
+
+    if fmt not in ("table", "csv", "json", "parquet"):
+        raise _fail(f"--format {fmt!r}: expected table, csv, json or parquet")
+    if fmt == "parquet" and output is None:
+        raise _fail("--format parquet needs --output FILE")
+    groups = [g.strip() for g in group_by.split(",") if g.strip()] if group_by else None
+
+    def run():  # noqa: ANN202
+        _synced(sweep, tracking_uri)
+        result = query(sweep, where=where, group_by=groups, metric=metric, at=at, table=table)
+        if columns:
+            wanted = [c.strip() for c in columns.split(",") if c.strip()]
+            from orchestrator.results.store import ResultsError
+
+            missing = [c for c in wanted if c not in result.column_names]
+            if missing:
+                raise ResultsError(
+                    f"--columns: unknown {', '.join(missing)} (columns: {', '.join(result.column_names)})"
+                )
+            result = result.select(wanted)
+        return result
+
+    result = _guard(run)
+    _emit(result, fmt, output)
+
+
+def _emit(result, fmt: str, output: Path | None) -> None:  # noqa: ANN001
+    import pyarrow as pa
+
+    for i, f in enumerate(result.schema):
+        if pa.types.is_dictionary(f.type):
+            result = result.set_column(i, f.name, result[f.name].cast(f.type.value_type))
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(result, output, compression="zstd")
+        console.print(f"wrote {result.num_rows} rows to {output}", highlight=False)
+        return
+    if fmt == "csv":
+        import io
+
+        import pyarrow.csv as pcsv
+
+        buf = io.BytesIO()
+        pcsv.write_csv(result, buf)
+        text = buf.getvalue().decode()
+    elif fmt == "json":
+        text = _json(result)
+    else:
+        _print_table(result, output)
+        return
+    if output is not None:
+        output.write_text(text)
+        console.print(f"wrote {result.num_rows} rows to {output}", highlight=False)
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def _json(result) -> str:  # noqa: ANN001
+    import math
+
+    def clean(v):  # noqa: ANN001, ANN202
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+
+    rows = [{k: clean(v) for k, v in r.items()} for r in result.to_pylist()]
+    return json.dumps(rows, indent=1, default=str)
+
+
+def _print_table(result, output: Path | None) -> None:  # noqa: ANN001
+    from rich.table import Table
+
+    hidden = {"config", "run_id", "reason", "code_version", "curves_source", "data_source"}
+    cols = [c for c in result.column_names if c not in hidden or len(result.column_names) <= 6]
+    table = Table(caption=f"{result.num_rows} rows")
+    for c in cols:
+        table.add_column(c, overflow="fold")
+    for r in result.select(cols).to_pylist()[:500]:
+        table.add_row(*[_cell(r[c]) for c in cols])
+    if result.num_rows > 500:
+        table.caption = f"first 500 of {result.num_rows} rows (use --format csv for all)"
+    (Console(file=open(output, "w")) if output else console).print(table)  # noqa: SIM115
+
+
+def _cell(v: object) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, str) and len(v) == 16 and all(ch in "0123456789abcdef" for ch in v):
+        return v[:8]  # trial ids: the first 8 hex digits are enough on screen
+    return str(v)
+
+
+@app.command("fit")
+def fit_cmd(
+    sweep: str = SWEEP,
+    baseline: str = BASELINE,
+    loss: str = typer.Option("final_val_loss", "--loss", help="final_val_loss or best_val_loss"),
+    resamples: int = RESAMPLES,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    tracking_uri: str | None = URI,
+) -> None:
+    """Scaling laws per variant, the compute-equivalent gain vs the baseline with bootstrap
+    intervals, and per-size differences."""
+    from orchestrator.results.fit import fit_sweep
+    from orchestrator.results.render import rich_tables
+
+    def run():  # noqa: ANN202
+        _synced(sweep, tracking_uri)
+        return fit_sweep(sweep, baseline=baseline, loss=loss, n_resamples=resamples)
+
+    fit = _guard(run)
+    if as_json:
+        print(json.dumps(fit.to_dict(), indent=1))
+        return
+    for table in rich_tables(fit):
+        console.print(table)
+    for note in fit.notes:
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
+
+
+def _fit_and_plot(sweep: str, baseline: str, resamples: int, tracking_uri: str | None):  # noqa: ANN202
+    from jobs import paths
+    from orchestrator import plots
+    from orchestrator.results import load_curves, sweep_dir
+    from orchestrator.results.fit import fit_sweep
+    from orchestrator.results.sources import find_sweep_runs
+
+    _synced(sweep, tracking_uri)
+    fit = fit_sweep(sweep, baseline=baseline, n_resamples=resamples)
+    files = plots.make_plots(fit, load_curves(sweep), sweep_dir(sweep) / "plots")
+    uri = tracking_uri or paths.tracking_uri()
+    logged = plots.log_plots(find_sweep_runs(sweep, uri).parent_run_id, files, uri)
+    return fit, files, logged, uri
+
+
+@app.command("plot")
+def plot_cmd(
+    sweep: str = SWEEP,
+    baseline: str = BASELINE,
+    resamples: int = RESAMPLES,
+    tracking_uri: str | None = URI,
+) -> None:
+    """PNG plots into results/<sweep>/plots, attached to the sweep's MLflow parent run."""
+    _, files, logged, _ = _guard(lambda: _fit_and_plot(sweep, baseline, resamples, tracking_uri))
+    for path in files.values():
+        console.print(str(path), highlight=False)
+    if logged:
+        console.print("(also logged as artifacts plots/* on the sweep's MLflow parent run)")
+
+
+@app.command("report")
+def report_cmd(
+    sweep: str = SWEEP,
+    baseline: str = BASELINE,
+    resamples: int = RESAMPLES,
+    tracking_uri: str | None = URI,
+) -> None:
+    """One Markdown report (tables + plots) at results/<sweep>/report.md."""
+    from orchestrator.report import write_report
+    from orchestrator.results import sweep_dir
+
+    fit, files, _, uri = _guard(lambda: _fit_and_plot(sweep, baseline, resamples, tracking_uri))
+    console.print(str(write_report(fit, files, sweep_dir(sweep), uri)), highlight=False)
+
+
+@app.command("summary")
+def summary_cmd(
+    sweep: str = SWEEP,
+    baseline: str = BASELINE,
+    resamples: int = RESAMPLES,
+    tracking_uri: str | None = URI,
+) -> None:
+    """sync + fit + plot + report in one go, printing the gains and where everything is."""
+    from orchestrator.report import summarise_sweep
+
+    print(
+        _guard(
+            lambda: summarise_sweep(sweep, tracking_uri, baseline=baseline, n_resamples=resamples)
+        ),
+        end="",
+    )
