@@ -30,15 +30,18 @@ NEEDED=(munged mungekey slurmctld slurmd slurmdbd sinfo sacct sacctmgr mariadbd 
 
 log() { printf '[slurm] %s\n' "$*" >&2; }
 
-die() { # die CODE MESSAGE: print the message and the daemon logs, then exit
+die() { # die CODE MESSAGE: print the message (and the daemon logs for a failed start), exit CODE
   local code=$1
   shift
   log "ERROR: $*"
-  for f in "$LOGS"/*.log; do
-    [[ -f "$f" ]] || continue
-    printf '\n----- tail of %s -----\n' "$f" >&2
-    tail -n 25 "$f" >&2 || true
-  done
+  if ((code == 1)); then
+    for f in "$LOGS"/*.log; do
+      [[ -f "$f" && "$f" != */apt.log ]] || continue
+      printf '\n----- tail of %s -----\n' "$f" >&2
+      tail -n 25 "$f" >&2 || true
+    done
+    log "ERROR: $* (log tails above)"
+  fi
   exit "$code"
 }
 
@@ -61,7 +64,7 @@ missing_commands() {
 install_packages() {
   command -v apt-get >/dev/null 2>&1 ||
     die 3 "SLURM is not installed ($(missing_commands | tr '\n' ' ')) and there is no apt-get to install it"
-  log "installing ${PACKAGES[*]} (apt-get)"
+  log "installing ${PACKAGES[*]} (apt-get, log in $LOGS/apt.log)"
   # Package scripts must not start services themselves (there is no systemd; we start them below).
   local made_policy=0
   if [[ ! -e /usr/sbin/policy-rc.d ]]; then
@@ -245,4 +248,4 @@ until cluster_ready; do
   fi
   sleep 0.3
 done
-log "ready: node $NODE ($CPUS CPUs, ${REAL_MEM} MB), partition $PARTITION, logs in $LOGS"
+log "ready in ${SECONDS} s: node $NODE ($CPUS CPUs, ${REAL_MEM} MB), partition $PARTITION, logs in $LOGS"
