@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from jobs.config import JobConfig
 from models.flops import count_params, train_flops_per_token
-from orchestrator.spec import SourceMap, SpecError, SweepSpec, located_errors
+from orchestrator.spec import SourceMap, SpecError, SweepSpec, key_path, located_errors
 
 MAX_PROBLEMS = 20
 
@@ -131,6 +131,16 @@ def _locate(loc: tuple[Any, ...], settings: list[Setting]) -> tuple[Any, ...]:
     return (*where, *loc[len(key.split(".")) :])
 
 
+def _context(loc: tuple[Any, ...], settings: list[Setting]) -> str:
+    """For an error on a whole section (e.g. base.model): the axis values set inside it."""
+    dotted = ".".join(str(p) for p in loc)
+    inside = [(key, value, where) for key, value, where in settings if key.startswith(dotted + ".")]
+    if not inside:
+        return ""
+    shown = {key_path(where): value for key, value, where in inside}
+    return " (with " + ", ".join(f"{k} = {v!r}" for k, v in shown.items()) + ")"
+
+
 def expand(spec: SweepSpec, source: SourceMap | None = None) -> list[Trial]:
     """All trials of a sweep, smallest training compute first; bad values raise SpecError."""
     source = source or SourceMap("<sweep>", None)
@@ -144,7 +154,10 @@ def expand(spec: SweepSpec, source: SourceMap | None = None) -> list[Trial]:
         try:
             job = JobConfig.model_validate(tree)
         except ValidationError as e:
-            for line in located_errors(e, source, functools.partial(_locate, settings=settings)):
+            where = functools.partial(_locate, settings=settings)
+            for line in located_errors(
+                e, source, where, functools.partial(_context, settings=settings)
+            ):
                 if line not in problems:
                     problems.append(line)
             if len(problems) >= MAX_PROBLEMS:

@@ -49,6 +49,7 @@ class _Live:
     trial: Trial
     rec: TrialRecord
     not_before: float = 0.0  # retry backoff
+    requeued: bool = False  # preempted: the next launch is not a new attempt
 
 
 def _error_text(exc: BaseException) -> str:
@@ -149,6 +150,9 @@ def _claim(
         live.rec = fresh
         if fresh.status == FINISHED:
             out.skipped.append(live.trial.trial_id)
+        elif fresh.cancelled:
+            ledger.set_status(fresh.run_id, KILLED)
+            out.killed.append(live.trial.trial_id)
         elif ledger.claim(fresh, parent_tags):
             claimed.append(live)
         else:
@@ -160,7 +164,8 @@ def _launch(ledger: Ledger, backend: Any, claimed: list[_Live], inflight: dict) 
     items = [(live.trial, live.rec) for live in claimed]
     for live, (handle, job_ref) in zip(claimed, backend.launch_many(items), strict=True):
         reattached = job_ref == live.rec.tags.get(TAG + "job_ref")  # a SLURM job still alive
-        attempt = live.rec.attempts + (0 if reattached else 1)
+        attempt = live.rec.attempts + (0 if reattached or live.requeued else 1)
+        live.requeued = False
         tags = {TAG + "attempts": str(attempt), TAG + "job_ref": job_ref, TAG + "cancel": "0"}
         ledger.set_tags(live.rec.run_id, tags)
         live.rec.tags.update(tags)
@@ -193,7 +198,7 @@ def _settle(
         out.finished.append(tid)
     elif status == "PREEMPTED":
         ledger.set_tags(run_id, {TAG + "preempted": str(int(time.time()))})
-        live.not_before = 0.0
+        live.not_before, live.requeued = 0.0, True
         pending.insert(0, live)  # same run id, resumes from its checkpoint
     elif status == KILLED:
         ledger.set_status(run_id, KILLED)

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     Field,
     ValidationError,
@@ -53,7 +54,19 @@ def _without_required(schema: Any) -> Any:
     return schema
 
 
-_BASE_SCHEMA = _without_required(JobConfig.model_json_schema())
+def _inline_refs(schema: Any, defs: dict[str, Any]) -> Any:
+    """Replace '$ref' by the definition itself (the job configs are not recursive)."""
+    if isinstance(schema, dict):
+        if "$ref" in schema:
+            return _inline_refs(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
+        return {k: _inline_refs(v, defs) for k, v in schema.items() if k != "$defs"}
+    if isinstance(schema, list):
+        return [_inline_refs(v, defs) for v in schema]
+    return schema
+
+
+_JOB_SCHEMA = JobConfig.model_json_schema()
+_BASE_SCHEMA = _without_required(_inline_refs(_JOB_SCHEMA, _JOB_SCHEMA.get("$defs", {})))
 Base = Annotated[dict[str, Any], WithJsonSchema(_BASE_SCHEMA)]
 AxisValues = list[Any]
 
@@ -139,7 +152,7 @@ class SweepSpec(FrozenConfig):
     experiment: str | None = Field(None, description="MLflow experiment; default: name")
     description: str = ""
     base: Base = Field(description="a (partial) JobConfig the axes fill in")
-    variants: list[str] = Field(
+    variants: list[Annotated[str, AfterValidator(canonical_variant)]] = Field(
         default_factory=list, description="mechanism presets, e.g. dense, hadamard, budget+tsa"
     )
     grid: dict[str, AxisValues] = Field(
@@ -158,11 +171,10 @@ class SweepSpec(FrozenConfig):
 
     @field_validator("variants")
     @classmethod
-    def _known_variants(cls, names: list[str]) -> list[str]:
-        out = [canonical_variant(n) for n in names]
-        if len(set(out)) != len(out):
+    def _distinct_variants(cls, names: list[str]) -> list[str]:
+        if len(set(names)) != len(names):
             raise ValueError(f"variants are repeated: {names}")
-        return out
+        return names
 
     @field_validator("grid", "zip")
     @classmethod
@@ -338,6 +350,7 @@ def located_errors(
     error: ValidationError,
     source: SourceMap,
     relocate: Callable[[tuple[Any, ...]], tuple[Any, ...]] = lambda loc: loc,
+    context: Callable[[tuple[Any, ...]], str] = lambda loc: "",
 ) -> list[str]:
     """pydantic errors -> 'file:line: key.path: message', one per problem; `relocate` maps
     a location in the validated object to the YAML key path the value came from."""
@@ -347,5 +360,5 @@ def located_errors(
         loc = relocate(tuple(item["loc"]))
         key = key_path(loc)
         text = message.split(": ", 2)[-1] if message.startswith(": ") else message
-        out.append(f"{source.where(loc)}: {key}: {text}")
+        out.append(f"{source.where(loc)}: {key}: {text}{context(tuple(item['loc']))}")
     return out

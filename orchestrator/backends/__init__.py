@@ -61,8 +61,9 @@ def run_job(job_ref: JobRef, job_json: str, run_id: str | None) -> dict[str, Any
     return outcome_of(resolve_job(job_ref)(job, run_id))
 
 
-def ray_init(address: str, *, embedded: bool) -> None:
-    """Connect to (or start) Ray once per process, quietly and without telemetry."""
+def ray_init(address: str, *, embedded: bool) -> bool:
+    """Connect to (or start) Ray once per process, quietly and without telemetry; True when
+    this call connected (so the caller should disconnect when done)."""
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -71,7 +72,7 @@ def ray_init(address: str, *, embedded: bool) -> None:
         # listens on 127.0.0.1, so say explicitly that it is off unless the user chose.
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if ray.is_initialized():
-        return
+        return False
     # Workers must import what the driver imports (the job function's module, tests' helpers).
     path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
     env = {"PYTHONPATH": path, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
@@ -86,6 +87,7 @@ def ray_init(address: str, *, embedded: bool) -> None:
         ray.init(**kwargs)
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise BackendError(f"cannot connect to Ray at {address!r}: {e}") from None
+    return True
 
 
 class Backend:
@@ -95,9 +97,10 @@ class Backend:
 
     def __init__(self, cfg: BackendConfig, ledger: Ledger, job: JobRef = DEFAULT_JOB):
         self.cfg, self.ledger, self.job = cfg, ledger, job
+        self.owns_ray = False
 
     def start(self) -> None:
-        ray_init(os.environ.get("RAY_ADDRESS") or "local", embedded=True)
+        self.owns_ray = ray_init(os.environ.get("RAY_ADDRESS") or "local", embedded=True)
 
     def launch_many(self, items: list[tuple[Trial, TrialRecord]]) -> list[tuple[Any, str]]:
         """Start trials; returns (handle, job_ref) per item: an ObjectRef and its id."""
@@ -121,10 +124,10 @@ class Backend:
         ray.cancel(handle, force=True)
 
     def stop(self) -> None:
-        """Leave Ray running when we joined a cluster; shut the embedded one down."""
+        """Disconnect from Ray if this backend connected (a shared session stays up)."""
         import ray
 
-        if ray.is_initialized():
+        if self.owns_ray and ray.is_initialized():
             ray.shutdown()
 
 

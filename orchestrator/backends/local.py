@@ -16,4 +16,4 @@ class LocalBackend(Backend):
     kind = "local"
 
     def start(self) -> None:
-        ray_init(os.environ.get("RAY_ADDRESS") or "local", embedded=True)
+        self.owns_ray = ray_init(os.environ.get("RAY_ADDRESS") or "local", embedded=True)

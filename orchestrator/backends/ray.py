@@ -10,4 +10,4 @@ class RayClusterBackend(Backend):
     kind = "ray"
 
     def start(self) -> None:
-        ray_init(self.cfg.address, embedded=False)
+        self.owns_ray = ray_init(self.cfg.address, embedded=False)

@@ -108,7 +108,7 @@ class SlurmBackend(Backend):
 
     def start(self) -> None:
         check_slurm()
-        ray_init("local", embedded=True)  # only the watchers run in Ray
+        self.owns_ray = ray_init("local", embedded=True)  # only the watchers run in Ray
         self.folder = str(paths.scalelab_home() / "slurm" / self.ledger.sweep / "%j")
 
     def _executor(self) -> Any:

@@ -1,7 +1,8 @@
 """Small job functions with the jobs.train.run signature, for scheduler tests.
 
-Each records its calls as files under $SCALELAB_HOME/calls/<trial_id>/ so a test can
-count how often a trial really ran (across processes and drivers).
+Each records its calls as files under $SCALELAB_HOME/calls/<run_id>/ so a test can
+count how often a trial's run really ran (across processes and drivers; trial ids repeat
+across tests' sweeps, run ids do not).
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from jobs.config import JobConfig
 from jobs.paths import scalelab_home
 
 
-def _calls(job: JobConfig) -> Path:
-    d = scalelab_home() / "calls" / job.trial_id
+def _calls(run_id: str | None) -> Path:
+    d = scalelab_home() / "calls" / str(run_id)
     d.mkdir(parents=True, exist_ok=True)
     return d
 
 
 def _record(job: JobConfig, run_id: str | None, what: str = "call") -> int:
-    d = _calls(job)
+    d = _calls(run_id)
     (d / f"{what}-{time.time_ns()}-{uuid.uuid4().hex[:6]}").write_text(f"{os.getpid()} {run_id}")
     return len(list(d.glob(f"{what}-*")))
 

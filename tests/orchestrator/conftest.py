@@ -1,0 +1,76 @@
+"""Shared fixtures: one work directory (and MLflow sqlite store) and one Ray per session.
+
+Creating an MLflow database runs its migrations (seconds), and `ray.init` takes 4-6 s, so
+both are made once; each test uses its own sweep name.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # jobs_for_tests, importable by Ray workers through PYTHONPATH
+
+try:
+    from slurm_cluster import slurm_cluster  # noqa: F401  (the fixture, from tests/)
+except ImportError:  # pragma: no cover
+    pass
+
+
+@pytest.fixture(scope="session")
+def work_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("scalelab-home")
+    os.environ["SCALELAB_HOME"] = str(home)
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    from mlflow import MlflowClient
+
+    from jobs.paths import tracking_uri
+
+    MlflowClient(tracking_uri()).search_experiments()  # creates the database once
+    return home
+
+
+@pytest.fixture(scope="session")
+def ray_session(work_home: Path):
+    from orchestrator.backends import ray_init
+
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
+    ray_init("local", embedded=True)
+    import ray
+
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def sweep_name(request: pytest.FixtureRequest) -> str:
+    return f"{request.node.name[:40].replace('[', '-').replace(']', '')}-{uuid.uuid4().hex[:6]}"
+
+
+def sweep_yaml(name: str, *, seeds: int = 3, backend: str = "", extra: str = "") -> str:
+    """A tiny sweep: nano models, `seeds` trials (one per seed)."""
+    seed_list = ", ".join(str(i) for i in range(seeds))
+    backend = (
+        backend or "{concurrency: 2, max_retries: 2, retry_backoff_s: 0.1, cpus_per_trial: 0.5}"
+    )
+    return f"""
+name: {name}
+base:
+  model: {{size: nano, vocab_size: 256, block_size: 64}}
+  data: {{source: "builtin:pydoc", tokenizer: byte, seq_len: 64}}
+  train: {{tokens: 4096, global_batch_tokens: 512}}
+grid:
+  seed: [{seed_list}]
+backend: {backend}
+{extra}
+"""
+
+
+def calls(home: Path, run_id: str, what: str = "call") -> int:
+    d = home / "calls" / run_id
+    return len(list(d.glob(f"{what}-*"))) if d.exists() else 0

@@ -1,0 +1,133 @@
+"""The Ray scheduler against real Ray and real MLflow, with small job functions."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from conftest import calls, sweep_yaml
+
+from orchestrator.expand import expand
+from orchestrator.ledger import Ledger
+from orchestrator.scheduler import run_sweep
+from orchestrator.spec import parse_spec
+
+
+def _setup(name: str, **kw):
+    spec, source = parse_spec(sweep_yaml(name, **kw))
+    return spec, expand(spec, source)
+
+
+def _runs(spec) -> dict[str, str]:
+    return {tid: rec.run_id for tid, rec in Ledger(spec.name).records().items()}
+
+
+def test_runs_all_then_resubmit_skips_finished(ray_session, work_home, sweep_name):
+    spec, trials = _setup(sweep_name)
+    out = run_sweep(spec, trials, Ledger(spec.name), job="jobs_for_tests:count")
+    assert sorted(out.finished) == sorted(t.trial_id for t in trials)
+    ledger = Ledger(spec.name)
+    assert set(ledger.statuses().values()) == {"FINISHED"}
+    assert ledger.client.get_run(ledger.find_parent()).info.status == "FINISHED"
+    again = run_sweep(spec, trials, Ledger(spec.name), job="jobs_for_tests:count")
+    assert sorted(again.skipped) == sorted(t.trial_id for t in trials) and not again.finished
+    assert all(calls(work_home, run) == 1 for run in _runs(spec).values())
+    tags = ledger.records()[trials[0].trial_id].tags
+    assert tags["scalelab.job_ref"].startswith("ray:") and tags["scalelab.attempts"] == "1"
+
+
+def test_retries_with_backoff_then_failed_with_error_tag(ray_session, work_home, sweep_name):
+    spec, trials = _setup(sweep_name, seeds=2)
+    out = run_sweep(spec, trials, Ledger(spec.name), job="jobs_for_tests:flaky")
+    by_seed = {t.job.seed: t.trial_id for t in trials}
+    runs = _runs(spec)
+    assert calls(work_home, runs[by_seed[1]]) == 3  # failed twice, third attempt finished
+    assert sorted(out.finished) == sorted(by_seed.values())
+    recs = Ledger(spec.name).records()
+    assert recs[by_seed[1]].attempts == 3 and recs[by_seed[0]].attempts == 1
+    assert "flaky failure number 2" in recs[by_seed[1]].tags["scalelab.error"]
+
+    spec2, trials2 = _setup(sweep_name + "-f", seeds=1)
+    out2 = run_sweep(spec2, trials2, Ledger(spec2.name), job="jobs_for_tests:always_fails")
+    tid = trials2[0].trial_id
+    run = _runs(spec2)[tid]
+    assert out2.failed == [tid] and not out2.ok
+    assert calls(work_home, run) == spec2.backend.max_retries + 1
+    rec = Ledger(spec2.name).records()[tid]
+    assert rec.status == "FAILED" and "this job always fails" in rec.tags["scalelab.error"]
+    # out of retries: a re-submit does not run it again
+    run_sweep(spec2, trials2, Ledger(spec2.name), job="jobs_for_tests:always_fails")
+    assert calls(work_home, run) == spec2.backend.max_retries + 1
+
+
+def test_preempted_trial_is_requeued_under_the_same_run(ray_session, work_home, sweep_name):
+    spec, trials = _setup(sweep_name, seeds=1)
+    out = run_sweep(spec, trials, Ledger(spec.name), job="jobs_for_tests:preempted_once")
+    tid = trials[0].trial_id
+    assert out.finished == [tid] and calls(work_home, _runs(spec)[tid]) == 2
+    rec = Ledger(spec.name).records()[tid]
+    assert rec.attempts == 1 and "scalelab.preempted" in rec.tags  # a requeue is not a retry
+
+
+def test_concurrency_limit_and_smallest_first(ray_session, work_home, sweep_name, monkeypatch):
+    monkeypatch.setenv("SCALELAB_TEST_SLEEP", "0.5")
+    text = sweep_yaml(sweep_name, seeds=1, backend="{concurrency: 1, cpus_per_trial: 0.5}")
+    text = text.replace("seed: [0]", "model.size: [micro, nano]")
+    spec, source = parse_spec(text)
+    trials = expand(spec, source)
+    run_sweep(spec, trials, Ledger(spec.name), job="jobs_for_tests:sleepy")
+    runs = _runs(spec)
+    ns = lambda p: int(p.name.split("-")[1])  # noqa: E731
+    starts = {
+        t.size: min(map(ns, (work_home / "calls" / runs[t.trial_id]).glob("start-*")))
+        for t in trials
+    }
+    ends = {
+        t.size: max(map(ns, (work_home / "calls" / runs[t.trial_id]).glob("call-*")))
+        for t in trials
+    }
+    assert ends["nano"] <= starts["micro"]  # one at a time, the smaller model first
+
+
+def test_two_drivers_never_run_a_trial_twice(ray_session, work_home, sweep_name, monkeypatch):
+    monkeypatch.setenv("SCALELAB_TEST_SLEEP", "0.3")
+    spec, trials = _setup(sweep_name, seeds=4)
+    outs = {}
+
+    def drive(i: int) -> None:
+        outs[i] = run_sweep(spec, trials, Ledger(spec.name), job="jobs_for_tests:sleepy")
+
+    threads = [threading.Thread(target=drive, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ran = outs[0].finished + outs[1].finished
+    assert sorted(ran) == sorted(t.trial_id for t in trials)  # each by exactly one driver
+    assert all(calls(work_home, run, "start") == 1 for run in _runs(spec).values())
+    assert set(Ledger(spec.name).statuses().values()) == {"FINISHED"}
+
+
+def test_cancel_stops_running_and_scheduled_trials(ray_session, work_home, sweep_name, monkeypatch):
+    monkeypatch.setenv("SCALELAB_TEST_SLEEP", "60")
+    spec, trials = _setup(sweep_name, seeds=3)  # concurrency 2: one waits
+    result = {}
+
+    def drive() -> None:
+        ledger = Ledger(spec.name)
+        result["out"] = run_sweep(
+            spec, trials, ledger, job="jobs_for_tests:sleepy", cancel_poll_s=0.5
+        )
+
+    driver = threading.Thread(target=drive)
+    t0 = time.monotonic()
+    driver.start()
+    while sum(calls(work_home, run, "start") for run in _runs(spec).values()) < 2:
+        assert time.monotonic() - t0 < 60, "trials did not start"
+        time.sleep(0.2)
+    Ledger(spec.name).request_cancel()
+    driver.join(timeout=30)
+    assert not driver.is_alive()
+    assert sorted(result["out"].killed) == sorted(t.trial_id for t in trials)
+    assert set(Ledger(spec.name).statuses().values()) == {"KILLED"}
+    assert all(calls(work_home, run) == 0 for run in _runs(spec).values())  # none ran to the end

@@ -1,0 +1,158 @@
+"""Sweep YAML validation and expansion: errors name the file, line and key; ids hash science."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jobs.config import JobConfig
+from models.flops import train_flops_per_token
+from orchestrator.expand import expand, plan_rows
+from orchestrator.spec import SpecError, SweepSpec, load_spec, parse_spec
+
+BASE = """
+name: s
+base:
+  model: {size: nano, vocab_size: 256, block_size: 64}
+  train: {tokens: 4096}
+"""
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(SpecError) as e:
+        spec, source = parse_spec(text, "x.yaml")
+        expand(spec, source)
+    return e.value.problems
+
+
+def test_typo_in_base_points_at_its_line():
+    text = BASE.replace("block_size: 64}", "block_size: 64, atn_out: dense}")
+    (line,) = problems(text)
+    assert line.startswith("x.yaml:4: base.model.atn_out: unknown key")
+    assert "attn_out" in line  # the allowed keys are listed
+
+
+def test_bad_grid_value_points_at_the_value_line():
+    text = BASE + "grid:\n  model.size:\n    - nano\n    - giant\n"
+    (line,) = problems(text)
+    assert line.startswith("x.yaml:9: grid.model.size[1]:")
+    assert "giant" in line and "micro" in line
+
+
+def test_unknown_grid_key_unknown_backend_and_variant_are_all_reported():
+    text = BASE + "grid: {model.sise: [nano]}\nvariants: [dense, hadamrd]\nbackend: {kind: k8s}\n"
+    lines = problems(text)
+    assert len(lines) == 3
+    joined = "\n".join(lines)
+    assert "x.yaml:6: grid" in joined and "'sise' is not a key of model" in joined
+    assert "x.yaml:7: variants[1]" in joined and "hadamrd" in joined
+    assert "x.yaml:8: backend.kind" in joined and "'slurm'" in joined
+
+
+def test_impossible_combination_is_reported_at_the_variant():
+    # budget (set by the variants axis) keeps base's impossible TSA: one layer has no routers
+    text = BASE.replace("block_size: 64}", "block_size: 64, n_layer: 1}") + "variants: [tsa]\n"
+    (line,) = problems(text)
+    assert line.startswith("x.yaml:4: base.model:") and "n_layer >= 2" in line
+    assert "variants[0]" in line  # names the axis value that switched TSA on
+
+
+def test_malformed_yaml_and_duplicate_keys():
+    (line,) = problems("name: s\nbase: {model: [1, 2}\n")
+    assert line.startswith("x.yaml:2: malformed YAML")
+    (line,) = problems(BASE + "name: t\n")
+    assert line.startswith("x.yaml:6: duplicate key 'name'")
+
+
+def test_yaml_bomb_is_refused_before_it_expands():
+    rows = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    for prev, cur in zip("abcdefgh", "bcdefghi", strict=True):
+        rows.append(f"{cur}: &{cur} [" + ",".join([f"*{prev}"] * 9) + "]")
+    (line,) = problems("\n".join(rows))  # 9**9 strings if expanded
+    assert "YAML bomb" in line
+
+
+def test_non_mapping_and_missing_file(tmp_path):
+    (line,) = problems("- a\n- b\n")
+    assert "a sweep is a mapping" in line
+    with pytest.raises(SpecError, match="cannot read"):
+        load_spec(tmp_path / "nope.yaml")
+
+
+def test_grid_zip_variants_product_and_compute_order():
+    text = (
+        BASE
+        + "variants: [dense, hadamard+tsa]\n"
+        + "grid: {model.size: [micro, nano], seed: [0, 1]}\n"
+        + "zip: {train.lr: [1.0e-3, 2.0e-3], train.warmup_fraction: [0.0, 0.1]}\n"
+    )
+    spec, source = parse_spec(text)
+    trials = expand(spec, source)
+    assert len(trials) == 2 * 2 * 2 * 2
+    assert len({t.trial_id for t in trials}) == 16
+    assert [t.flops for t in trials] == sorted(t.flops for t in trials)
+    pairs = {(t.job.train.lr, t.job.train.warmup_fraction) for t in trials}
+    assert pairs == {(1e-3, 0.0), (2e-3, 0.1)}  # zipped, not crossed
+    assert {t.variant for t in trials} == {"dense", "hadamard+tsa"}
+
+
+def test_variant_keeps_base_mechanism_settings():
+    text = BASE.replace("block_size: 64}", "block_size: 64, budget: {s_min: 0.3}}")
+    spec, source = parse_spec(text + "variants: [dense, budget]\n")
+    by_variant = {t.variant: t for t in expand(spec, source)}
+    assert by_variant["dense"].job.model.budget is None
+    assert by_variant["budget"].job.model.budget.s_min == 0.3
+
+
+def test_isoflop_turns_budgets_into_tokens():
+    text = BASE + "isoflop: {flops: [1.0e12, 4.0e12], sizes: [nano, micro]}\n"
+    spec, source = parse_spec(text)
+    trials = expand(spec, source)
+    assert len(trials) == 4
+    for t in trials:
+        assert t.job.train.tokens is None and t.job.train.flops in (1e12, 4e12)
+        per_token = train_flops_per_token(t.job.model, t.job.data.seq_len)
+        assert t.tokens == int(t.job.train.flops // per_token)
+        assert t.flops == pytest.approx(t.job.train.flops, rel=1e-3)
+    nano = sorted(t.tokens for t in trials if t.size == "nano")
+    micro = sorted(t.tokens for t in trials if t.size == "micro")
+    assert nano[0] > micro[0]  # same compute: the smaller model sees more tokens
+
+
+def test_zip_lengths_and_axis_clash():
+    assert "equal lengths" in problems(BASE + "zip: {seed: [0, 1], train.lr: [0.1]}\n")[0]
+    clash = problems(
+        BASE + "grid: {model.size: [nano]}\nisoflop: {flops: [1.0e12], sizes: [nano]}\n"
+    )
+    assert "more than one axis" in clash[0]
+
+
+def test_trial_id_ignores_placement_but_not_science():
+    spec, source = parse_spec(BASE + "grid: {seed: [0, 1]}\n")
+    ids = [t.trial_id for t in expand(spec, source)]
+    placed = BASE.replace("name: s", "name: other") + (
+        "  deepspeed: {zero_stage: 2}\ngrid: {seed: [0, 1]}\nbackend: {kind: slurm, slurm: {partition: gpu}}\n"
+    )
+    spec2, source2 = parse_spec(placed)
+    assert sorted(t.trial_id for t in expand(spec2, source2)) == sorted(ids)
+    science = BASE.replace("tokens: 4096", "tokens: 8192") + "grid: {seed: [0, 1]}\n"
+    spec3, source3 = parse_spec(science)
+    assert not set(ids) & {t.trial_id for t in expand(spec3, source3)}
+    job = JobConfig.model_validate(
+        {"model": {"size": "nano", "vocab_size": 256, "block_size": 64}, "train": {"tokens": 4096}}
+    )
+    assert job.trial_id in ids  # the same rule as JobConfig's own
+
+
+def test_plan_rows_and_schema():
+    spec, source = parse_spec(BASE + "grid: {seed: [0, 1]}\n")
+    trials = expand(spec, source)
+    rows = plan_rows(spec, trials, {trials[0].trial_id: "FINISHED"})
+    assert [r["status"] for r in rows] == ["FINISHED", "NEW"]
+    expected_h = trials[0].flops / (spec.estimate.mfu * spec.estimate.peak_flops) / 3600
+    assert rows[0]["gpu_hours"] == pytest.approx(expected_h)
+    schema = SweepSpec.model_json_schema()
+    json.dumps(schema)
+    assert schema["additionalProperties"] is False
+    assert "model" in schema["properties"]["base"]["properties"]
