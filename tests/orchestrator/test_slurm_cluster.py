@@ -95,8 +95,12 @@ def test_job_runs_on_the_cluster_and_returns_its_result(
     assert out["job_id"] == job.job_id
     assert out["partition"] == slurm_cluster.partition
     assert out["pid"] != os.getpid()
-    # sacct (slurmdbd + MariaDB) knows the job finished.
-    assert job.watcher.get_state(job.job_id, mode="force") == "COMPLETED"
+    # sacct (slurmdbd + MariaDB) learns that the job finished (a moment after its result file).
+    wait_for(
+        lambda: job.watcher.get_state(job.job_id, mode="force") == "COMPLETED",
+        30,
+        "sacct to report COMPLETED",
+    )
 
 
 def test_cancelled_job_is_reported_cancelled(
