@@ -91,9 +91,10 @@ export PATH="$PATH:/usr/sbin:/sbin"
 [[ -z "$(missing_commands)" ]] || die 3 "still missing after install: $(missing_commands | tr '\n' ' ')"
 
 # ---------------------------------------------------------------- configs
-NODE="$(hostname -s)"
+NODE="$(uname -n)"
+NODE="${NODE%%.*}" # the short name, as slurmd finds itself
 CPUS="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" # nproc obeys OMP_NUM_THREADS
-MEM_MB="$(free -m | awk '/^Mem:/ {print $2}')"
+MEM_MB="$(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo)"
 REAL_MEM=$((MEM_MB * 95 / 100)) # slurmd drains a node that reports less than RealMemory
 DB_PASS_FILE="$STATE/db.pass"
 [[ -s "$DB_PASS_FILE" ]] || (umask 077 && head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$DB_PASS_FILE")
