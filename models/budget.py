@@ -18,7 +18,7 @@ inference mask (tests/models/test_budget.py proves it). Head outputs are scaled 
 before the output mixing, so a hard mask gives exactly the inference computation.
 
 Loss per layer (summed over layers by ForwardContext.add_loss):
-    L_budget  = lambda_b * mean(relu(s_min - s)^2 + relu(s - s_max)^2) + lambda_c * mean(s)
+    L_budget  = lambda_b * mean(relu(s_min - s) + relu(s - s_max)) + lambda_c * mean(s)
     L_entropy = lambda_e(t) * mean(H(p)) / log H      lambda_e: < 0 early (spread), > 0 late
 
 Encoder (cfg.causal False): one decision per example from the whole-sequence mean over real
@@ -68,6 +68,7 @@ class BudgetAttention(MultiHeadAttention):
         # f_theta: d -> hidden -> 1 (sigmoid applied in forward); g_phi: d -> H
         self.budget_net = nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, 1))
         self.relevance_net = nn.Linear(d, self.n_head)
+        self.last_s: Tensor | None = None  # budget per decision, (B, 1) or (B, T)
         self.last_k: Tensor | None = None  # heads run per decision, (B, 1) or (B, T)
         self.last_union: Tensor | None = None  # heads whose K/V were computed, (B,)
 
@@ -207,7 +208,7 @@ class BudgetAttention(MultiHeadAttention):
         else:
             k, active = self.hard_mask(s, r)
             out = self.sparse_forward(x, active, ctx)
-            self.last_k, self.last_union = k, active.any(dim=1).sum(dim=-1)
+            self.last_s, self.last_k, self.last_union = s, k, active.any(dim=1).sum(dim=-1)
             heads_active = k.float().mean() / self.n_head
         ctx.add_metric("budget/s_mean", s.mean())
         ctx.add_metric("budget/heads_active", heads_active)
@@ -223,7 +224,7 @@ class BudgetAttention(MultiHeadAttention):
 
     def _add_losses(self, s: Tensor, r: Tensor, tau: float, ctx: ForwardContext) -> None:
         b = self.budget
-        outside = F.relu(b.s_min - s).square() + F.relu(s - b.s_max).square()
+        outside = F.relu(b.s_min - s) + F.relu(s - b.s_max)
         ctx.add_loss(
             "budget/budget", b.budget_loss_weight * outside.mean() + b.cost_weight * s.mean()
         )

@@ -31,7 +31,7 @@ class BudgetConfig(FrozenConfig):
     tau_end: float = 0.05  # ... low = concentrated, near-hard top-k mask (exploitation)
     tau_schedule: Literal["linear", "cosine", "exponential"] = "exponential"
     gumbel_noise: bool = True  # exploration noise on the relevance logits (training only)
-    budget_loss_weight: float = 1.0  # lambda_b: squared distance of s outside [s_min, s_max]
+    budget_loss_weight: float = 1.0  # lambda_b: hinge on s outside [s_min, s_max]
     cost_weight: float = 0.05  # lambda_c: linear cost on s inside the interval (0: paper's form)
     entropy_weight_start: float = -0.01  # lambda_e(0) < 0: reward spread early ...
     entropy_weight_end: float = 0.01  # ... lambda_e(1) > 0: penalise entropy late

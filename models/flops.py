@@ -13,7 +13,10 @@ Conventions (Kaplan et al. 2020; Hoffmann et al. 2022, App. F):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
+
+import numpy as np
 
 from models.config import ModelConfig
 
@@ -73,6 +76,39 @@ def _budget_params_per_layer(cfg: ModelConfig) -> int:
     return budget_net + relevance_net
 
 
+def _budget_flops_per_decision(cfg: ModelConfig) -> int:
+    """f_theta (d -> h -> 1) and g_phi (d -> H) on one pooled vector (matmul FLOPs)."""
+    d, h = cfg.d_model, cfg.budget.budget_hidden
+    return 2 * (d * h + h + d * cfg.n_head)
+
+
+def budget_inference_flops(
+    cfg: ModelConfig, k: Sequence, seq_len: int, union: Sequence | None = None
+) -> float:
+    """Matmul FLOPs of the attention layers (Q/K/V, scores and values, dense W_O, budget and
+    relevance nets) that BudgetFormer's inference executes for one batch, from the actual
+    decisions: `k[l]` is layer l's heads per example, shape (B,) or (B, 1) for the encoder,
+    (B, T) per query token for the decoder; `union[l]` (B,) counts the heads whose K/V the
+    decoder computed (models.budget.budget_decisions returns both). The Hadamard transform
+    runs over all d channels and is counted in forward_flops_per_token, not here."""
+    d, dh, T = cfg.d_model, cfg.d_head, seq_len
+    per_pair = 2 * d * dh + 4 * T * dh  # Q row and one attention row of one head
+    if cfg.attn_out == "dense":
+        per_pair += 2 * dh * d  # the head's d_head columns of W_O
+    total = 0.0
+    for layer, k_l in enumerate(k):
+        k_l = np.asarray(k_l, dtype=np.float64)
+        B = k_l.shape[0]
+        if cfg.causal:
+            u = np.asarray(union[layer], dtype=np.float64)
+            pairs, kv_heads, decisions = k_l.sum(), u.sum(), B * T
+        else:
+            pairs, kv_heads, decisions = k_l.reshape(B).sum() * T, k_l.sum(), B
+        total += pairs * per_pair + kv_heads * T * 4 * d * dh
+        total += decisions * _budget_flops_per_decision(cfg)
+    return total
+
+
 def _tsa_params(cfg: ModelConfig) -> int:
     if cfg.tsa is None:
         return 0
@@ -95,8 +131,8 @@ def forward_flops_per_token(
     else:
         out_mix, hadamard = L * 2 * d * d * heads, 0.0
     mechanisms = 0.0
-    if cfg.budget is not None:
-        mechanisms += L * 2 * (_budget_params_per_layer(cfg))
+    if cfg.budget is not None:  # one decision per token (decoder) or per sequence (encoder)
+        mechanisms += L * _budget_flops_per_decision(cfg) * (1.0 if cfg.causal else 1.0 / T)
     if cfg.tsa is not None:  # routers run for every token (they decide), biases not counted
         r = tsa_router_hidden(d)
         mechanisms += (L - 1) * 2 * (d * r + r)

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -96,3 +98,31 @@ def measured_flops_in_mode(cfg: ModelConfig, B: int, T: int, train: bool) -> int
     with counter, sdpa_kernel([SDPBackend.MATH]):
         model(idx)
     return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("task", ["classify", "lm"])
+@pytest.mark.parametrize("k", [1, 3])
+def test_budget_inference_flops_match_flop_counter_at_a_known_k(task, k):
+    from models.budget import budget_decisions
+    from models.flops import ActiveFractions, budget_inference_flops
+
+    extra = {"task": "classify", "n_classes": 3} if task == "classify" else {}
+    cfg = ModelConfig(size="micro", vocab_size=512, block_size=64, budget={}, **extra)
+    model = build(cfg).eval()
+    H, B, T = cfg.n_head, 2, 64
+    for block in model.blocks:  # s = (k + 0.5) / H for every input, a fixed head ranking
+        torch.nn.init.zeros_(block.attn.budget_net[2].weight)
+        torch.nn.init.constant_(block.attn.budget_net[2].bias, math.log((k + 0.5) / (H - k - 0.5)))
+        torch.nn.init.zeros_(block.attn.relevance_net.weight)
+        block.attn.relevance_net.bias.data = torch.randperm(H).float()
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter, sdpa_kernel([SDPBackend.MATH]):
+        model(torch.randint(0, cfg.vocab_size, (B, T)))
+    measured = counter.get_total_flops()
+    fwd = forward_flops_per_token(cfg, seq_len=T, active=ActiveFractions(heads=k / H))
+    assert fwd.matmul * B * T == pytest.approx(measured, rel=0.02)
+    decisions = budget_decisions(model)
+    assert all((d[0] == k).all() for d in decisions)
+    attention = budget_inference_flops(cfg, [d[0] for d in decisions], T, [d[1] for d in decisions])
+    parts = fwd.attention_qkv + fwd.attention_context + fwd.attention_out + fwd.mechanisms
+    assert attention == pytest.approx(parts * B * T, rel=1e-9)
