@@ -9,6 +9,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 import pytest  # noqa: E402
+from slurm_cluster import SlurmCluster, slurm_cluster  # noqa: E402, F401  (session fixture)
 
 
 def pytest_collection_modifyitems(config, items):
