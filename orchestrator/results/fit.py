@@ -204,6 +204,7 @@ def fit_table(
             f"(variants: {', '.join(variants)}); choose one with --baseline"
         )
     fit = SweepFit(sweep, baseline, loss, level, table.num_rows, used.num_rows, variants, used)
+    fit.notes.extend(notes)
 
     def attempt(what: str, fn: Any) -> Any:
         with warnings.catch_warnings(record=True) as caught:

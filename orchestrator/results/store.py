@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
 TRIALS, CURVES = "trials", "curves"
 STATE_FILE = "sync_state.json"
-# Row groups of 64k-1M rows: pyarrow's defaults cut 10M rows into ~7k tiny groups.
-MIN_ROWS_PER_GROUP = 1 << 16
+# Row groups of 1M rows: pyarrow's defaults cut 10M rows into ~7k tiny groups.
+MIN_ROWS_PER_GROUP = 1 << 20
 MAX_ROWS_PER_GROUP = 1 << 20
 
 

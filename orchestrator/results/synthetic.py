@@ -23,6 +23,10 @@ import numpy as np
 from jobs import paths
 
 LAW_E, LAW_A, LAW_ALPHA = 1.7, 270.0, 0.15
+# shape="chinchilla": Hoffmann et al.'s published fit, with the variant's multiplier applied
+# to the data term, L = E + A/N^alpha + B/(D/m)^beta (loss then depends on N at fixed C,
+# which IsoFLOP profiles need)
+CHINCHILLA = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 
 
 @dataclass(frozen=True)
@@ -52,8 +56,17 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, str]:
     return out
 
 
-def law(flops: np.ndarray | float, multiplier: float = 1.0) -> np.ndarray:
-    return LAW_E + LAW_A * (np.asarray(flops, float) / multiplier) ** -LAW_ALPHA
+def law(
+    flops: np.ndarray | float, multiplier: float = 1.0, n_params: float | None = None
+) -> np.ndarray:
+    """Loss at training compute C (shape 'compute'), or at (N, D = C / 6N) when n_params
+    is given (shape 'chinchilla')."""
+    c = np.asarray(flops, float)
+    if n_params is None:
+        return LAW_E + LAW_A * (c / multiplier) ** -LAW_ALPHA
+    k = CHINCHILLA
+    d = c / (6.0 * n_params)
+    return k["E"] + k["A"] / n_params ** k["alpha"] + k["B"] / (d / multiplier) ** k["beta"]
 
 
 def write_sweep(
@@ -73,6 +86,7 @@ def write_sweep(
     log_metrics: bool = False,
     tracking_uri: str | None = None,
     rng_seed: int = 0,
+    shape: str = "compute",
 ) -> list[SyntheticTrial]:
     """Write the sweep; return its trials. `isoflop` budgets (FLOPs) replace the
     tokens_per_param axis: each size trains on C / (6 N) tokens. Trials of `nan_variants`
@@ -98,7 +112,9 @@ def write_sweep(
         run_name=f"sweep:{sweep}",
         tags={"scalelab.role": "sweep", "scalelab.sweep": sweep},
     ).info.run_id
-    ctx = _Context(client, eid, parent, sweep, steps, noise, status, local_files, log_metrics, rng)
+    ctx = _Context(
+        client, eid, parent, sweep, steps, noise, status, local_files, log_metrics, rng, shape
+    )
     budgets: list[tuple[str, float | None]] = [("tokens_per_param", t) for t in tokens_per_param]
     if isoflop:
         budgets = [("flops", c) for c in isoflop]
@@ -136,6 +152,7 @@ class _Context:
     local_files: bool
     log_metrics: bool
     rng: np.random.Generator
+    shape: str
 
 
 def _write_trial(
@@ -166,12 +183,17 @@ def _write_trial(
     for i in range(0, max(len(items), len(tag_items)), 100):
         client.log_batch(run_id, params=items[i : i + 100], tags=tag_items[i : i + 100])
     flops = 6.0 * n * tokens
-    final = float(law(flops, m) * np.exp(rng.normal(0, noise)))
+    n_law = n if ctx.shape == "chinchilla" else None
+
+    def law_at(c: np.ndarray | float) -> np.ndarray:
+        return law(c, m, n_law)
+
+    final = float(law_at(flops) * np.exp(rng.normal(0, noise)))
     if diverged:
         final = float("nan")
     frac = np.arange(1, steps + 1) / steps
     c = flops * frac
-    val = law(c, m) * (final / law(flops, m)) if not diverged else law(c, m)
+    val = law_at(c) * (final / law_at(flops)) if not diverged else law_at(c)
     if diverged:
         val[-1] = np.nan
     curve = {

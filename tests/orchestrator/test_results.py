@@ -1,0 +1,238 @@
+"""orchestrator.results: sync (real MLflow sqlite + trial files), incremental sync, queries,
+and the fit through the whole sync -> fit path on data from a known law."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from mlflow import MlflowClient
+from typer.testing import CliRunner
+
+from jobs import paths
+from orchestrator.results import (
+    ResultsError,
+    load_curves,
+    load_trials,
+    metric_at,
+    query,
+    store,
+    sync,
+)
+from orchestrator.results.fit import fit_sweep
+from orchestrator.results.synthetic import write_sweep
+
+SIZES = ("nano", "micro", "mini", "124M")
+HADAMARD_M = 0.8  # the known compute multiplier the fit must recover
+STEPS = 10
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        root = tmp_path_factory.mktemp("scalelab")
+        mp.setenv("SCALELAB_HOME", str(root))
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        trials = write_sweep(
+            "main", sizes=SIZES, multipliers={"dense": 1.0, "hadamard": HADAMARD_M},
+            steps=STEPS, noise=0.003,
+        )  # fmt: skip
+        yield {"root": root, "trials": trials, "synced": sync("main")}
+
+
+def test_sync_writes_partitioned_zstd_tables_with_the_trials_values(home):
+    trials, synced = home["trials"], home["synced"]
+    assert synced.n_trials == len(trials) == 2 * len(SIZES) * 3
+    files = list((home["root"] / "results" / "trials" / "sweep=main").glob("*.parquet"))
+    assert files and synced.trials_path == files[0].parent
+    meta = pq.ParquetFile(next(synced.curves_path.glob("*.parquet"))).metadata
+    assert meta.row_group(0).column(0).compression == "ZSTD"
+    table = load_trials("main")
+    by_id = {r["trial_id"]: r for r in table.to_pylist()}
+    for t in trials:
+        row = by_id[t.trial_id]
+        assert (row["variant"], row["size"], row["status"]) == (t.variant, t.size, "FINISHED")
+        assert row["final_val_loss"] == pytest.approx(t.final_loss)
+        assert row["flops"] == pytest.approx(t.flops) and row["n_params"] == t.n_params
+        assert 0 < row["n_nonembed"] < row["n_params"]  # counted from job.json's model config
+        assert row["curves_source"] == "local" and row["run_id"] == t.run_id
+        assert json.loads(row["config"])["model"]["size"] == t.size
+    curves = load_curves("main")
+    assert curves.num_rows == len(trials) * STEPS * 4  # val/loss, train/loss, compute/*
+    assert pa.types.is_dictionary(curves.schema.field("metric").type)
+    assert set(curves["metric"].unique().cast(pa.string()).to_pylist()) == {
+        "val/loss", "train/loss", "compute/flops", "compute/tokens"
+    }  # fmt: skip
+
+
+def test_row_groups_are_large(tmp_path):
+    n = 300_000
+    t = pa.table({"trial_id": ["a"] * n, "step": np.arange(n), "tokens": np.arange(n),
+                  "flops": np.ones(n), "metric": ["m"] * n, "value": np.ones(n)})  # fmt: skip
+    part = store.write_table(store.CURVES, "big", t.cast(store.curves_schema()), tmp_path)
+    meta = pq.ParquetFile(next(part.glob("*.parquet"))).metadata
+    assert meta.num_rows == n and meta.num_row_groups == 1
+
+
+def test_incremental_sync_does_not_reread_finished_trials(home, tmp_path, monkeypatch):
+    before_trials, before_curves = load_trials("main"), load_curves("main")
+    victim = home["trials"][0].trial_id
+    tdir = paths.trial_dir(victim)
+    (tdir / paths.CURVES_FILE).write_text(
+        '{"step": 1, "tokens": 1, "flops": 1.0, "metric": "val/loss", "value": 99.0}\n'
+    )
+    (tdir / paths.RESULT_FILE).unlink()
+    again = sync("main")
+    assert (again.n_read, again.n_reused) == (0, len(home["trials"]))
+    assert load_trials("main").equals(before_trials)
+    assert load_curves("main").equals(before_curves)
+
+
+def test_running_trial_is_read_again_until_finished(home):
+    client = MlflowClient(paths.tracking_uri())
+    [running] = write_sweep(
+        "inc",
+        sizes=("nano",),
+        multipliers={"dense": 1.0},
+        tokens_per_param=(20,),
+        steps=5,
+        status="RUNNING",
+        seeds=(1,),
+    )  # fmt: skip  (trial dirs are shared by content: keep apart from "main")
+    first = sync("inc")
+    assert first.n_read == 1 and load_trials("inc")["status"].to_pylist() == ["RUNNING"]
+    # the job finishes: more points and its result land, the run turns FINISHED
+    tdir = paths.trial_dir(running.trial_id)
+    with open(tdir / paths.CURVES_FILE, "a") as f:
+        f.write(
+            json.dumps({"step": 6, "tokens": 7, "flops": 8.0, "metric": "val/loss", "value": 1.25})
+            + "\n"
+        )
+    client.set_terminated(running.run_id, status="FINISHED")
+    second = sync("inc")
+    row = load_trials("inc").to_pylist()[0]
+    assert second.n_read == 1 and row["status"] == "FINISHED" and row["final_val_loss"] == 1.25
+    assert sync("inc").n_read == 0  # now finished: never read again
+
+
+def test_curves_from_mlflow_when_no_local_files(home):
+    trials = write_sweep("remote", sizes=("nano", "micro"), multipliers={"dense": 1.0},
+                         tokens_per_param=(20,), steps=6, local_files=False, log_metrics=True,
+                         seeds=(2,))  # fmt: skip
+    sync("remote")
+    rows = {r["trial_id"]: r for r in load_trials("remote").to_pylist()}
+    curves = load_curves("remote")
+    for t in trials:
+        row = rows[t.trial_id]
+        assert row["curves_source"] == "mlflow"
+        assert row["final_val_loss"] == pytest.approx(t.curve["val/loss"][-1])
+        assert row["flops"] == pytest.approx(t.curve["compute/flops"][-1])
+        sel = curves.filter(
+            pc.and_(
+                pc.equal(curves["trial_id"], t.trial_id), pc.equal(curves["metric"], "val/loss")
+            )
+        )
+        assert sel["flops"].to_numpy() == pytest.approx(t.curve["compute/flops"])
+        assert sel["value"].to_numpy() == pytest.approx(t.curve["val/loss"])
+
+
+def test_query_filters_groups_and_interpolates_at_flops(home):
+    small = query("main", where="variant == 'dense' and size in ['nano', 'micro']")
+    assert small.num_rows == 6 and set(small["size"].to_pylist()) == {"nano", "micro"}
+    assert query("main", where="1e15 <= flops and not (variant != 'hadamard')").num_rows == sum(
+        t.flops >= 1e15 and t.variant == "hadamard" for t in home["trials"]
+    )
+    groups = query("main", group_by=["variant", "size"])
+    assert groups.num_rows == 8 and set(groups["n"].to_pylist()) == {3}
+    t = home["trials"][5]
+    c, v = t.curve["compute/flops"].tolist(), t.curve["val/loss"].tolist()
+    at = {
+        r["trial_id"]: r["value"]
+        for r in query("main", metric="val/loss", at=f"flops={c[3]!r}").to_pylist()
+    }
+    assert at[t.trial_id] == pytest.approx(v[3])
+    mid = float(np.sqrt(c[3] * c[4]))  # half-way in log FLOPs
+    got = metric_at(load_curves("main"), "val/loss", f"flops={mid!r}").to_pylist()
+    assert dict((r["trial_id"], r["value"]) for r in got)[t.trial_id] == pytest.approx(
+        (v[3] + v[4]) / 2
+    )
+    outside = query(
+        "main", metric="val/loss", at=f"flops={c[-1] * 10!r}", where=f"trial_id == '{t.trial_id}'"
+    )
+    assert outside["value"].to_pylist() == [None]  # never extrapolated
+    final = query("main", metric="val/loss", group_by=["variant"])
+    assert final["value_min"].to_pylist()[0] < final["value_max"].to_pylist()[0]
+    per_metric = query("main", table="curves", group_by=["variant", "metric"])
+    assert per_metric.num_rows == 8 and set(per_metric["n"].to_pylist()) == {12 * STEPS}
+
+
+@pytest.mark.parametrize(
+    "where, message",
+    [
+        ("nope == 1", "unknown column 'nope'"),
+        ("__import__('os').system('true')", "unsupported"),
+        ("size in 'nano'", "needs a list"),
+        ("variant ==", "not a valid expression"),
+        ("variant == 3", "variant"),
+    ],
+)
+def test_bad_where_is_a_clear_error(home, where, message):
+    with pytest.raises(ResultsError, match=message):
+        query("main", where=where)
+
+
+def test_fit_recovers_the_known_compute_multiplier(home):
+    fit = fit_sweep("main", n_resamples=150)
+    [gain] = fit.gains
+    m = gain.multiplier
+    assert gain.variant == "hadamard" and HADAMARD_M in m, m
+    assert m.high - m.low < 0.5 and m.low < m.estimate < m.high
+    assert set(fit.laws) == {"dense", "hadamard"} and not fit.notes
+    assert {s.size for s in fit.sizes} == set(SIZES)
+    json.dumps(fit.to_dict(), allow_nan=False)  # strict JSON: no NaN/inf leaks
+
+
+def test_bad_input_gives_clear_messages(home):
+    write_sweep("onesize", sizes=("nano",), tokens_per_param=(20,), seeds=(3,))
+    sync("onesize")
+    with pytest.raises(ResultsError, match="one size"):
+        fit_sweep("onesize", n_resamples=10)
+    write_sweep(
+        "nobase", sizes=SIZES[:3], multipliers={"hadamard": 0.8, "tsa": 1.0}, tokens_per_param=(20,)
+    )
+    sync("nobase")
+    with pytest.raises(ResultsError, match="no baseline: variant 'dense'"):
+        fit_sweep("nobase", n_resamples=10)
+    write_sweep(
+        "nans",
+        sizes=SIZES,
+        multipliers={"dense": 1.0, "tsa": 1.0},
+        tokens_per_param=(10, 20, 40),
+        nan_variants=("tsa",),
+        seeds=(4,),
+    )
+    sync("nans")
+    fit = fit_sweep("nans", n_resamples=10)
+    assert "tsa" not in fit.variants and any("NaN" in n for n in fit.notes)
+    MlflowClient(paths.tracking_uri()).create_experiment("empty")
+    assert sync("empty").n_trials == 0
+    with pytest.raises(ResultsError, match="empty sweep"):
+        fit_sweep("empty")
+    with pytest.raises(ResultsError, match="unknown sweep 'missing'"):
+        sync("missing")
+    from orchestrator.cli import app
+
+    runner = CliRunner()
+    for args in (
+        ["fit", "onesize"],
+        ["fit", "nobase"],
+        ["sync", "missing"],
+        ["query", "main", "--where", "x ="],
+    ):
+        res = runner.invoke(app, ["results", *args])
+        assert res.exit_code == 2, (args, res.output)
+        assert "error:" in res.output and "Traceback" not in res.output
