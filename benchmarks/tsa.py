@@ -75,7 +75,12 @@ def inference_rows(alphas: list[float], batches: list[int], repeats: dict[int, i
         alpha = bias_routers_to(model, target)
         for batch in batches:
             idx = torch.randint(0, VOCAB, (batch, SEQ))
-            times: dict[str, list[float]] = {"dense": [], "sparse": [], "auto": []}
+            # From batch 64 on the rule always picks the sparse path (thousands of halted
+            # tokens, alpha < 0.9), so 'sparse' would time the same thing as 'auto'.
+            paths = [("dense", "dense"), ("auto", None)]
+            if batch < 64:
+                paths.insert(1, ("sparse", "sparse"))
+            times: dict[str, list[float]] = {name: [] for name, _ in paths}
 
             def run(path: str | None, idx: torch.Tensor = idx) -> None:
                 model.depth.force_path = path
@@ -84,9 +89,10 @@ def inference_rows(alphas: list[float], batches: list[int], repeats: dict[int, i
 
             run(None)  # warm-up
             for _ in range(repeats[batch]):  # interleaved: load changes hit all paths alike
-                for name, path in (("dense", "dense"), ("sparse", "sparse"), ("auto", None)):
+                for name, path in paths:
                     times[name] += timed(lambda p=path: run(p), 1)
             med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+            med.setdefault("sparse", med["auto"])
             rows.append((target, alpha, batch, med, med["dense"] / med["auto"]))
             print(
                 f"alpha={alpha:.3f} batch={batch:4d}  dense {med['dense']:9.1f} ms  "
@@ -123,15 +129,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64, 128])
+    parser.add_argument("--alphas", type=float, nargs="+", default=[0.73, 0.83])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(
         f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
         f"{args.threads} threads; mini (6 layers, d=256), seq {SEQ}, vocab {VOCAB}"
     )
-    batches = [1, 8] if args.quick else [1, 8, 64, 128]
-    repeats = {1: 15, 8: 7, 64: 3, 128: 3} if not args.quick else {1: 11, 8: 5}
-    rows = inference_rows([0.73, 0.83], batches, repeats)
+    batches = [1, 8] if args.quick else args.batches
+    repeats = {b: 11 if b == 1 else 5 if b <= 8 else 3 for b in batches}
+    rows = inference_rows(args.alphas, batches, repeats)
     print("\n| target α | measured α | batch | dense ms | sparse ms | auto ms | speedup |")
     print("|---|---|---|---|---|---|---|")
     for target, alpha, batch, med, speedup in rows:
@@ -139,7 +147,7 @@ def main() -> None:
             f"| {target:.2f} | {alpha:.3f} | {batch} | {med['dense']:.1f} | "
             f"{med['sparse']:.1f} | {med['auto']:.1f} | {speedup:.2f}× |"
         )
-    dense, soft = training_overhead(batch=8, repeats=3 if args.quick else 5)
+    dense, soft = training_overhead(batch=8, repeats=3)
     print(
         f"\ntraining step (batch 8 x {SEQ}, forward+backward+AdamW): dense {dense * 1e3:.0f} ms, "
         f"soft TSA {soft * 1e3:.0f} ms, overhead {100 * (soft / dense - 1):+.1f}%"
