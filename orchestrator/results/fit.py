@@ -191,7 +191,7 @@ def fit_table(
     level: float = 0.95,
     seed: int = 0,
 ) -> SweepFit:
-    from orchestrator.scaling import ScalingError
+    from orchestrator.scaling import ScalingError, ScalingWarning
 
     if loss not in table.column_names:
         raise ResultsError(f"unknown loss column {loss!r} (use final_val_loss or best_val_loss)")
@@ -215,7 +215,11 @@ def fit_table(
                 fit.notes.append(f"{what}: {e}")
                 return None
             finally:
-                fit.notes.extend(f"{what}: {w.message}" for w in caught)
+                # ScalingWarnings say what was dropped; numpy's RuntimeWarnings inside
+                # the optimiser's line search are not news for the reader
+                fit.notes.extend(
+                    f"{what}: {w.message}" for w in caught if issubclass(w.category, ScalingWarning)
+                )
 
     boot_opts = {"n_resamples": n_resamples, "level": level, "seed": seed}
     for v in variants:

@@ -1,0 +1,82 @@
+"""orchestrator.plots: the figures the data supports, with labelled, scaled axes; PNGs on
+disk and as artifacts of the sweep's MLflow parent run."""
+
+from __future__ import annotations
+
+import pytest
+from mlflow import MlflowClient
+
+from jobs import paths
+from orchestrator import plots
+from orchestrator.results import load_curves, sweep_dir, sync
+from orchestrator.results.fit import fit_sweep
+from orchestrator.results.sources import find_sweep_runs
+from orchestrator.results.synthetic import write_sweep
+
+SIZES = ("nano", "micro", "mini", "124M")
+
+
+@pytest.fixture(scope="module")
+def fits(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SCALELAB_HOME", str(tmp_path_factory.mktemp("scalelab")))
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        write_sweep("mech", sizes=SIZES, steps=6, tokens_per_param=(10, 20, 40),
+                    multipliers={"dense": 1.0, "budget": 0.9, "tsa": 1.1},
+                    tsa_lambdas=(0.0, 0.05))  # fmt: skip
+        write_sweep("iso", sizes=SIZES, steps=4, isoflop=(1e15, 1e17), shape="chinchilla",
+                    multipliers={"dense": 1.0}, seeds=(1,))  # fmt: skip
+        out = {}
+        for name in ("mech", "iso"):
+            sync(name)
+            out[name] = fit_sweep(name, n_resamples=20)
+        yield out
+
+
+def test_loss_vs_flops_has_log_compute_axis_curves_and_fitted_laws(fits):
+    fit = fits["mech"]
+    fig = plots.loss_vs_flops(fit, load_curves("mech"))
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and "FLOPs" in ax.get_xlabel()
+    assert "loss" in ax.get_ylabel() and "nats" in ax.get_ylabel()
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    for v in ("dense", "budget", "tsa"):
+        assert any(lab.startswith(f"{v}: L = ") for lab in labels)  # the fitted law
+    assert "Pareto frontier" in labels
+    n_trials = fit.table.num_rows
+    assert len(ax.get_lines()) >= n_trials + 3  # one curve per trial + laws + frontier
+
+
+def test_supported_figures_only(fits):
+    mech = plots.figures(fits["mech"], load_curves("mech"))
+    assert set(mech) == {"loss_vs_flops", "loss_vs_params", "gains", "budget_s_mean", "tsa_alpha"}
+    iso = plots.figures(fits["iso"], None)
+    assert set(iso) == {"loss_vs_flops", "loss_vs_params", "isoflop"}  # one variant: no gains
+    ax = iso["isoflop"].axes[0]
+    assert ax.get_xscale() == "log" and "parameters" in ax.get_xlabel()
+    assert len(ax.get_legend().get_texts()) == 2  # one parabola per budget
+
+
+def test_gain_and_mechanism_axes(fits):
+    fit = fits["mech"]
+    ax = plots.gains(fit).axes[0]
+    assert ax.get_xscale() == "log" and "dense" in ax.get_xlabel()
+    assert [t.get_text() for t in ax.get_yticklabels()] == [g.variant for g in fit.gains]
+    ax = plots.tsa_alpha(fit.table).axes[0]
+    assert "λ" in ax.get_xlabel() and "α" in ax.get_ylabel()
+    assert len(ax.get_lines()) == len(SIZES)  # one line per size across lambdas
+    ax = plots.budget_s_mean(fit.table).axes[0]
+    assert ax.get_xscale() == "log" and "budget" in ax.get_ylabel()
+
+
+def test_make_plots_writes_pngs_and_logs_them_on_the_parent_run(fits):
+    out = sweep_dir("mech") / "plots"
+    files = plots.make_plots(fits["mech"], load_curves("mech"), out)
+    assert all(
+        p.stat().st_size > 10_000 and p.read_bytes()[:4] == b"\x89PNG" for p in files.values()
+    )
+    uri = paths.tracking_uri()
+    parent = find_sweep_runs("mech", uri).parent_run_id
+    assert plots.log_plots(parent, files, uri)
+    logged = {a.path for a in MlflowClient(uri).list_artifacts(parent, "plots")}
+    assert logged == {f"plots/{p.name}" for p in files.values()}

@@ -1,0 +1,47 @@
+"""orchestrator.report: the Markdown report and summarise_sweep (sync + fit + plots + report)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from orchestrator.report import summarise_sweep
+from orchestrator.results import sweep_dir
+from orchestrator.results.synthetic import write_sweep
+
+
+@pytest.fixture(scope="module")
+def summary(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SCALELAB_HOME", str(tmp_path_factory.mktemp("scalelab")))
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        write_sweep("rep", sizes=("nano", "micro", "mini", "124M"), steps=4,
+                    multipliers={"dense": 1.0, "hadamard": 0.8})  # fmt: skip
+        write_sweep("tiny", sizes=("nano",), tokens_per_param=(20,), seeds=(5,))
+        yield summarise_sweep("rep", n_resamples=40), summarise_sweep("tiny", n_resamples=10)
+
+
+def test_summary_prints_gains_with_intervals_plots_and_the_mlflow_ui(summary):
+    text, _ = summary
+    row = next(line for line in text.splitlines() if "hadamard" in line)
+    low, high = map(float, re.search(r"\[([\d.]+)×, ([\d.]+)×\]", row).groups())
+    assert low <= 0.8 <= high  # the known multiplier, through sync -> fit -> summary
+    assert "plots:" in text and "loss_vs_flops" in text and "gains" in text
+    assert "report:" in text and "mlflow ui --backend-store-uri" in text
+
+
+def test_report_has_the_tables_and_links_existing_plots(summary):
+    report = (sweep_dir("rep") / "report.md").read_text()
+    assert "## Compute-equivalent gain vs dense" in report
+    assert re.search(r"^\| hadamard \| 0\.\d\d× \| \[", report, re.M)
+    assert "## Loss vs compute" in report and "## Per size vs dense" in report
+    links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", report)
+    assert links and all((sweep_dir("rep") / link).is_file() for link in links)
+    assert report.count("| `") == 24  # one row per trial
+
+
+def test_summary_of_a_sweep_that_cannot_be_fitted_says_why(summary):
+    _, text = summary
+    assert "no fit:" in text and "one size (nano)" in text
+    assert not (sweep_dir("tiny") / "report.md").exists()
