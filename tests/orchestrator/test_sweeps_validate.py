@@ -1,0 +1,134 @@
+"""Every sweeps/*.yaml loads and expands through the real spec + expand; the Hadamard
+reproduction files also state what they promise (sizes, variants, token/batch/LR rules)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from models.config import ModelConfig
+from models.flops import count_params
+from models.sizes import get_size
+from orchestrator.expand import Trial, expand
+from orchestrator.spec import load_spec
+
+SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
+SWEEP_FILES = sorted(SWEEPS.glob("*.yaml")) + sorted(SWEEPS.glob("*.yml"))
+LADDER = ["124M", "350M", "760M", "1.3B", "2.7B", "5.6B"]
+
+
+def trials_of(name: str) -> list[Trial]:
+    spec, source = load_spec(SWEEPS / name)
+    return expand(spec, source)
+
+
+def test_there_are_sweep_files():
+    assert {"hadamard.yaml", "hadamard_cpu.yaml"} <= {p.name for p in SWEEP_FILES}
+
+
+@pytest.mark.parametrize("path", SWEEP_FILES, ids=lambda p: p.name)
+def test_every_sweep_file_validates_and_expands(path: Path):
+    spec, source = load_spec(path)
+    trials = expand(spec, source)
+    assert trials, f"{path.name}: no trials"
+    assert len({t.trial_id for t in trials}) == len(trials)
+    if spec.variants:
+        assert {t.variant for t in trials} == set(spec.variants)
+    for t in trials:
+        assert t.tokens > 0 and t.flops > 0
+        assert t.n_params == count_params(t.job.model)
+
+
+def pairs(trials: list[Trial]) -> dict[str, dict[str, Trial]]:
+    by_size: dict[str, dict[str, Trial]] = {}
+    for t in trials:
+        by_size.setdefault(t.size, {})[t.variant] = t
+    return by_size
+
+
+def assert_pairs_differ_only_in_attn_out(trials: list[Trial]) -> None:
+    """Within a size, dense and Hadamard see the same data, tokens, batch, LR and seed."""
+    for size, pair in pairs(trials).items():
+        assert set(pair) == {"dense", "hadamard"}, size
+        dense, had = pair["dense"].job.science(), pair["hadamard"].job.science()
+        assert dense["model"].pop("attn_out") == "dense"
+        assert had["model"].pop("attn_out") == "hadamard"
+        assert dense == had, size
+
+
+def test_hadamard_ladder_is_dense_vs_hadamard_at_every_paper_size():
+    trials = trials_of("hadamard.yaml")
+    assert len(trials) == 2 * len(LADDER)
+    assert sorted(pairs(trials), key=LADDER.index) == LADDER
+    assert_pairs_differ_only_in_attn_out(trials)
+
+
+def test_hadamard_ladder_token_batch_and_lr_rules():
+    by_size = pairs(trials_of("hadamard.yaml"))
+    lrs, batches = [], []
+    for size in LADDER:
+        dense = by_size[size]["dense"]
+        train = dense.job.train
+        # Chinchilla: 20 tokens per (dense) parameter, rounded to whole batches
+        assert abs(dense.tokens - 20 * dense.n_params) <= train.global_batch_tokens / 2
+        assert dense.tokens % train.global_batch_tokens == 0
+        assert train.global_batch_tokens % dense.job.data.seq_len == 0
+        lrs.append(train.lr)
+        batches.append(train.global_batch_tokens)
+    # GPT-3 Table 2.1: the peak LR falls and the batch grows with width
+    assert lrs == sorted(lrs, reverse=True) and len(set(lrs)) == len(lrs)
+    assert batches == sorted(batches) and batches[0] == 2**19 and batches[-1] == 2**21
+
+
+def test_hadamard_ladder_saves_d_squared_minus_d_per_layer():
+    for size, pair in pairs(trials_of("hadamard.yaml")).items():
+        p = get_size(size)
+        saving = pair["dense"].n_params - pair["hadamard"].n_params
+        # dense W_O: d^2 weights + d bias; Hadamard: alpha and beta, 2d
+        assert saving == p.n_layer * (p.d_model**2 + p.d_model - 2 * p.d_model), size
+
+
+def test_hadamard_ladder_runs_on_slurm_gpus():
+    spec, _ = load_spec(SWEEPS / "hadamard.yaml")
+    assert spec.backend.kind == "slurm"
+    assert spec.backend.slurm.gpus_per_node == spec.backend.slurm.tasks_per_node > 0
+    t = trials_of("hadamard.yaml")[0]
+    assert t.job.train.dtype == "bf16" and t.job.model.vocab_size == 50257
+
+
+def test_hadamard_cpu_is_the_same_comparison_at_cpu_sizes():
+    trials = trials_of("hadamard_cpu.yaml")
+    assert_pairs_differ_only_in_attn_out(trials)
+    assert {t.size for t in trials} == {"nano", "micro"}
+    for t in trials:
+        assert get_size(t.size).cpu_sized
+        assert t.job.data.source == "builtin:pydoc" and t.job.data.tokenizer == "byte"
+        assert t.job.model.vocab_size == 256 and t.job.train.dtype == "fp32"
+    spec, _ = load_spec(SWEEPS / "hadamard_cpu.yaml")
+    assert spec.backend.kind == "local"
+    # a few minutes on 2 cores: the whole sweep is a few TFLOPs (the 124M dense trial alone
+    # of the cluster ladder is ~2e18)
+    assert sum(t.flops for t in trials) < 1e13
+
+
+def test_submit_dry_run_prints_the_hadamard_plan(tmp_path, monkeypatch):
+    monkeypatch.setenv("SCALELAB_HOME", str(tmp_path))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    from orchestrator.cli import app
+
+    result = CliRunner().invoke(
+        app, ["submit", str(SWEEPS / "hadamard.yaml"), "--dry-run", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert plan["sweep"] == "hadamard"
+    rows = plan["trials"]
+    assert len(rows) == 12 and {r["status"] for r in rows} == {"NEW"}
+    big = [r for r in rows if r["size"] == "5.6B"]
+    assert {r["variant"] for r in big} == {"dense", "hadamard"}
+    dense_5b = next(r for r in big if r["variant"] == "dense")
+    assert dense_5b["params"] == count_params(ModelConfig(size="5.6B"))
+    assert not any(tmp_path.iterdir())  # a dry run creates no tracking store
