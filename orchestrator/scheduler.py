@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from orchestrator.backends import DEFAULT_JOB, JobRef, make_backend
@@ -122,7 +124,10 @@ def run_sweep(
                 if pending:
                     time.sleep(poll_s)
                 continue
-            done, _ = ray.wait(list(inflight), num_returns=1, timeout=poll_s)
+            refs = list(inflight)
+            done, _ = ray.wait(refs, num_returns=1, timeout=poll_s)
+            if done:  # take every result that is ready, not just the first
+                done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
             for handle in done:
                 live = inflight.pop(handle)
                 retries = -1 if handle in killing else cfg.max_retries
@@ -143,33 +148,43 @@ def _claim(
     ledger: Ledger, ready: list[_Live], pending: list[_Live], out: SweepOutcome
 ) -> list[_Live]:
     parent_tags = ledger.parent_tags()
-    claimed = []
+    fresh = ledger.records_of([live.rec.run_id for live in ready])  # others may have moved on
+    candidates = []
     for live in ready:
         pending.remove(live)
-        fresh = ledger.record(live.rec.run_id)  # another driver may have moved it on
-        live.rec = fresh
-        if fresh.status == FINISHED:
+        live.rec = fresh.get(live.rec.run_id, live.rec)
+        if live.rec.status == FINISHED:
             out.skipped.append(live.trial.trial_id)
-        elif fresh.cancelled:
-            ledger.set_status(fresh.run_id, KILLED)
+        elif live.rec.cancelled:
+            ledger.set_status(live.rec.run_id, KILLED)
             out.killed.append(live.trial.trial_id)
-        elif ledger.claim(fresh, parent_tags):
-            claimed.append(live)
         else:
-            out.elsewhere.append(live.trial.trial_id)
-    return claimed
+            candidates.append(live)
+    won = list(_pool().map(lambda live: ledger.claim(live.rec, parent_tags), candidates))
+    out.elsewhere.extend(
+        live.trial.trial_id for live, ok in zip(candidates, won, strict=True) if not ok
+    )
+    return [live for live, ok in zip(candidates, won, strict=True) if ok]
+
+
+@cache
+def _pool() -> ThreadPoolExecutor:
+    """Threads for MLflow round trips of a batch (a tracking server serves them at once)."""
+    return ThreadPoolExecutor(max_workers=8, thread_name_prefix="scalelab-ledger")
 
 
 def _launch(ledger: Ledger, backend: Any, claimed: list[_Live], inflight: dict) -> None:
     items = [(live.trial, live.rec) for live in claimed]
+    writes = []
     for live, (handle, job_ref) in zip(claimed, backend.launch_many(items), strict=True):
         reattached = job_ref == live.rec.tags.get(TAG + "job_ref")  # a SLURM job still alive
         attempt = live.rec.attempts + (0 if reattached or live.requeued else 1)
         live.requeued = False
         tags = {TAG + "attempts": str(attempt), TAG + "job_ref": job_ref, TAG + "cancel": "0"}
-        ledger.set_tags(live.rec.run_id, tags)
+        writes.append((live.rec.run_id, tags))
         live.rec.tags.update(tags)
         inflight[handle] = live
+    list(_pool().map(lambda w: ledger.set_tags(*w), writes))
 
 
 def _settle(
