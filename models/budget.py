@@ -120,15 +120,56 @@ class BudgetAttention(MultiHeadAttention):
         return self.resid_dropout(self.out_proj(merge_heads(y)))
 
     def sparse_forward(self, x: Tensor, active: Tensor, ctx: ForwardContext) -> Tensor:
-        """Only the selected heads computed (inference path). active: (B, T', H) bool.
+        """Only the selected heads computed (inference path). active: (B, T', H) bool."""
+        if self.causal:
+            return self.resid_dropout(self._per_token_heads(x, active))
+        return self.resid_dropout(self._per_example_heads(x, active[:, 0], ctx))
 
-        Per head h: K/V for the examples where any decision selected h, Q and the attention
-        rows only for the selected query tokens; dense W_O uses only head h's d_head columns
-        (accumulated into the output), any other mixer (Hadamard) gets the selected heads
-        scattered into a zero (B, T, H * d_head) buffer."""
+    def _per_example_heads(self, x: Tensor, active: Tensor, ctx: ForwardContext) -> Tensor:
+        """Encoder: examples are grouped by their selected head set; per group one GEMM with
+        the gathered Q/K/V rows of W_qkv, SDPA over those k heads, and dense W_O restricted
+        to their k * d_head columns (any other mixer, e.g. Hadamard, gets the heads
+        scattered into a zero (B, T, H * d_head) buffer)."""
         B, T, d = x.shape
         H, dh = self.n_head, self.d_head
-        active = active.expand(B, T, H)
+        w_qkv = self.c_attn.weight.view(3, H, dh, d)
+        b_qkv = self.c_attn.bias.view(3, H, dh) if self.c_attn.bias is not None else None
+        dense_out = isinstance(self.out_proj, nn.Linear)
+        out = x.new_empty(B, T, d) if dense_out else x.new_zeros(B, T, H, dh)
+        head_sets, group = torch.unique(active, dim=0, return_inverse=True)
+        for g, head_set in enumerate(head_sets):
+            heads = head_set.nonzero().squeeze(1)
+            k = heads.numel()
+            rows = (group == g).nonzero().squeeze(1)
+            everyone = rows.numel() == B
+            xs = x if everyone else x.index_select(0, rows)
+            w = w_qkv[:, heads].reshape(3 * k * dh, d)
+            b = b_qkv[:, heads].reshape(-1) if b_qkv is not None else None
+            q, key, v = F.linear(xs, w, b).view(-1, T, 3, k, dh).permute(2, 0, 3, 1, 4)
+            mask = None
+            if ctx.pad_mask is not None:
+                mask = ctx.pad_mask.index_select(0, rows)[:, None, None, :]
+            y = F.scaled_dot_product_attention(q, key, v, attn_mask=mask).transpose(1, 2)
+            if dense_out:
+                cols = (heads[:, None] * dh + torch.arange(dh, device=x.device)).flatten()
+                y = F.linear(y.reshape(-1, T, k * dh), self.out_proj.weight[:, cols])
+            if everyone and dense_out:
+                out = y
+            elif dense_out:
+                out[rows] = y
+            else:
+                out[rows.unsqueeze(1), :, heads] = y.transpose(1, 2)  # -> (n, k, T, dh) slots
+        if not dense_out:
+            return self.out_proj(out.view(B, T, d))
+        return out + self.out_proj.bias if self.out_proj.bias is not None else out
+
+    def _per_token_heads(self, x: Tensor, active: Tensor) -> Tensor:
+        """Decoder, per head h: K/V at every position for the sequences where some token
+        selected h, Q and the attention row only for the tokens that selected it; dense
+        W_O uses only head h's d_head columns (accumulated into the output), any other
+        mixer gets the selected heads scattered into a zero (B, T, H * d_head) buffer."""
+        B, T, d = x.shape
+        H, dh = self.n_head, self.d_head
         w_qkv = self.c_attn.weight.view(3, H, dh, d)
         b_qkv = self.c_attn.bias.view(3, H, dh) if self.c_attn.bias is not None else None
         dense_out = isinstance(self.out_proj, nn.Linear)
@@ -145,31 +186,15 @@ class BudgetAttention(MultiHeadAttention):
                 xs, w[1:].reshape(2 * dh, d), b[1:].reshape(-1) if b is not None else None
             )
             k, v = kv.unsqueeze(1).split(dh, dim=-1)  # (n, 1, T, dh) each
-            if self.causal:
-                y, bt = self._causal_rows(xs, sel.index_select(0, rows), rows, k, v, w[0], b)
-            else:
-                q = F.linear(xs, w[0], b[0] if b is not None else None).unsqueeze(1)
-                mask = None
-                if ctx.pad_mask is not None:
-                    mask = ctx.pad_mask.index_select(0, rows)[:, None, None, :]
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).squeeze(1)
-                bt = None  # every token of the selected examples
+            y, bt = self._causal_rows(xs, sel.index_select(0, rows), rows, k, v, w[0], b)
             if dense_out:
                 contrib = F.linear(y, self.out_proj.weight[:, h * dh : (h + 1) * dh])
-                if bt is None:
-                    out.index_add_(0, rows, contrib)
-                else:
-                    out.index_put_(bt, contrib, accumulate=True)
-            elif bt is None:
-                heads[rows, :, h] = y
+                out.index_put_(bt, contrib, accumulate=True)
             else:
                 heads[bt[0], bt[1], h] = y
-        if dense_out:
-            if self.out_proj.bias is not None:
-                out = out + self.out_proj.bias
-        else:
-            out = self.out_proj(heads.view(B, T, d))
-        return self.resid_dropout(out)
+        if not dense_out:
+            return self.out_proj(heads.view(B, T, d))
+        return out + self.out_proj.bias if self.out_proj.bias is not None else out
 
     def _causal_rows(
         self,
