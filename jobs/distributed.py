@@ -33,6 +33,7 @@ class DistEnv:
     launcher: str  # 'none' | 'env' (torchrun, deepspeed) | 'slurm' | 'ray' | 'external'
     device: str  # 'cuda:<local_rank>' or 'cpu'
     owns_process_group: bool  # False when someone else initialised torch.distributed
+    exported: tuple[str, ...] = ()  # variables we added to os.environ (removed at shutdown)
 
     @property
     def is_main(self) -> bool:
@@ -70,6 +71,7 @@ def read_environment() -> DistEnv:
     """Rank, world size, local rank and rendezvous address of this process (and export
     the rendezvous variables torch.distributed's env:// method and DeepSpeed expect)."""
     env = os.environ
+    before = set(env)
     cuda = torch.cuda.is_available()
     if dist.is_available() and dist.is_initialized():
         rank, world = dist.get_rank(), dist.get_world_size()
@@ -117,6 +119,7 @@ def read_environment() -> DistEnv:
         launcher=launcher,
         device=device,
         owns_process_group=owns,
+        exported=tuple(sorted(set(env) - before)),
     )
 
 
@@ -168,9 +171,28 @@ def barrier(env: DistEnv) -> None:
 
 def shutdown(env: DistEnv) -> None:
     """Barrier, then destroy the group we created (without this, ~7% of runs under the
-    deepspeed launcher abort at exit)."""
+    deepspeed launcher abort at exit), and forget the rendezvous variables we invented so
+    a later job or child process does not mistake them for a launcher's."""
+    for key in env.exported:
+        os.environ.pop(key, None)
     if not dist.is_initialized():
         return
     dist.barrier()
     if env.owns_process_group:
         dist.destroy_process_group()
+        _forget_deepspeed_groups()
+
+
+def _forget_deepspeed_groups() -> None:
+    """DeepSpeed caches sub-groups of the world group in module globals; after the world
+    group is destroyed they are dead handles, so a second job in this process (tests, a
+    long-lived worker) would fail on them. Reset them to their import-time empties."""
+    from deepspeed.utils import groups
+
+    for name, value in list(vars(groups).items()):
+        if not (name.startswith("_") and name[1:].isupper()):
+            continue
+        if isinstance(value, dict):
+            value.clear()
+        elif isinstance(value, dist.ProcessGroup):
+            setattr(groups, name, None)

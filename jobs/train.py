@@ -73,9 +73,9 @@ def run(job: JobConfig, run_id: str | None = None) -> TrainResult:
     """Train one trial to its budget (or until preempted / diverged)."""
     t0 = time.time()
     env = distributed.read_environment()
-    plan = check_job(job, env)
-    distributed.init(env)
     try:
+        plan = check_job(job, env)
+        distributed.init(env)
         return _Trainer(job, env, plan, t0).train(run_id)
     finally:
         distributed.shutdown(env)

@@ -1,0 +1,56 @@
+"""Bad input stops before the first step, with a clear message and nothing written."""
+
+import pytest
+
+from jobs.train import run
+
+
+def _nothing_written(home, mlflow_uri):
+    from mlflow.tracking import MlflowClient
+
+    assert not (home / "trials").exists()
+    exp = MlflowClient(mlflow_uri).get_experiment_by_name("tests-jobs")
+    runs = MlflowClient(mlflow_uri).search_runs([exp.experiment_id]) if exp else []
+    return len(runs)
+
+
+def test_more_ranks_than_devices(home, mlflow_uri, tiny_job, monkeypatch):
+    before = _nothing_written(home, mlflow_uri)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "4096")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4096")
+    with pytest.raises(ValueError, match="4096 ranks on this node but only"):
+        run(tiny_job())
+    assert _nothing_written(home, mlflow_uri) == before
+
+
+def test_unknown_dataset_path(home, mlflow_uri, tiny_job, tmp_path):
+    before = _nothing_written(home, mlflow_uri)
+    with pytest.raises(ValueError, match="no such file or folder"):
+        run(tiny_job(data__source=str(tmp_path / "missing.jsonl")))
+    assert _nothing_written(home, mlflow_uri) == before
+
+
+def test_gpt2_tokenizer_offline(home, mlflow_uri, tiny_job, tmp_path, monkeypatch):
+    # an empty tiktoken cache and an unroutable proxy: the download must fail here
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    before = _nothing_written(home, mlflow_uri)
+    job = tiny_job(data__tokenizer="gpt2", model__vocab_size=50257)
+    with pytest.raises(ValueError, match="offline.*\\.tiktoken"):
+        run(job)
+    assert _nothing_written(home, mlflow_uri) == before
+
+
+def test_batch_not_dividing(home, mlflow_uri, tiny_job):
+    before = _nothing_written(home, mlflow_uri)
+    with pytest.raises(ValueError, match="not a multiple of data.seq_len"):
+        run(tiny_job(train__global_batch_tokens=250))
+    with pytest.raises(ValueError, match="micro_batch_size \\(3\\)"):
+        run(tiny_job(deepspeed__micro_batch_size=3))
+    assert _nothing_written(home, mlflow_uri) == before
+
+
+def test_vocab_too_small_for_tokenizer(home, tiny_job):
+    with pytest.raises(ValueError, match="model.vocab_size >= 256"):
+        run(tiny_job(model__vocab_size=100))

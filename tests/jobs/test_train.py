@@ -1,0 +1,99 @@
+"""The training job in one process: outputs, tracking, divergence, kill-and-resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from jobs.paths import JOB_FILE, RESULT_FILE
+from jobs.tracking import VAL_LOSS_AT_GFLOP
+from jobs.train import EXIT_REQUEUE, run
+
+
+def test_run_writes_trial_files_and_mlflow(home, mlflow_uri, tiny_job, curve):
+    job = tiny_job()
+    result = run(job)
+    assert result.status == "FINISHED" and result.steps == 8 and result.tokens == 2048
+    trial = home / "trials" / job.trial_id
+    assert json.loads((trial / JOB_FILE).read_text())["model"]["size"] == "nano"
+    ds = json.loads((trial / "deepspeed.json").read_text())
+    assert ds["train_batch_size"] == 8 and ds["gradient_accumulation_steps"] == 1
+    assert json.loads((trial / RESULT_FILE).read_text())["run_id"] == result.run_id
+    losses = [v for _, v in curve(home, job.trial_id, "train/loss")]
+    assert len(losses) == 8 and losses[-1] < losses[0]
+    assert [s for s, _ in curve(home, job.trial_id, "val/loss")] == [4, 8]
+    flops = [v for _, v in curve(home, job.trial_id, "compute/flops")]
+    assert flops[-1] == pytest.approx(result.flops) and flops[0] * 8 == pytest.approx(flops[-1])
+    client = MlflowClient(mlflow_uri)
+    mlrun = client.get_run(result.run_id)
+    assert mlrun.info.status == "FINISHED"
+    assert mlrun.data.tags["scalelab.trial_id"] == job.trial_id
+    assert mlrun.data.tags["scalelab.variant"] == "dense"
+    assert mlrun.data.params["model.size"] == "nano"
+    history = client.get_metric_history(result.run_id, "train/loss")
+    assert [m.value for m in sorted(history, key=lambda m: m.step)] == losses
+    gflop = client.get_metric_history(result.run_id, VAL_LOSS_AT_GFLOP)
+    assert sorted(m.step for m in gflop) == [int(result.flops / 2e9), int(result.flops / 1e9)]
+    assert "perf/mfu" not in mlrun.data.metrics  # no peak for CPUs: not logged
+
+
+def test_divergence_fails_after_checkpoint(home, mlflow_uri, tiny_job):
+    job = tiny_job(train__lr=30.0, train__grad_clip=0.0, train__divergence_factor=1.5,
+                   train__warmup_fraction=0.0)  # fmt: skip
+    result = run(job)
+    assert result.status == "FAILED" and result.reason.startswith("diverged")
+    assert result.steps < 8
+    ckpts = list((home / "trials" / job.trial_id / "ckpt").glob("step*/COMPLETE"))
+    assert len(ckpts) == 1
+    mlrun = MlflowClient(mlflow_uri).get_run(result.run_id)
+    assert mlrun.info.status == "FAILED"
+    assert mlrun.data.tags["scalelab.failure_reason"].startswith("diverged")
+
+
+@pytest.mark.slow
+def test_kill_and_resume_is_bit_exact(home, mlflow_uri, tiny_job, curve, tmp_path, monkeypatch):
+    """SIGTERM mid-run -> checkpoint + exit 75; the resumed run's losses equal an
+    uninterrupted run's bit for bit, in the same MLflow run."""
+    job = tiny_job(
+        train__tokens=256 * 12,
+        train__checkpoint_interval=3,
+        deepspeed__zero_stage=2,
+        model__budget={},
+    )  # fmt: skip  (budget: RNG-driven Gumbel noise)
+    config = tmp_path / "job.json"
+    config.write_text(job.model_dump_json())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobs.train", str(config)],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE,
+        stderr=open(tmp_path / "stderr.txt", "w"),
+    )
+    curves = home / "trials" / job.trial_id / "curves.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if curves.exists() and '"step": 5,' in curves.read_text():
+            proc.send_signal(signal.SIGTERM)
+            break
+        time.sleep(0.05)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_REQUEUE, (tmp_path / "stderr.txt").read_text()[-3000:]
+    first = json.loads(out.decode().strip().splitlines()[-1])
+    assert first["status"] == "PREEMPTED" and 5 <= first["steps"] < 12
+    assert MlflowClient(mlflow_uri).get_run(first["run_id"]).info.status == "RUNNING"
+
+    resumed = run(job)  # same trial: picks up the newest complete checkpoint
+    assert resumed.status == "FINISHED" and resumed.run_id == first["run_id"]
+    interrupted = curve(home, job.trial_id, "train/loss")
+
+    monkeypatch.setenv("SCALELAB_HOME", str(tmp_path / "uninterrupted"))
+    straight = run(job)
+    assert curve(tmp_path / "uninterrupted", job.trial_id, "train/loss") == interrupted
+    assert len(interrupted) == 12
+    assert straight.final_val_loss == resumed.final_val_loss
+    history = MlflowClient(mlflow_uri).get_metric_history(first["run_id"], "train/loss")
+    assert {m.step for m in history} == set(range(1, 13))
