@@ -24,9 +24,9 @@ import torch
 
 from kernels.blocks import hadamard_block
 from kernels.sizes import (
-    hadamard_factors,
     nearest_supported_sizes,
     supported_hadamard_size,
+    torch_plan,
     unsupported_message,
 )
 
@@ -37,35 +37,7 @@ __all__ = [
     "nearest_supported_sizes",
 ]
 
-# Largest dense block of one torch stage. The transform is memory-bound on CPU: fewer, larger
-# stages (fewer passes over memory) beat less arithmetic; 64 measured faster than 16 or 32
-# for d = 1024..4096 (benchmarks/hadamard.py).
-_MAX_BLOCK = 64
 _BACKENDS = ("auto", "torch", "triton")
-
-
-@cache
-def torch_plan(d: int) -> tuple[tuple[int, int], ...]:
-    """Stages as (block order, Paley order m or 1), most significant axis first.
-
-    The first block is H_m (x) H_{2^j}; the rest are Sylvester blocks H_{2^b}. Chosen to
-    minimise the number of stages, then the total block order (work per element).
-    """
-    m, n = hadamard_factors(d)
-    k = n.bit_length() - 1
-    best = None
-    for j in range(k + 1):
-        first = m * 2**j
-        if first > _MAX_BLOCK and j > 0:
-            break
-        rest = k - j
-        parts = -(-rest // (_MAX_BLOCK.bit_length() - 1))  # blocks of at most _MAX_BLOCK
-        bits = [rest // parts + (i < rest % parts) for i in range(parts)] if parts else []
-        stages = ([(first, m)] if first > 1 else []) + [(2**b, 1) for b in bits]
-        key = (len(stages), sum(s for s, _ in stages))
-        if best is None or key < best[0]:
-            best = (key, tuple(stages))
-    return best[1]
 
 
 def _block(order: int, m: int) -> torch.Tensor:

@@ -4,20 +4,23 @@ Conventions (Kaplan et al. 2020; Hoffmann et al. 2022, App. F):
 - a multiply-add is 2 FLOPs; layer norms, biases, GELU and softmax are not counted;
 - attention scores and the weighted sum over values count the full T x T matrix
   (2 * T * d each per token), as SDPA computes it and as torch's FlopCounterMode counts it;
-- training = forward + backward = 3x the forward matmul FLOPs. The Hadamard transform has
-  no weight gradient, so its training cost is 2x its forward (transform and its transpose);
+- training = forward + backward = 3x the forward FLOPs. The Hadamard mixing counts the
+  staged transform as executed (kernels.sizes.transform_flops: a few dense +-1 blocks of
+  order <= 64, 2*d*sum(orders) per token rather than the ideal d*log2(d) additions); its
+  backward runs the transposed transform for the input gradient and recomputes the
+  forward for alpha's, so it too costs 2x its forward;
 - "active" fractions describe what inference actually executes: BudgetFormer's mean k/H of
   heads and TSA's fraction of token-layer FFN passes. Soft training executes everything.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
 
+from kernels.sizes import transform_flops
 from models.config import ModelConfig
 
 
@@ -34,7 +37,7 @@ class FlopCount:
     attention_qkv: float
     attention_context: float
     attention_out: float  # dense W_O (matmul) ...
-    hadamard_mixing: float  # ... or the fast Walsh-Hadamard transform + affine (not matmul)
+    hadamard_mixing: float  # ... or the staged Walsh-Hadamard transform (small block matmuls)
     mlp: float
     mechanisms: float  # budget / relevance nets, TSA routers (matmul)
     head: float  # LM head (or classifier, per token)
@@ -45,7 +48,8 @@ class FlopCount:
 
     @property
     def matmul(self) -> float:
-        return self.total - self.hadamard_mixing
+        """Every counted part runs as a matrix multiply (elementwise work is not counted)."""
+        return self.total
 
 
 def tsa_router_hidden(d_model: int) -> int:
@@ -127,7 +131,7 @@ def forward_flops_per_token(
     routed_blocks = L - 1 if cfg.tsa is not None else 0  # block 0 always runs in full
     mlp_passes = (L - routed_blocks) + routed_blocks * ffn
     if cfg.attn_out == "hadamard":
-        out_mix, hadamard = 0.0, L * (d * math.log2(d) + 2 * d)
+        out_mix, hadamard = 0.0, L * transform_flops(d)
     else:
         out_mix, hadamard = L * 2 * d * d * heads, 0.0
     mechanisms = 0.0
@@ -151,4 +155,4 @@ def forward_flops_per_token(
 def train_flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> float:
     """Training FLOPs per token (forward + backward) of soft training: every part runs."""
     fwd = forward_flops_per_token(cfg, seq_len)
-    return 3 * fwd.matmul + 2 * fwd.hadamard_mixing
+    return 3 * fwd.total

@@ -46,7 +46,7 @@ def test_hadamard_mixing_is_cheaper_than_dense():
     dense = forward_flops_per_token(ModelConfig(size="1.3B"))
     had = forward_flops_per_token(ModelConfig(size="1.3B", attn_out="hadamard"))
     assert had.attention_out == 0 and had.hadamard_mixing > 0
-    assert had.hadamard_mixing < dense.attention_out / 100  # d log d versus 2 d^2
+    assert had.hadamard_mixing < dense.attention_out / 20  # 2 d (32 + 64) versus 2 d^2
     assert had.mlp == dense.mlp and had.attention_qkv == dense.attention_qkv
 
 
