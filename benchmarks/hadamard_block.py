@@ -9,14 +9,17 @@ Scopes (both built from models/gpt.py's `Block`, so the code measured is the mod
 Shapes: the 124M preset (d=768, 12 heads) and the 1.3B preset (d=2048, 16 heads); one
 block of each, with the init of a model of that depth (alpha and W_O depend on n_layer).
 
-Per row: median wall time of forward + backward (gradients w.r.t. the input and every
-parameter) over `repeats`, the parameter count, and memory:
-  saved MiB : bytes autograd keeps between forward and backward (saved_tensors_hooks,
-              one count per storage) -- exact, deterministic, allocator-independent;
-  peak MiB  : CPU: the increase of the process's peak RSS (getrusage ru_maxrss) during
-              one forward + backward, measured in a fresh subprocess per row; GPU:
-              torch.cuda.max_memory_allocated minus the memory held before the step.
-ratio columns are hadamard / dense (< 1: Hadamard is faster / smaller).
+Per row: median (and min) wall time of forward + backward (gradients w.r.t. the input and
+every parameter) over `repeats`, dense and Hadamard run alternately; the parameter count;
+and memory:
+  act MiB  : activations autograd keeps between forward and backward (saved_tensors_hooks,
+             one count per storage, parameters excluded) -- exact and allocator-independent;
+  peak MiB : CPU: the rise of the peak RSS (VmHWM, reset through /proc/self/clear_refs)
+             over one forward + backward after a warm-up one, in a fresh subprocess per
+             row, with glibc told to mmap every allocation over 64 KiB (so freed memory
+             leaves RSS at once); it includes the new parameter gradients. GPU: torch.cuda.max_memory_allocated
+             minus the memory held before the step.
+x-columns are hadamard / dense (< 1: Hadamard is faster / smaller).
 
 GPU section (bf16, when CUDA is present) uses a larger batch; without CUDA it prints a
 skip line. Paste the output into docs/benchmarks.md ("Hadamard attention block").
@@ -55,7 +58,8 @@ class Row:
     variant: str
     params: int
     ms: float
-    saved_mib: float
+    min_ms: float
+    act_mib: float
     peak_mib: float | None
 
 
@@ -100,13 +104,16 @@ def step_fn(block: Block, scope: str, x: Tensor, grad: Tensor) -> Callable[[], N
     return step
 
 
-def saved_bytes(forward: Callable[[], Tensor]) -> int:
-    """Bytes autograd saves for backward during one forward (each storage once)."""
+def saved_activation_bytes(forward: Callable[[], Tensor], params: list[Tensor]) -> int:
+    """Bytes autograd saves for backward during one forward (each storage once), not
+    counting parameters (they live on whether or not backward needs them)."""
+    param_storages = {p.untyped_storage().data_ptr() for p in params}
     storages: dict[int, int] = {}
 
     def pack(t: Tensor) -> Tensor:
         s = t.untyped_storage()
-        storages[s.data_ptr()] = s.nbytes()
+        if s.data_ptr() not in param_storages:
+            storages[s.data_ptr()] = s.nbytes()
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -115,9 +122,9 @@ def saved_bytes(forward: Callable[[], Tensor]) -> int:
     return sum(storages.values())
 
 
-def interleaved_medians(
+def interleaved_times(
     steps: dict[str, Callable[[], None]], repeats: int, sync: Callable[[], None] = lambda: None
-) -> dict[str, float]:
+) -> dict[str, list[float]]:
     """Median seconds of each step, run alternately (dense, hadamard, dense, ...) so that
     load from other processes on a shared machine hits both sides alike."""
     for step in steps.values():  # warm-up: caches, allocator, kernel selection
@@ -130,7 +137,7 @@ def interleaved_medians(
             step()
             sync()
             times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return times
 
 
 def inputs(
@@ -167,6 +174,10 @@ def _rss_child(shape: str, variant: str, scope: str, batch: int, seq: int) -> No
     block = build(shape, variant, scope, "cpu", torch.float32)
     x, grad = inputs(shape, batch, seq, "cpu", torch.float32)
     step = step_fn(block, scope, x, grad)
+    step()  # warm-up: one-time allocations (BLAS workspaces, thread pools) are not the model's
+    for p in block.parameters():
+        p.grad = None
+    x.grad = None
     before = _proc_status_kib("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset VmHWM (the peak RSS) to the current RSS (Linux >= 4.0)
@@ -190,10 +201,11 @@ def measure_pair(
     blocks = {v: build(shape, v, scope, device, dtype) for v in VARIANTS}
     steps = {v: step_fn(blocks[v], scope, x, grad) for v in VARIANTS}
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    seconds = interleaved_medians(steps, repeats, sync)
+    times = interleaved_times(steps, repeats, sync)
     rows = []
     for v in VARIANTS:
-        saved = saved_bytes(steps[v].forward) / 2**20  # type: ignore[attr-defined]
+        params = list(blocks[v].parameters())
+        act = saved_activation_bytes(steps[v].forward, params) / 2**20  # type: ignore[attr-defined]
         if device == "cuda":
             for p in blocks[v].parameters():
                 p.grad = None
@@ -207,33 +219,34 @@ def measure_pair(
         else:
             peak = cpu_peak_rss_mib(shape, v, scope, batch, seq, threads)
         n_params = sum(p.numel() for p in scope_params(blocks[v], scope))
-        rows.append(Row(shape, scope, v, n_params, seconds[v] * 1e3, saved, peak))
+        ms, min_ms = statistics.median(times[v]) * 1e3, min(times[v]) * 1e3
+        rows.append(Row(shape, scope, v, n_params, ms, min_ms, act, peak))
     return rows
 
 
-def print_table(rows: list[Row]) -> None:
-    print(
-        f"{'shape':>6} {'scope':>5} {'variant':>8} {'params':>11} {'fwd+bwd ms':>11} "
-        f"{'saved MiB':>10} {'peak MiB':>9} {'time ratio':>11} {'param ratio':>12} "
-        f"{'saved ratio':>12} {'peak ratio':>11}"
+HEADER = (
+    f"{'shape':>6} {'scope':>5} {'variant':>8} {'params':>11} {'median ms':>10} {'min ms':>8} "
+    f"{'act MiB':>8} {'peak MiB':>9} {'x time':>7} {'x min':>6} {'x params':>8} {'x act':>6} "
+    f"{'x peak':>7}"
+)
+
+
+def format_row(r: Row, dense: Row) -> str:
+    ratios = ["", "", "", "", ""]
+    if r.variant != "dense":
+        ratios = [
+            f"{r.ms / dense.ms:.3f}",
+            f"{r.min_ms / dense.min_ms:.3f}",
+            f"{r.params / dense.params:.3f}",
+            f"{r.act_mib / dense.act_mib:.3f}",
+            f"{r.peak_mib / dense.peak_mib:.3f}" if r.peak_mib and dense.peak_mib else "n/a",
+        ]
+    peak = f"{r.peak_mib:.1f}" if r.peak_mib is not None else "n/a"
+    return (
+        f"{r.shape:>6} {r.scope:>5} {r.variant:>8} {r.params:>11,} {r.ms:>10.1f} "
+        f"{r.min_ms:>8.1f} {r.act_mib:>8.1f} {peak:>9} {ratios[0]:>7} {ratios[1]:>6} "
+        f"{ratios[2]:>8} {ratios[3]:>6} {ratios[4]:>7}"
     )
-    dense = {(r.shape, r.scope): r for r in rows if r.variant == "dense"}
-    for r in rows:
-        base = dense[(r.shape, r.scope)]
-        ratios = ["", "", "", ""]
-        if r.variant != "dense":
-            ratios = [
-                f"{r.ms / base.ms:.3f}",
-                f"{r.params / base.params:.3f}",
-                f"{r.saved_mib / base.saved_mib:.3f}",
-                f"{r.peak_mib / base.peak_mib:.3f}" if r.peak_mib and base.peak_mib else "n/a",
-            ]
-        peak = f"{r.peak_mib:.1f}" if r.peak_mib is not None else "n/a"
-        print(
-            f"{r.shape:>6} {r.scope:>5} {r.variant:>8} {r.params:>11,} {r.ms:>11.1f} "
-            f"{r.saved_mib:>10.1f} {peak:>9} {ratios[0]:>11} {ratios[1]:>12} "
-            f"{ratios[2]:>12} {ratios[3]:>11}"
-        )
 
 
 def run_section(
@@ -246,13 +259,12 @@ def run_section(
     scopes: list[str],
     threads: int,
 ) -> None:
-    rows = [
-        row
-        for shape in shapes
-        for scope in scopes
-        for row in measure_pair(shape, scope, batch, seq, repeats, device, dtype, threads)
-    ]
-    print_table(rows)
+    print(HEADER, flush=True)
+    for shape in shapes:
+        for scope in scopes:
+            dense, had = measure_pair(shape, scope, batch, seq, repeats, device, dtype, threads)
+            print(format_row(dense, dense), flush=True)
+            print(format_row(had, dense), flush=True)
 
 
 def main() -> None:
@@ -276,7 +288,7 @@ def main() -> None:
     shapes, scopes = args.shapes.split(","), args.scopes.split(",")
     print(
         f"CPU fp32, batch {args.batch} x seq {args.seq}, {torch.get_num_threads()} threads, "
-        f"median of {args.repeats}"
+        f"median and min of {args.repeats}"
     )
     run_section(
         "cpu", torch.float32, args.batch, args.seq, args.repeats, shapes, scopes, args.threads
@@ -287,7 +299,7 @@ def main() -> None:
         return
     print(
         f"GPU bf16 ({torch.cuda.get_device_name()}), batch {args.gpu_batch} x seq "
-        f"{args.gpu_seq}, median of {args.repeats}"
+        f"{args.gpu_seq}, median and min of {args.repeats}"
     )
     run_section(
         "cuda",
