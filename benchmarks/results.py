@@ -5,6 +5,14 @@ Each section is one function printing a table; add sections to SECTIONS.
 bootstrap: a full bootstrap fit with 1,000 resamples over 100 trials (goal: < 10 s on 2
 cores) for the Chinchilla law (Approach 3), the loss-versus-compute law and the
 compute-equivalent gain (100 trials: 50 baseline + 50 variant).
+
+sync: `orchestrator.results.sync` of 1,000 trials x 1,000 curve points from local curve
+files (goal: < 30 s), cold and incremental (all FINISHED: nothing re-read). The synthetic
+sweep (real MLflow sqlite runs + trial directories) is written once to
+$SCALELAB_BENCH_DIR (default /tmp/scalelab-bench-results) and reused.
+
+query: group-by over 10M curve rows (goal: < 1 s) with pyarrow compute, on a Parquet
+partition written by the results store (1,000 trials x 10 metrics x 1,000 steps).
 """
 
 from __future__ import annotations
@@ -80,7 +88,124 @@ def bench_bootstrap(n_resamples: int = 1000, repeats: int = 3) -> None:
         )
 
 
-SECTIONS: dict[str, Callable[[], None]] = {"bootstrap": bench_bootstrap}
+def _env_home() -> str:
+    return os.environ.get("SCALELAB_BENCH_DIR", "/tmp/scalelab-bench-results")
+
+
+def bench_sync(n_seeds: int = 25, steps: int = 250) -> None:
+    """1,000 trials (2 variants x 4 sizes x 5 budgets x 25 seeds) x 1,000 points
+    (250 steps x 4 metrics)."""
+    import shutil
+
+    home = _env_home()
+    os.environ["SCALELAB_HOME"] = home
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    from orchestrator.results import store, sync
+    from orchestrator.results.synthetic import write_sweep
+
+    marker = os.path.join(home, "bench-sweep-ready")
+    if not os.path.exists(marker):
+        shutil.rmtree(home, ignore_errors=True)
+        t0 = time.perf_counter()
+        write_sweep(
+            "bench", sizes=("nano", "micro", "mini", "124M"), tokens_per_param=(5, 10, 20, 40, 80),
+            seeds=tuple(range(n_seeds)), steps=steps,
+        )  # fmt: skip
+        open(marker, "w").close()
+        print(
+            f"\n(setup: wrote 1,000 MLflow runs + trial dirs in {time.perf_counter() - t0:.0f} s)"
+        )
+    shutil.rmtree(store.table_dir(store.TRIALS), ignore_errors=True)
+    shutil.rmtree(store.table_dir(store.CURVES), ignore_errors=True)
+    shutil.rmtree(store.sweep_dir("bench"), ignore_errors=True)
+    cold_wall, cold_cpu = _timed(lambda: sync("bench"))
+    result = sync("bench")
+    warm = [_timed(lambda: sync("bench")) for _ in range(3)]
+    warm_wall, warm_cpu = np.median(warm, axis=0)
+    print(
+        f"\n## sync: {result.n_trials:,} trials x {result.n_curve_rows // max(result.n_trials, 1):,} points"
+    )
+    head = "| case | wall s | CPU s | curve rows | goal s | within goal |"
+    print(head)
+    print("|---|---|---|---|---|---|")
+    print(
+        f"| cold (all trials read) | {cold_wall:.1f} | {cold_cpu:.1f} | {result.n_curve_rows:,} | 30 | {'yes' if cold_wall < 30 else 'NO'} |"
+    )
+    print(
+        f"| incremental (all FINISHED, none read), median of 3 | {warm_wall:.1f} | {warm_cpu:.1f} | {result.n_curve_rows:,} | - | - |"
+    )
+
+
+def bench_query(
+    n_trials: int = 1000, n_metrics: int = 10, steps: int = 1000, repeats: int = 3
+) -> None:
+    import tempfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from orchestrator.results import metric_at, query, store
+
+    root = tempfile.mkdtemp(prefix="scalelab-bench-query-")
+    n = n_trials * n_metrics * steps
+    ids = np.array([f"{i:016x}" for i in range(n_trials)])
+    metrics = np.array(["val/loss"] + [f"m{j}" for j in range(1, n_metrics)])
+    tid = pa.DictionaryArray.from_arrays(
+        pa.array(np.repeat(np.arange(n_trials, dtype=np.int32), n_metrics * steps)), pa.array(ids)
+    )
+    met = pa.DictionaryArray.from_arrays(
+        pa.array(np.tile(np.repeat(np.arange(n_metrics, dtype=np.int32), steps), n_trials)),
+        pa.array(metrics),
+    )
+    step = np.tile(np.arange(1, steps + 1), n_trials * n_metrics)
+    flops = step * 1e12 * np.repeat(np.geomspace(1, 1e4, n_trials), n_metrics * steps)
+    curves = pa.table({"trial_id": tid, "step": step, "tokens": step * 1000, "flops": flops,
+                       "metric": met, "value": np.random.default_rng(0).random(n)})  # fmt: skip
+    trials = pa.table({"trial_id": ids, "variant": np.array(["dense", "hadamard"])[np.arange(n_trials) % 2],
+                       "size": np.array(["nano", "micro", "mini", "124M"])[np.arange(n_trials) % 4],
+                       "status": ["FINISHED"] * n_trials})  # fmt: skip
+    t0 = time.perf_counter()
+    part = store.write_table(store.CURVES, "big", curves.cast(store.curves_schema()), root)
+    write_s = time.perf_counter() - t0
+    store.write_table(store.TRIALS, "big", trials, root)
+    meta = pq.ParquetFile(next(part.glob("*.parquet"))).metadata
+    size_mb = sum(f.stat().st_size for f in part.glob("*.parquet")) / 2**20
+    loaded = store.read_table(store.CURVES, "big", root)
+    cases = {
+        "read the curves partition": lambda: store.read_table(store.CURVES, "big", root),
+        "group by metric (in memory)": lambda: loaded.group_by("metric").aggregate(
+            [("value", "mean"), ("value", "max")]
+        ),
+        "group by trial_id, metric (in memory)": lambda: loaded.group_by(
+            ["trial_id", "metric"]
+        ).aggregate([("value", "mean")]),
+        "query(table=curves, group_by=metric) incl. read": lambda: query(
+            "big", table="curves", group_by=["metric"], root=root
+        ),
+        "query(curves, group_by=variant,metric) incl. read + join": lambda: query(
+            "big", table="curves", group_by=["variant", "metric"], root=root
+        ),
+        "metric_at(val/loss, flops=1e15), 1,000 trials": lambda: metric_at(
+            loaded, "val/loss", "flops=1e15"
+        ),
+    }
+    print(
+        f"\n## query: {n:,} curve rows ({meta.num_row_groups} row groups, {size_mb:.0f} MiB zstd, written in {write_s:.1f} s); median of {repeats}"
+    )
+    print("| operation | wall s | CPU s | goal s | within goal |")
+    print("|---|---|---|---|---|")
+    for name, fn in cases.items():
+        wall, cpu = np.median([_timed(fn) for _ in range(repeats)], axis=0)
+        goal = 1.0 if name.startswith(("group by", "query")) else None
+        ok = "-" if goal is None else ("yes" if wall < goal else "NO")
+        print(f"| {name} | {wall:.2f} | {cpu:.2f} | {goal or '-'} | {ok} |")
+
+
+SECTIONS: dict[str, Callable[[], None]] = {
+    "bootstrap": bench_bootstrap,
+    "sync": bench_sync,
+    "query": bench_query,
+}
 
 
 def main() -> None:
