@@ -11,6 +11,7 @@ spool, so nothing is lost across outages, crashes or requeues, and a resumed job
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -24,6 +25,7 @@ from jobs.paths import CURVES_FILE
 
 OUTBOX_FILE = "outbox.jsonl"
 OFFSET_FILE = "outbox.offset"
+LOCK_FILE = "outbox.lock"
 REJECTED_FILE = "outbox.rejected.jsonl"
 PARAM_VALUE_LIMIT = 6000  # MLflow 3's limit on a param value (older servers: 500)
 MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100  # log_batch limits per call
@@ -58,6 +60,7 @@ class Tracker:
         self._thread: threading.Thread | None = None
         self._outbox = self._curves = None
         self.last_error: str | None = None
+        self._closed = False
 
     # -- set-up -----------------------------------------------------------------------
     def start(
@@ -155,6 +158,7 @@ class Tracker:
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout_s)
+        self._closed = True  # what is left waits in the outbox for the next attempt
         for f in (self._outbox, self._curves):
             f.close()
         return self.pending() == 0
@@ -165,7 +169,7 @@ class Tracker:
 
     # -- sending (background thread) --------------------------------------------------
     def _sender(self) -> None:
-        while True:
+        while not self._closed:
             stopping = self._stop.is_set()
             try:
                 deliver_outbox(self.dir, self.run_id)
@@ -200,6 +204,13 @@ def _unsent(trial_dir: Path) -> tuple[list[tuple[str, int]], int]:
 def deliver_outbox(trial_dir: Path, run_id: str) -> int:
     """Send every undelivered outbox line of a trial to MLflow; return how many were sent.
     Raises when MLflow cannot be reached (the outbox keeps the points)."""
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    with open(trial_dir / LOCK_FILE, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one sender per trial (threads and processes)
+        return _deliver_locked(trial_dir, run_id)
+
+
+def _deliver_locked(trial_dir: Path, run_id: str) -> int:
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient

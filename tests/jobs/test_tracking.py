@@ -1,0 +1,126 @@
+"""MLflow tracking through the outbox: real sqlite store and a real `mlflow server` that is
+stopped mid-run and started again. Nothing is lost, logging never blocks."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from jobs.paths import CURVES_FILE
+from jobs.tracking import PARAM_VALUE_LIMIT, Tracker, deliver_outbox, flatten
+
+
+def _new_run(uri: str) -> str:
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("tests-tracking") or client.create_experiment(
+        "tests-tracking"
+    )
+    exp_id = exp if isinstance(exp, str) else exp.experiment_id
+    return client.create_run(exp_id).info.run_id
+
+
+def _steps(uri: str, run_id: str, key: str) -> list[int]:
+    return sorted(m.step for m in MlflowClient(uri).get_metric_history(run_id, key))
+
+
+def test_flatten_respects_param_limits():
+    flat = flatten({"model": {"size": "nano", "budget": None}, "data": {"note": "x" * 9000}})
+    assert flat["model.size"] == "nano" and flat["model.budget"] == "null"
+    assert len(flat["data.note"]) == PARAM_VALUE_LIMIT
+
+
+def test_sqlite_store_and_outbox_delivered_later(home, mlflow_uri, tmp_path, monkeypatch):
+    run_id = _new_run(mlflow_uri)
+    trial = tmp_path / "trial"
+    # First attempt: the tracking server is unreachable; points stay in the outbox.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
+    tracker = Tracker(trial, enabled=True, flush_interval_s=0.1)
+    tracker.start(run_id, "tests-tracking", "r", {"scalelab.trial_id": "t1"}, {"a.b": "1"})
+    for step in range(1, 31):
+        tracker.log(step, step * 10, step * 1e9, {"train/loss": 1.0 / step, "train/lr": 0.1})
+    assert tracker.finish(None, timeout_s=1.0) is False  # not delivered, not lost
+    assert tracker.pending() > 0
+    assert _steps(mlflow_uri, run_id, "train/loss") == []
+    rows = [json.loads(line) for line in (trial / CURVES_FILE).read_text().splitlines()]
+    assert len(rows) == 60 and {r["metric"] for r in rows} == {"train/loss", "train/lr"}
+
+    # The store is reachable again: a resumed tracker (or deliver_outbox) sends the rest.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
+    assert deliver_outbox(trial, run_id) > 60
+    assert deliver_outbox(trial, run_id) == 0  # delivered once, not twice
+    assert _steps(mlflow_uri, run_id, "train/loss") == list(range(1, 31))
+    run = MlflowClient(mlflow_uri).get_run(run_id)
+    assert run.data.tags["scalelab.trial_id"] == "t1" and run.data.params["a.b"] == "1"
+    assert run.info.status == "RUNNING"  # finish(None): left running for the requeue
+
+
+def test_invalid_metric_name_is_refused_at_once(tmp_path):
+    tracker = Tracker(tmp_path, enabled=True)
+    tracker._outbox = tracker._curves = open(os.devnull, "w")
+    with pytest.raises(ValueError, match="not a valid MLflow metric name"):
+        tracker.log(1, 1, 1.0, {"val/loss@gflop": 1.0})
+
+
+def _start_server(port: int, store: str) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1", "--backend-store-uri", store],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+            return proc
+        except OSError:
+            time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise RuntimeError("mlflow server did not start")
+
+
+def _stop_server(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)  # the server and its uvicorn worker
+    proc.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_real_server_stopped_mid_run_loses_nothing(tmp_path, monkeypatch, mlflow_uri):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    uri = f"http://127.0.0.1:{port}"
+    server = _start_server(port, mlflow_uri)
+    try:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        tracker = Tracker(tmp_path / "trial", enabled=True, flush_interval_s=0.2)
+        run_id = tracker.start(None, "tests-tracking", "live", {"k": "v"}, {"p": "1"})
+        for step in range(1, 21):
+            tracker.log(step, step, float(step), {"train/loss": float(step)})
+        deadline = time.time() + 30
+        while tracker.pending() and time.time() < deadline:
+            time.sleep(0.1)
+        assert tracker.pending() == 0
+
+        _stop_server(server)
+        slowest = 0.0
+        for step in range(21, 41):  # the server is down: logging must not block
+            t = time.perf_counter()
+            tracker.log(step, step, float(step), {"train/loss": float(step)})
+            slowest = max(slowest, time.perf_counter() - t)
+        time.sleep(0.5)
+        assert tracker.pending() > 0 and tracker.last_error  # spooled, send failed
+        assert slowest < 0.05
+
+        server = _start_server(port, mlflow_uri)
+        assert tracker.finish("FINISHED", timeout_s=60) is True
+        assert _steps(uri, run_id, "train/loss") == list(range(1, 41))
+        assert MlflowClient(uri).get_run(run_id).info.status == "FINISHED"
+    finally:
+        _stop_server(server)
