@@ -114,6 +114,30 @@ def variants() -> None:
         print(name)
 
 
+@app.command()
+def train(
+    config: str = typer.Argument(..., help="A JobConfig YAML or JSON file."),
+    run_id: str = typer.Option(None, "--run-id", help="Log into this existing MLflow run."),
+) -> None:
+    """Run one training job here (under torchrun / deepspeed / srun for several ranks).
+    Exit code 0 finished, 1 failed, 75 preempted (requeue me)."""
+    from pathlib import Path
+
+    if not Path(config).is_file():
+        raise fail(f"{config}: no such file")
+    try:
+        from jobs.train import EXIT_REQUEUE, load_job, run
+
+        job = load_job(config)
+        result = run(job, run_id)
+    except ValidationError as e:
+        raise fail(format_config_error(e, config)) from None
+    except ValueError as e:
+        raise fail(f"{config}: {e}") from None
+    print(json.dumps(result.__dict__))
+    raise typer.Exit({"FINISHED": 0, "FAILED": 1, "PREEMPTED": EXIT_REQUEUE}[result.status])
+
+
 from orchestrator import commands as _orchestrator_commands  # noqa: E402
 
 _orchestrator_commands.register(app)

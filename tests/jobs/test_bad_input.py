@@ -54,3 +54,16 @@ def test_batch_not_dividing(home, mlflow_uri, tiny_job):
 def test_vocab_too_small_for_tokenizer(home, tiny_job):
     with pytest.raises(ValueError, match="model.vocab_size >= 256"):
         run(tiny_job(model__vocab_size=100))
+
+
+def test_cli_reports_bad_job_config_in_one_line(home, tmp_path):
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    config = tmp_path / "job.yaml"
+    config.write_text("model: {size: nano}\ntrain: {tokens: 10, lr: -1}\n")
+    result = CliRunner().invoke(app, ["train", str(config)])
+    assert result.exit_code == 2
+    assert "train.lr" in result.output and "greater than 0" in result.output
+    assert not (home / "trials").exists()
