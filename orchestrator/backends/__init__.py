@@ -76,11 +76,9 @@ def ray_init(address: str, *, embedded: bool) -> bool:
     # Workers must import what the driver imports (the job function's module, tests' helpers).
     path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
     env = {"PYTHONPATH": path, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    kwargs: dict[str, Any] = {
-        "address": address,
-        "log_to_driver": True,
-        "runtime_env": {"env_vars": env},
-    }
+    kwargs: dict[str, Any] = {"address": address, "log_to_driver": True}
+    if "RAY_JOB_CONFIG_JSON_ENV_VAR" not in os.environ:  # a Ray job (--detach) sets its own
+        kwargs["runtime_env"] = {"env_vars": env}
     if embedded:
         kwargs.update(include_dashboard=False, logging_level="WARNING")
     try:

@@ -1,0 +1,27 @@
+"""One real trial (jobs.train.run, DeepSpeed on CPU) driven by the scheduler into its run."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import sweep_yaml
+
+from orchestrator.expand import expand
+from orchestrator.ledger import Ledger
+from orchestrator.scheduler import run_sweep
+from orchestrator.spec import parse_spec
+
+
+@pytest.mark.slow
+def test_real_training_job_logs_into_the_scheduled_run(ray_session, work_home, sweep_name):
+    spec, source = parse_spec(
+        sweep_yaml(sweep_name, seeds=1, backend="{concurrency: 1, cpus_per_trial: 1}")
+    )
+    trials = expand(spec, source)
+    out = run_sweep(spec, trials, Ledger(spec.name))  # default job: jobs.train:run
+    assert out.finished == [trials[0].trial_id], out
+    ledger = Ledger(spec.name)
+    rec = ledger.records()[trials[0].trial_id]
+    run = ledger.client.get_run(rec.run_id)
+    assert run.info.status == "FINISHED"
+    assert "val/loss" in run.data.metrics  # the job logged into the run the ledger created
+    assert len(ledger.records()) == 1
