@@ -9,9 +9,10 @@ Scopes (both built from models/gpt.py's `Block`, so the code measured is the mod
 Shapes: the 124M preset (d=768, 12 heads) and the 1.3B preset (d=2048, 16 heads); one
 block of each, with the init of a model of that depth (alpha and W_O depend on n_layer).
 
-Per row: median (and min) wall time of forward + backward (gradients w.r.t. the input and
-every parameter) over `repeats`, dense and Hadamard run alternately; the parameter count;
-and memory:
+Per row: median and min wall time, and median process CPU time (all threads; on a shared
+machine it is far less disturbed by other jobs than wall time), of forward + backward
+(gradients w.r.t. the input and every parameter) over `repeats`, dense and Hadamard run
+alternately; the parameter count; and memory:
   act MiB  : activations autograd keeps between forward and backward (saved_tensors_hooks,
              one count per storage, parameters excluded) -- exact and allocator-independent;
   peak MiB : CPU: the rise of the peak RSS (VmHWM, reset through /proc/self/clear_refs)
@@ -59,6 +60,7 @@ class Row:
     params: int
     ms: float
     min_ms: float
+    cpu_ms: float  # process CPU time (all threads): less sensitive to other jobs' load
     act_mib: float
     peak_mib: float | None
 
@@ -124,20 +126,22 @@ def saved_activation_bytes(forward: Callable[[], Tensor], params: list[Tensor]) 
 
 def interleaved_times(
     steps: dict[str, Callable[[], None]], repeats: int, sync: Callable[[], None] = lambda: None
-) -> dict[str, list[float]]:
-    """Median seconds of each step, run alternately (dense, hadamard, dense, ...) so that
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """(wall, process CPU) seconds of each step per repeat, run alternately (dense, hadamard, dense, ...) so that
     load from other processes on a shared machine hits both sides alike."""
     for step in steps.values():  # warm-up: caches, allocator, kernel selection
         step()
     sync()
-    times: dict[str, list[float]] = {name: [] for name in steps}
+    wall: dict[str, list[float]] = {name: [] for name in steps}
+    cpu: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(repeats):
         for name, step in steps.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             step()
             sync()
-            times[name].append(time.perf_counter() - t0)
-    return times
+            wall[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
+    return wall, cpu
 
 
 def inputs(
@@ -201,7 +205,7 @@ def measure_pair(
     blocks = {v: build(shape, v, scope, device, dtype) for v in VARIANTS}
     steps = {v: step_fn(blocks[v], scope, x, grad) for v in VARIANTS}
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    times = interleaved_times(steps, repeats, sync)
+    wall, cpu = interleaved_times(steps, repeats, sync)
     rows = []
     for v in VARIANTS:
         params = list(blocks[v].parameters())
@@ -219,24 +223,26 @@ def measure_pair(
         else:
             peak = cpu_peak_rss_mib(shape, v, scope, batch, seq, threads)
         n_params = sum(p.numel() for p in scope_params(blocks[v], scope))
-        ms, min_ms = statistics.median(times[v]) * 1e3, min(times[v]) * 1e3
-        rows.append(Row(shape, scope, v, n_params, ms, min_ms, act, peak))
+        ms, min_ms = statistics.median(wall[v]) * 1e3, min(wall[v]) * 1e3
+        cpu_ms = statistics.median(cpu[v]) * 1e3
+        rows.append(Row(shape, scope, v, n_params, ms, min_ms, cpu_ms, act, peak))
     return rows
 
 
 HEADER = (
     f"{'shape':>6} {'scope':>5} {'variant':>8} {'params':>11} {'median ms':>10} {'min ms':>8} "
-    f"{'act MiB':>8} {'peak MiB':>9} {'x time':>7} {'x min':>6} {'x params':>8} {'x act':>6} "
-    f"{'x peak':>7}"
+    f"{'cpu ms':>8} {'act MiB':>8} {'peak MiB':>9} {'x time':>7} {'x min':>6} {'x cpu':>6} "
+    f"{'x params':>8} {'x act':>6} {'x peak':>7}"
 )
 
 
 def format_row(r: Row, dense: Row) -> str:
-    ratios = ["", "", "", "", ""]
+    ratios = [""] * 6
     if r.variant != "dense":
         ratios = [
             f"{r.ms / dense.ms:.3f}",
             f"{r.min_ms / dense.min_ms:.3f}",
+            f"{r.cpu_ms / dense.cpu_ms:.3f}",
             f"{r.params / dense.params:.3f}",
             f"{r.act_mib / dense.act_mib:.3f}",
             f"{r.peak_mib / dense.peak_mib:.3f}" if r.peak_mib and dense.peak_mib else "n/a",
@@ -244,8 +250,8 @@ def format_row(r: Row, dense: Row) -> str:
     peak = f"{r.peak_mib:.1f}" if r.peak_mib is not None else "n/a"
     return (
         f"{r.shape:>6} {r.scope:>5} {r.variant:>8} {r.params:>11,} {r.ms:>10.1f} "
-        f"{r.min_ms:>8.1f} {r.act_mib:>8.1f} {peak:>9} {ratios[0]:>7} {ratios[1]:>6} "
-        f"{ratios[2]:>8} {ratios[3]:>6} {ratios[4]:>7}"
+        f"{r.min_ms:>8.1f} {r.cpu_ms:>8.1f} {r.act_mib:>8.1f} {peak:>9} {ratios[0]:>7} "
+        f"{ratios[1]:>6} {ratios[2]:>6} {ratios[3]:>8} {ratios[4]:>6} {ratios[5]:>7}"
     )
 
 
