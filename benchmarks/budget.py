@@ -2,10 +2,15 @@
 
     python benchmarks/budget.py --threads 2 [--d-model 768 --heads 8 --seq 256 --batch 16]
 
-For each k/H in {1/8, 1/4, 1/2, 1}: the all-heads MultiHeadAttention (SDPA over all H heads,
-dense W_O) against BudgetAttention.sparse_forward with k heads selected per example, either
-the same head set for every example ('shared') or an independent random set per example
-('per-example'). Medians of --reps timed runs after warm-up. The goal (issue 5): wall time
+For each k/H in {1/8, 1/4, 1/2, 1}, the all-heads MultiHeadAttention (SDPA over all H
+heads, dense W_O) against BudgetAttention.sparse_forward with k heads per decision:
+  encoder (task=classify): one decision per example, either the same head set for every
+    example ('shared') or an independent random set per example ('random');
+  decoder (task=lm): one decision per query token, the same set for every token ('shared')
+    or an independent random set per token ('random'; K/V then run for the union of heads,
+    which is every head at these sizes, so the FLOP ratio is higher).
+All cases of one task are timed round-robin (one call of each per round), so the machine's
+noise hits them alike; the table shows medians over --reps rounds. Goal (issue 5): time
 falls at least 0.7x as fast as FLOPs, i.e. time ratio <= 1 - 0.7 * (1 - FLOP ratio).
 """
 
@@ -15,6 +20,7 @@ import argparse
 import platform
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -25,15 +31,66 @@ from models.context import ForwardContext
 from models.flops import budget_inference_flops
 
 
-def median_ms(fn, reps: int) -> float:
-    for _ in range(3):
+def round_robin_ms(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
+    """Median wall time (ms) of each function, timed one call each per round."""
+    for fn in fns.values():
         fn()
-    times = []
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: 1e3 * statistics.median(ts) for name, ts in times.items()}
+
+
+def selection(shape: tuple[int, ...], H: int, k: int, random: bool) -> torch.Tensor:
+    """Boolean (..., H) masks with exactly k heads: random per decision, or one shared set."""
+    scores = torch.rand(*shape, H) if random else torch.rand(H).expand(*shape, H)
+    top = scores.topk(k, dim=-1).indices
+    return torch.zeros(*shape, H, dtype=torch.bool).scatter_(-1, top, True)
+
+
+def bench_task(task: str, a: argparse.Namespace) -> None:
+    H, B, T, d = a.heads, a.batch, a.seq, a.d_model
+    extra = {"task": "classify", "n_classes": 2} if task == "classify" else {}
+    base = dict(size="124M", n_layer=1, d_model=d, n_head=H, block_size=T)
+    cfg = ModelConfig(**base, budget={}, **extra)
+    full = MultiHeadAttention(ModelConfig(**base, **extra), 0).eval()
+    budgeted = BudgetAttention(cfg, 0).eval()
+    budgeted.load_state_dict(full.state_dict(), strict=False)
+    x = torch.randn(B, T, d)
+    ctx = ForwardContext()
+    decisions = (B, 1) if task == "classify" else (B, T)
+    cases: dict[str, tuple[torch.Tensor, float]] = {}
+    f_full = budget_inference_flops(cfg, [torch.full(decisions, H)], T, [torch.full((B,), H)])
+    for k in sorted({max(1, H // 8), H // 4, H // 2, H}):
+        for mode in ("shared", "random"):
+            if k == H and mode == "random":
+                continue
+            active = selection(decisions, H, k, mode == "random")
+            union = active.flatten(0, 1).any(0).sum().expand(B)  # K/V heads run (decoder)
+            flops = budget_inference_flops(cfg, [active.sum(-1)], T, [union])
+            cases[f"{k}/{H} {mode}"] = (active, flops / f_full)
+    fns: dict[str, Callable[[], object]] = {"all heads": lambda: full(x, ctx)}
+    for name, (active, _) in cases.items():
+        fns[name] = lambda a_=active: budgeted.sparse_forward(x, a_, ctx)
+    with torch.no_grad():
+        ms = round_robin_ms(fns, a.reps)
+    label = "encoder (one decision per example)" if task == "classify" else "decoder (per token)"
+    print(f"\n## {label}: all heads {ms['all heads']:.2f} ms\n")
+    print("| k/H | heads | FLOP ratio | time (ms) | time ratio | goal <= | ok |")
+    print("|---|---|---|---|---|---|---|")
+    for name, (_, flop_ratio) in cases.items():
+        kh, mode = name.split()
+        ratio = ms[name] / ms["all heads"]
+        goal = 1 - 0.7 * (1 - flop_ratio)
+        ok = "yes" if ratio <= goal + 1e-9 else "no"
+        print(
+            f"| {kh} | {mode} | {flop_ratio:.3f} | {ms[name]:.2f} | {ratio:.3f} | {goal:.3f} "
+            f"| {ok} |"
+        )
 
 
 def main() -> None:
@@ -42,47 +99,19 @@ def main() -> None:
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--task", choices=["classify", "lm"], default="classify")
+    p.add_argument("--task", choices=["classify", "lm", "both"], default="both")
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--threads", type=int, default=2)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    extra = {"task": "classify", "n_classes": 2} if a.task == "classify" else {}
-    base = dict(size="124M", n_layer=1, d_model=a.d_model, n_head=a.heads, block_size=a.seq)
-    cfg = ModelConfig(**base, budget={}, **extra)
-    full = MultiHeadAttention(ModelConfig(**base, **extra), 0).eval()
-    budgeted = BudgetAttention(cfg, 0).eval()
-    budgeted.load_state_dict(full.state_dict(), strict=False)
-    x = torch.randn(a.batch, a.seq, a.d_model)
-    ctx = ForwardContext()
-    H, B, T = a.heads, a.batch, a.seq
     print(
         f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-        f"threads={a.threads}, task={a.task}, d={a.d_model}, H={H}, T={T}, B={B}, "
-        f"median of {a.reps}"
+        f"threads={a.threads}, d={a.d_model}, H={a.heads}, T={a.seq}, B={a.batch}, "
+        f"median of {a.reps} round-robin rounds"
     )
-    with torch.no_grad():
-        t_full = median_ms(lambda: full(x, ctx), a.reps)
-        f_full = budget_inference_flops(cfg, [torch.full((B,), H)], T, [torch.full((B,), H)])
-        print(f"all heads: {t_full:.2f} ms")
-        print("| k/H | selection | FLOP ratio | time (ms) | time ratio | goal <= | ok |")
-        print("|---|---|---|---|---|---|---|")
-        for k in sorted({max(1, H // 8), H // 4, H // 2, H}):
-            for mode in ("shared", "per-example"):
-                scores = torch.rand(B, H) if mode == "per-example" else torch.rand(1, H)
-                top = scores.topk(k, dim=-1).indices
-                active = torch.zeros(scores.shape, dtype=torch.bool).scatter_(1, top, True)
-                active = active.expand(B, H).unsqueeze(1)  # one decision per example
-                t = median_ms(lambda a_=active: budgeted.sparse_forward(x, a_, ctx), a.reps)
-                kk = torch.full((B,), k)
-                flop_ratio = (budget_inference_flops(cfg, [kk], T, [kk]) / f_full) if k else 0
-                goal = 1 - 0.7 * (1 - flop_ratio)
-                ok = "yes" if t / t_full <= goal + 1e-9 else "no"
-                print(
-                    f"| {k}/{H} | {mode} | {flop_ratio:.3f} | {t:.2f} | {t / t_full:.3f} | "
-                    f"{goal:.3f} | {ok} |"
-                )
+    for task in ("classify", "lm") if a.task == "both" else (a.task,):
+        bench_task(task, a)
 
 
 if __name__ == "__main__":

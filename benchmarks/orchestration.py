@@ -1,6 +1,6 @@
 """Orchestrator speed: plan a big sweep, schedule no-op trials on Ray, re-submit a finished one.
 
-    python benchmarks/orchestrator.py [--trials 10000] [--sched 1000] [--ledger 1000]
+    python benchmarks/orchestration.py [--trials 10000] [--sched 1000] [--ledger 1000]
 
 Prints one table: measured median, goal, ratio (measured / goal; < 1 meets the goal).
 Uses a throw-away SCALELAB_HOME (MLflow sqlite) and an embedded Ray.
