@@ -125,100 +125,131 @@ class BudgetAttention(MultiHeadAttention):
             return self.resid_dropout(self._per_token_heads(x, active))
         return self.resid_dropout(self._per_example_heads(x, active[:, 0], ctx))
 
+    def _head_weights(self) -> tuple[Tensor, Tensor | None]:
+        """W_qkv as (3, H, d_head, d) and its bias as (3, H, d_head) (views, no copy)."""
+        H, dh, d = self.n_head, self.d_head, self.c_attn.in_features
+        b = self.c_attn.bias
+        return self.c_attn.weight.view(3, H, dh, d), (b.view(3, H, dh) if b is not None else None)
+
     def _per_example_heads(self, x: Tensor, active: Tensor, ctx: ForwardContext) -> Tensor:
-        """Encoder: examples are grouped by their selected head set; per group one GEMM with
-        the gathered Q/K/V rows of W_qkv, SDPA over those k heads, and dense W_O restricted
-        to their k * d_head columns (any other mixer, e.g. Hadamard, gets the heads
-        scattered into a zero (B, T, H * d_head) buffer)."""
+        """Encoder. One head set for the whole batch: `_same_heads`. Otherwise batched per
+        head: for each head h, the examples that selected it are gathered and run through
+        h's Q/K/V rows of W_qkv, SDPA, and h's d_head columns of a dense W_O (accumulated
+        into those examples' output rows). Work is sum_h n_h = sum_b k_b example-heads
+        whatever the head sets, with no padding. Any other mixer (e.g. Hadamard) gets the
+        heads written into a zero (B, T, H * d_head) buffer."""
         B, T, d = x.shape
-        H, dh = self.n_head, self.d_head
-        w_qkv = self.c_attn.weight.view(3, H, dh, d)
-        b_qkv = self.c_attn.bias.view(3, H, dh) if self.c_attn.bias is not None else None
+        dh = self.d_head
+        w_qkv, b_qkv = self._head_weights()
         dense_out = isinstance(self.out_proj, nn.Linear)
-        out = x.new_empty(B, T, d) if dense_out else x.new_zeros(B, T, H, dh)
-        head_sets, group = torch.unique(active, dim=0, return_inverse=True)
-        for g, head_set in enumerate(head_sets):
-            heads = head_set.nonzero().squeeze(1)
-            k = heads.numel()
-            rows = (group == g).nonzero().squeeze(1)
-            everyone = rows.numel() == B
-            xs = x if everyone else x.index_select(0, rows)
-            w = w_qkv[:, heads].reshape(3 * k * dh, d)
-            b = b_qkv[:, heads].reshape(-1) if b_qkv is not None else None
-            q, key, v = F.linear(xs, w, b).view(-1, T, 3, k, dh).permute(2, 0, 3, 1, 4)
+        out = x.new_zeros(B, T, d) if dense_out else x.new_zeros(B, T, self.n_head * dh)
+        if bool((active == active[:1]).all()):
+            mask = None if ctx.pad_mask is None else ctx.pad_mask[:, None, None, :]
+            return self._same_heads(x, active[0].nonzero().squeeze(1), mask)
+        counts = active.sum(dim=0).tolist()  # one host sync for the whole layer
+        for h, n_h in enumerate(counts):
+            if n_h == 0:
+                continue
+            rows = None if n_h == B else active[:, h].nonzero().squeeze(1)
+            xs = x if rows is None else x.index_select(0, rows)
+            q, k, v = (  # separate GEMMs: contiguous (n_h, 1, T, d_head) inputs for SDPA
+                F.linear(xs, w_qkv[i, h], b_qkv[i, h] if b_qkv is not None else None).unsqueeze(1)
+                for i in range(3)
+            )
             mask = None
             if ctx.pad_mask is not None:
-                mask = ctx.pad_mask.index_select(0, rows)[:, None, None, :]
-            y = F.scaled_dot_product_attention(q, key, v, attn_mask=mask).transpose(1, 2)
-            if dense_out:
-                cols = (heads[:, None] * dh + torch.arange(dh, device=x.device)).flatten()
-                y = F.linear(y.reshape(-1, T, k * dh), self.out_proj.weight[:, cols])
-            if everyone and dense_out:
-                out = y
+                pm = ctx.pad_mask if rows is None else ctx.pad_mask.index_select(0, rows)
+                mask = pm[:, None, None, :]
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).view(n_h * T, dh)
+            cols = slice(h * dh, (h + 1) * dh)
+            if dense_out and rows is None:
+                acc, w_o = out.view(B * T, d), self.out_proj.weight[:, cols].t()
+                if torch.is_grad_enabled():
+                    out = torch.addmm(acc, y, w_o).view(B, T, d)
+                else:  # fused in-place += (out= form: FlopCounterMode counts it, addmm_ not)
+                    torch.addmm(acc, y, w_o, out=acc)
             elif dense_out:
-                out[rows] = y
+                y = F.linear(y, self.out_proj.weight[:, cols]).view(n_h, T, d)
+                out.index_add_(0, rows, y)
+            elif rows is None:
+                out[:, :, cols] = y.view(B, T, dh)
             else:
-                out[rows.unsqueeze(1), :, heads] = y.transpose(1, 2)  # -> (n, k, T, dh) slots
+                out[rows, :, cols] = y.view(n_h, T, dh)
         if not dense_out:
-            return self.out_proj(out.view(B, T, d))
+            return self.out_proj(out)
         return out + self.out_proj.bias if self.out_proj.bias is not None else out
+
+    def _same_heads(self, x: Tensor, heads: Tensor, mask: Tensor | None = None) -> Tensor:
+        """Every decision of the batch chose the same heads: one GEMM with their rows of
+        W_qkv, SDPA over those heads (causal in the decoder), W_O restricted to their
+        columns."""
+        B, T, d = x.shape
+        dh, k = self.d_head, heads.numel()
+        w_qkv, b_qkv = self._head_weights()
+        bias = b_qkv.index_select(1, heads).reshape(-1) if b_qkv is not None else None
+        qkv = F.linear(x, w_qkv.index_select(1, heads).reshape(3 * k * dh, d), bias)
+        q, key, v = qkv.view(B, T, 3, k, dh).permute(2, 0, 3, 1, 4)
+        causal = self.causal and mask is None
+        y = F.scaled_dot_product_attention(q, key, v, attn_mask=mask, is_causal=causal)
+        y = y.transpose(1, 2)
+        y = y.reshape(B, T, k * dh)
+        if isinstance(self.out_proj, nn.Linear):
+            w_o = self.out_proj.weight.view(d, self.n_head, dh).index_select(1, heads)
+            return F.linear(y, w_o.reshape(d, k * dh), self.out_proj.bias)
+        buf = x.new_zeros(B, T, self.n_head, dh)
+        buf[:, :, heads] = y.view(B, T, k, dh)
+        return self.out_proj(buf.view(B, T, d))
 
     def _per_token_heads(self, x: Tensor, active: Tensor) -> Tensor:
-        """Decoder, per head h: K/V at every position for the sequences where some token
-        selected h, Q and the attention row only for the tokens that selected it; dense
-        W_O uses only head h's d_head columns (accumulated into the output), any other
-        mixer gets the selected heads scattered into a zero (B, T, H * d_head) buffer."""
+        """Decoder, all heads in a few batched ops. K/V: one GEMM for the heads that some
+        token of the batch selected (the union U). Q and attention: for each (sequence, head)
+        the query tokens that selected the head are gathered (selected first, padded to the
+        longest such list, n_q), so one bmm gives Q for all (head, token) pairs and one
+        causal SDPA (B, U, n_q, T) the attention rows. Dense W_O: one bmm of every pair with
+        its head's d_head columns, then an index_add into the (token, d) output; any other
+        mixer gets the pairs written into a zero (B, T, H * d_head) buffer."""
         B, T, d = x.shape
         H, dh = self.n_head, self.d_head
-        w_qkv = self.c_attn.weight.view(3, H, dh, d)
-        b_qkv = self.c_attn.bias.view(3, H, dh) if self.c_attn.bias is not None else None
-        dense_out = isinstance(self.out_proj, nn.Linear)
-        out = x.new_zeros(B, T, d) if dense_out else None
-        heads = None if dense_out else x.new_zeros(B, T, H, dh)
-        for h in range(H):
-            sel = active[:, :, h]  # (B, T)
-            rows = sel.any(dim=1).nonzero().squeeze(1)
-            if rows.numel() == 0:
-                continue
-            xs = x if rows.numel() == B else x.index_select(0, rows)
-            w, b = w_qkv[:, h], (b_qkv[:, h] if b_qkv is not None else None)
-            kv = F.linear(
-                xs, w[1:].reshape(2 * dh, d), b[1:].reshape(-1) if b is not None else None
-            )
-            k, v = kv.unsqueeze(1).split(dh, dim=-1)  # (n, 1, T, dh) each
-            y, bt = self._causal_rows(xs, sel.index_select(0, rows), rows, k, v, w[0], b)
-            if dense_out:
-                contrib = F.linear(y, self.out_proj.weight[:, h * dh : (h + 1) * dh])
-                out.index_put_(bt, contrib, accumulate=True)
-            else:
-                heads[bt[0], bt[1], h] = y
-        if not dense_out:
-            return self.out_proj(heads.view(B, T, d))
-        return out + self.out_proj.bias if self.out_proj.bias is not None else out
+        flat_active = active.flatten(0, 1)
+        if bool((flat_active == flat_active[:1]).all()):
+            return self._same_heads(x, flat_active[0].nonzero().squeeze(1))
+        w_qkv, b_qkv = self._head_weights()
+        union = flat_active.any(dim=0)  # (H,)
+        heads = union.nonzero().squeeze(1)
+        U = heads.numel()
+        every = U == H
+        w_u = w_qkv if every else w_qkv.index_select(1, heads)  # (3, U, dh, d)
+        b_u = None if b_qkv is None else (b_qkv if every else b_qkv.index_select(1, heads))
+        kv_bias = b_u[1:].reshape(-1) if b_u is not None else None
+        kv = F.linear(x, w_u[1:].reshape(2 * U * dh, d), kv_bias)  # (B, T, 2 U dh)
+        k, v = kv.view(B, T, 2, U, dh).permute(2, 0, 3, 1, 4)  # (B, U, T, dh) each
 
-    def _causal_rows(
-        self,
-        xs: Tensor,
-        sel: Tensor,
-        rows: Tensor,
-        k: Tensor,
-        v: Tensor,
-        w_q: Tensor,
-        b: Tensor | None,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        """Attention of one head for its selected query tokens only (queries gathered and
-        padded to the longest selection in the batch; padded rows are dropped)."""
-        n, T = sel.shape
-        counts = sel.sum(dim=1)
+        sel = active.permute(2, 0, 1) if every else active.permute(2, 0, 1)[heads]  # (U, B, T)
+        counts = sel.sum(dim=-1)  # (U, B)
         n_q = int(counts.max())
-        pos = (~sel).to(torch.int8).argsort(dim=1, stable=True)[:, :n_q]  # selected first
-        valid = torch.arange(n_q, device=xs.device) < counts[:, None]
-        xq = xs.gather(1, pos.unsqueeze(-1).expand(n, n_q, xs.size(-1)))
-        q = F.linear(xq, w_q, b[0] if b is not None else None).unsqueeze(1)
-        causal = torch.arange(T, device=xs.device) <= pos.unsqueeze(-1)  # (n, n_q, T)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal.unsqueeze(1)).squeeze(1)
-        batch_idx = rows.unsqueeze(1).expand(n, n_q)[valid]
-        return y[valid], (batch_idx, pos[valid])
+        pos = (~sel).to(torch.int8).argsort(dim=-1, stable=True)[..., :n_q]  # selected first
+        valid = torch.arange(n_q, device=x.device) < counts.unsqueeze(-1)  # (U, B, n_q)
+        b_idx = torch.arange(B, device=x.device).view(1, B, 1)
+        xq = x[b_idx, pos].view(U, B * n_q, d)  # the query tokens, per head
+        q = torch.bmm(xq, w_u[0].transpose(1, 2))  # (U, B n_q, dh)
+        if b_u is not None:
+            q = q + b_u[0].unsqueeze(1)
+        q = q.view(U, B, n_q, dh).transpose(0, 1)  # (B, U, n_q, dh)
+        causal = torch.arange(T, device=x.device) <= pos.transpose(0, 1).unsqueeze(-1)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)  # (B, U, n_q, dh)
+        y = y.transpose(0, 1)  # (U, B, n_q, dh)
+        flat = (b_idx * T + pos)[valid]  # output row (b * T + t) of each real pair
+        if isinstance(self.out_proj, nn.Linear):
+            w_o = self.out_proj.weight.view(d, H, dh)
+            w_o = (w_o if every else w_o.index_select(1, heads)).permute(1, 2, 0)  # (U, dh, d)
+            contrib = torch.bmm(y.reshape(U, B * n_q, dh), w_o).view(U, B, n_q, d)
+            out = x.new_zeros(B * T, d).index_add_(0, flat, contrib[valid])
+            out = out.view(B, T, d)
+            return out + self.out_proj.bias if self.out_proj.bias is not None else out
+        buf = x.new_zeros(B * T, H, dh)
+        head_of = heads.view(U, 1, 1).expand(U, B, n_q)[valid]
+        buf[flat, head_of] = y[valid]
+        return self.out_proj(buf.view(B, T, d))
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         s, r = self.decide(self.pool(x, ctx))

@@ -125,12 +125,17 @@ def test_at_least_one_head_runs_however_small_the_budget():
 # --- inference computes only the selected heads ------------------------------------------
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["own-heads", "shared-heads"])
 @pytest.mark.parametrize("attn_out", ["dense", "hadamard"])
 @pytest.mark.parametrize("task", ["lm", "classify"])
-def test_gathered_heads_equal_the_masked_all_heads_computation(task, attn_out):
+def test_gathered_heads_equal_the_masked_all_heads_computation(task, attn_out, shared):
     torch.manual_seed(0)
     attn = build(cfg_for(task, attn_out)).blocks[0].attn.eval()
     spread_decisions(attn)
+    if shared:  # one head set for every decision: the single-GEMM path
+        torch.nn.init.zeros_(attn.relevance_net.weight)
+        torch.nn.init.zeros_(attn.budget_net[2].weight)
+        torch.nn.init.constant_(attn.budget_net[2].bias, math.log(0.45 / 0.55))
     x = torch.randn(4, 20, 64) + 2 * torch.randn(4, 1, 64)  # examples differ in their mean
     ctx = ForwardContext()
     if task == "classify":
@@ -140,8 +145,11 @@ def test_gathered_heads_equal_the_masked_all_heads_computation(task, attn_out):
         k, active = attn.hard_mask(s, r)
         sparse = attn.sparse_forward(x, active, ctx)
         masked = attn.masked_forward(x, active, ctx)
-    assert k.unique().numel() > 1 and (~active).any()  # decisions really differ
     assert torch.allclose(sparse, masked, atol=1e-5)
+    if shared:
+        assert (active == active[:1, :1]).all() and (k == 3).all()
+        return
+    assert k.unique().numel() > 1 and (~active).any()  # decisions really differ
     if task == "lm":  # per-token decisions: heads differ between positions of one sequence
         assert (active[0] != active[0, :1]).any()
 
