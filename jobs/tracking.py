@@ -16,6 +16,8 @@ import json
 import math
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -26,6 +28,7 @@ from jobs.paths import CURVES_FILE
 OUTBOX_FILE = "outbox.jsonl"
 OFFSET_FILE = "outbox.offset"
 LOCK_FILE = "outbox.lock"
+ERROR_FILE = "outbox.error"
 REJECTED_FILE = "outbox.rejected.jsonl"
 PARAM_VALUE_LIMIT = 6000  # MLflow 3's limit on a param value (older servers: 500)
 MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100  # log_batch limits per call
@@ -55,12 +58,8 @@ class Tracker:
     def __init__(self, trial_dir: Path, enabled: bool, flush_interval_s: float = 1.0) -> None:
         self.dir, self.enabled, self.interval = Path(trial_dir), enabled, flush_interval_s
         self.run_id: str | None = None
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._sender: subprocess.Popen | None = None
         self._outbox = self._curves = None
-        self.last_error: str | None = None
-        self._closed = False
 
     # -- set-up -----------------------------------------------------------------------
     def start(
@@ -90,8 +89,11 @@ class Tracker:
         if fresh_run or not (self.dir / OFFSET_FILE).exists():
             for key, value in params.items():
                 self._put({"kind": "param", "key": key, "value": value})
-        self._thread = threading.Thread(target=self._sender, name="mlflow-sender", daemon=True)
-        self._thread.start()
+        self._sender = subprocess.Popen(
+            [sys.executable, "-m", "jobs.tracking", str(self.dir), run_id, str(self.interval)],
+            stdin=subprocess.PIPE,  # closing it means "send what is left, then exit"
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
         return run_id
 
     def _create_run(self, experiment: str, run_name: str) -> str:
@@ -117,7 +119,6 @@ class Tracker:
     def _put(self, item: dict[str, Any]) -> None:
         self._outbox.write(json.dumps(item) + "\n")
         self._outbox.flush()
-        self._wake.set() if item["kind"] == "status" else None
 
     def log(self, step: int, tokens: int, flops: float, metrics: dict[str, float]) -> None:
         """Record metrics at optimizer step `step` (curves.jsonl + the outbox)."""
@@ -151,36 +152,46 @@ class Tracker:
     def finish(self, status: str | None, timeout_s: float = 30.0) -> bool:
         """Mark the run `status` (None: leave it RUNNING, e.g. when preempted), send what
         is left within `timeout_s`, and stop. Returns True if the outbox is fully sent."""
-        if not self.enabled or self._thread is None:
+        if not self.enabled or self._sender is None:
             return True
         if status is not None:
             self._put({"kind": "status", "status": status})
-        self._stop.set()
-        self._wake.set()
-        self._thread.join(timeout_s)
-        self._closed = True  # what is left waits in the outbox for the next attempt
         for f in (self._outbox, self._curves):
             f.close()
+        self._sender.stdin.close()
+        try:
+            self._sender.wait(timeout_s)
+        except subprocess.TimeoutExpired:  # what is left waits in the outbox
+            self._sender.kill()
+            self._sender.wait()
         return self.pending() == 0
 
     def pending(self) -> int:
         """Outbox lines not yet delivered."""
         return len(_unsent(self.dir)[0])
 
-    # -- sending (background thread) --------------------------------------------------
-    def _sender(self) -> None:
-        while not self._closed:
-            stopping = self._stop.is_set()
-            try:
-                deliver_outbox(self.dir, self.run_id)
-                self.last_error = None
-                if stopping:
-                    return
-            except Exception as e:  # unreachable server: keep the outbox, retry later
-                # (after finish()'s timeout the daemon thread keeps trying until exit)
-                self.last_error = f"{type(e).__name__}: {e}"
-            self._wake.wait(self.interval)
-            self._wake.clear()
+    @property
+    def last_error(self) -> str | None:
+        """The sender's last failure to reach MLflow (None after a successful send)."""
+        path = self.dir / ERROR_FILE
+        return path.read_text() or None if path.exists() else None
+
+
+def _sender_loop(trial_dir: Path, run_id: str, interval: float) -> None:
+    """The sender process: deliver every `interval` s; when stdin closes, deliver until
+    done (or killed)."""
+    closed = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), closed.set()), daemon=True).start()
+    while True:
+        stopping = closed.is_set()
+        try:
+            deliver_outbox(trial_dir, run_id)
+            (trial_dir / ERROR_FILE).write_text("")
+            if stopping:
+                return
+        except Exception as e:  # unreachable: keep the outbox, retry later
+            (trial_dir / ERROR_FILE).write_text(f"{type(e).__name__}: {e}")
+        time.sleep(interval) if stopping else closed.wait(interval)
 
 
 def _unsent(trial_dir: Path) -> tuple[list[tuple[str, int]], int]:
@@ -271,3 +282,7 @@ def _deliver_locked(trial_dir: Path, run_id: str) -> int:
             send()
     send()
     return len(lines)
+
+
+if __name__ == "__main__":
+    _sender_loop(Path(sys.argv[1]), sys.argv[2], float(sys.argv[3]))
