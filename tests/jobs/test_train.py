@@ -97,3 +97,18 @@ def test_kill_and_resume_is_bit_exact(home, mlflow_uri, tiny_job, curve, tmp_pat
     assert straight.final_val_loss == resumed.final_val_loss
     history = MlflowClient(mlflow_uri).get_metric_history(first["run_id"], "train/loss")
     assert {m.step for m in history} == set(range(1, 13))
+
+
+def test_activation_checkpointing_keeps_the_losses(home, tiny_job, curve, tmp_path, monkeypatch):
+    job = tiny_job(train__tokens=256 * 4, model__tsa={})  # TSA: routed depth, aux loss
+    run(job)
+    monkeypatch.setenv("SCALELAB_HOME", str(tmp_path / "ckpt"))
+    recomputed = job.model_copy(
+        update={"deepspeed": job.deepspeed.model_copy(update={"activation_checkpointing": True})}
+    )
+    assert recomputed.trial_id == job.trial_id  # placement, not science
+    run(recomputed)
+    assert curve(tmp_path / "ckpt", job.trial_id, "train/loss") == curve(
+        home, job.trial_id, "train/loss"
+    )
+    assert curve(home, job.trial_id, "tsa/alpha")  # mechanism metrics are logged
