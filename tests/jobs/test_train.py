@@ -99,6 +99,7 @@ def test_kill_and_resume_is_bit_exact(home, mlflow_uri, tiny_job, curve, tmp_pat
     assert {m.step for m in history} == set(range(1, 13))
 
 
+@pytest.mark.slow
 def test_activation_checkpointing_keeps_the_losses(home, tiny_job, curve, tmp_path, monkeypatch):
     job = tiny_job(train__tokens=256 * 4, model__tsa={})  # TSA: routed depth, aux loss
     run(job)
