@@ -180,6 +180,7 @@ class Tracker:
 def _sender_loop(trial_dir: Path, run_id: str, interval: float) -> None:
     """The sender process: deliver every `interval` s; when stdin closes, deliver until
     done (or killed)."""
+    os.nice(10)  # training first when cores are scarce; sending can wait
     closed = threading.Event()
     threading.Thread(target=lambda: (sys.stdin.read(), closed.set()), daemon=True).start()
     while True:
