@@ -116,7 +116,10 @@ def variants() -> None:
 
 @app.command()
 def train(
-    config: str = typer.Argument(..., help="A JobConfig YAML or JSON file."),
+    config: str = typer.Argument(..., help="A JobConfig YAML/JSON, or a sweep YAML with --trial."),
+    trial: str = typer.Option(
+        None, "--trial", help="With a sweep YAML: the trial id (or a unique prefix) to run."
+    ),
     run_id: str = typer.Option(None, "--run-id", help="Log into this existing MLflow run."),
 ) -> None:
     """Run one training job here (under torchrun / deepspeed / srun for several ranks).
@@ -128,7 +131,7 @@ def train(
     try:
         from jobs.train import EXIT_REQUEUE, load_job, run
 
-        job = load_job(config)
+        job = load_job(config) if trial is None else _sweep_trial(Path(config), trial)
         result = run(job, run_id)
     except ValidationError as e:
         raise fail(format_config_error(e, config)) from None
@@ -136,6 +139,21 @@ def train(
         raise fail(f"{config}: {e}") from None
     print(json.dumps(result.__dict__))
     raise typer.Exit({"FINISHED": 0, "FAILED": 1, "PREEMPTED": EXIT_REQUEUE}[result.status])
+
+
+def _sweep_trial(path: object, selector: str) -> object:
+    from orchestrator.expand import expand
+    from orchestrator.spec import SpecError, load_spec
+
+    try:
+        trials = expand(*load_spec(path))
+    except SpecError as e:
+        raise fail(f"{path}: invalid sweep:\n" + "\n".join(e.problems)) from None
+    found = [t for t in trials if t.trial_id.startswith(selector)]
+    if len(found) != 1:
+        ids = ", ".join(t.trial_id for t in trials)
+        raise fail(f"--trial {selector!r} matches {len(found)} of the sweep's trials ({ids})")
+    return found[0].job
 
 
 from orchestrator import commands as _orchestrator_commands  # noqa: E402

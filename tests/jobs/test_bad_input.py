@@ -67,3 +67,16 @@ def test_cli_reports_bad_job_config_in_one_line(home, tmp_path):
     assert result.exit_code == 2
     assert "train.lr" in result.output and "greater than 0" in result.output
     assert not (home / "trials").exists()
+
+
+def test_cli_sweep_trial_selector_must_match_one(home):
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    demo = Path(__file__).parents[2] / "sweeps" / "demo.yaml"
+    result = CliRunner().invoke(app, ["train", str(demo), "--trial", "not-a-trial"])
+    assert result.exit_code == 2 and "matches 0 of the sweep's trials" in result.output
+    assert not (home / "trials").exists()
