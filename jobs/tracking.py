@@ -30,7 +30,6 @@ OFFSET_FILE = "outbox.offset"
 LOCK_FILE = "outbox.lock"
 ERROR_FILE = "outbox.error"
 REJECTED_FILE = "outbox.rejected.jsonl"
-PARAM_VALUE_LIMIT = 6000  # MLflow 3's limit on a param value (older servers: 500)
 MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100  # log_batch limits per call
 # MLflow error codes meaning "the store answered and refused this batch" (retrying cannot
 # help); anything else (connection refused, timeouts, 5xx) means "try again later".
@@ -38,18 +37,6 @@ REJECTED_CODES = {"INVALID_PARAMETER_VALUE", "BAD_REQUEST", "RESOURCE_DOES_NOT_E
 # '@' is not allowed in MLflow metric names, so DESIGN.md's val/loss@gflop is logged as:
 VAL_LOSS_AT_GFLOP = "val/loss_at_gflop"
 METRIC_NAME = re.compile(r"^[\w\-. :/]+$")  # what MLflow accepts
-
-
-def flatten(obj: Any, prefix: str = "") -> dict[str, str]:
-    """{'model.size': 'nano', 'train.lr': '0.001', ...}, values cut to MLflow's limit."""
-    out: dict[str, str] = {}
-    if isinstance(obj, dict) and obj:
-        for key, value in obj.items():
-            out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    else:
-        text = obj if isinstance(obj, str) else json.dumps(obj)
-        out[prefix] = text[:PARAM_VALUE_LIMIT]
-    return out
 
 
 class Tracker:
@@ -248,6 +235,13 @@ def _deliver_locked(trial_dir: Path, run_id: str) -> int:
             except MlflowException as e:  # refused (not unreachable): keep it aside
                 if e.error_code not in REJECTED_CODES:
                     raise
+                if params:  # e.g. a param logged before with another value: set the
+                    # params aside and still deliver the points and tags
+                    with open(trial_dir / REJECTED_FILE, "a") as f:
+                        f.write(json.dumps({"error": str(e), "params": len(params)}) + "\n")
+                    params.clear()
+                    send()
+                    return
                 with open(trial_dir / REJECTED_FILE, "a") as f:
                     f.write(json.dumps({"error": str(e), "n_metrics": len(metrics)}) + "\n")
                     f.writelines(

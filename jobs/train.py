@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -24,14 +23,15 @@ import torch.distributed as dist
 
 from jobs import checkpoint, distributed
 from jobs.accounting import device_peak_flops, mfu
-from jobs.config import VARIANT_SEMANTICS_VERSION, JobConfig
+from jobs.config import JobConfig
 from jobs.data import TrainStream, check_data, open_data, prepare, val_batches
 from jobs.distributed import DistEnv
 from jobs.ds_config import BatchPlan, deepspeed_config, plan_batch
 from jobs.evaluate import evaluate
 from jobs.optim import adamw, lr_at, total_steps
 from jobs.paths import JOB_FILE, RESULT_FILE, trial_dir
-from jobs.tracking import VAL_LOSS_AT_GFLOP, Tracker, flatten
+from jobs.provenance import code_version, mlflow_params
+from jobs.tracking import VAL_LOSS_AT_GFLOP, Tracker
 from models.flops import count_params, train_flops_per_token
 
 EXIT_REQUEUE = 75  # EX_TEMPFAIL: "requeue me" for every backend
@@ -85,20 +85,6 @@ def _checkpointed(fn: Any) -> Any:
     from torch.utils.checkpoint import checkpoint as ckpt
 
     return lambda *args: ckpt(fn, *args, use_reentrant=False)
-
-
-def code_version() -> str:
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=Path(__file__).parent,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout.strip()
-    except Exception:
-        sha = ""
-    return f"semantics{VARIANT_SEMANTICS_VERSION}" + (f"+{sha}" if sha else "")
 
 
 class _Trainer:
@@ -175,7 +161,7 @@ class _Trainer:
             "scalelab.code_version": code_version(),
             "scalelab.world_size": str(self.env.world_size),
         }
-        params = flatten(json.loads(job.model_dump_json()))
+        params = mlflow_params(job)
         run_id = self.tracker.start(
             run_id,
             experiment=os.environ.get("SCALELAB_EXPERIMENT", "scalelab-train"),
@@ -212,7 +198,7 @@ class _Trainer:
             with checkpoint.PreemptionFlag() as flag:
                 status, reason, final_val = self._loop(state, flag)
         except BaseException as e:
-            self.tracker.set_tag("scalelab.failure_reason", f"{type(e).__name__}: {e}"[:5000])
+            self.tracker.set_tag("scalelab.error", f"{type(e).__name__}: {e}"[:5000])
             self.tracker.finish("FAILED")
             raise
         self.tracker.finish(None if status == "PREEMPTED" else status)
@@ -265,7 +251,7 @@ class _Trainer:
                     problem = self._divergence(means["train/loss"], state)
                     if problem:
                         self._save(state)
-                        self.tracker.set_tag("scalelab.failure_reason", problem)
+                        self.tracker.set_tag("scalelab.error", problem)
                         return "FAILED", problem, None
                 engine.backward(out.loss)
                 engine.step()

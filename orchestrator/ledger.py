@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs import paths
+from jobs.provenance import code_version, mlflow_params
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -85,36 +85,6 @@ def new_driver_id() -> str:
 
 
 @cache
-def code_version() -> str:
-    root = Path(__file__).resolve().parents[1]
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-        if out.returncode == 0:
-            return out.stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    from importlib.metadata import version
-
-    return version("scalelab")
-
-
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    """{'model': {'size': 'nano'}} -> {'model.size': 'nano'} (MLflow params are strings)."""
-    out: dict[str, str] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, name + "."))
-        else:
-            out[name] = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
-    return out
-
-
 def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
     """Fail fast (LedgerUnavailable) when an MLflow server is down, before any write."""
     if uri.startswith(("http://", "https://")):
@@ -285,7 +255,7 @@ class Ledger:
                 TAG + "attempts": "0",
             }
             run = self.client.create_run(eid, tags=tags, run_name=tags["mlflow.runName"])
-            params = flatten(t.job.model_dump(mode="json"))
+            params = mlflow_params(t.job)
             params.update({"n_params": str(t.n_params), "tokens": str(t.tokens)})
             items = [Param(k, v) for k, v in params.items()]
             for i in range(0, len(items), 100):

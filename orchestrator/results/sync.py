@@ -254,7 +254,7 @@ def _read_trial(t: TrialRun, client: Any) -> tuple[dict[str, Any], pa.Table]:
         "variant": t.tags.get("scalelab.variant"),
         "size": t.tags.get("scalelab.size") or _get(job, ("model", "size")),
         "status": t.status,
-        "reason": result.get("reason") or t.tags.get("scalelab.failure_reason"),
+        "reason": result.get("reason") or t.tags.get("scalelab.error"),
         "backend": t.tags.get("scalelab.backend"),
         "code_version": t.tags.get("scalelab.code_version"),
         "curves_source": source,

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from jobs import paths
+from jobs.provenance import mlflow_params
 
 LAW_E, LAW_A, LAW_ALPHA = 1.7, 270.0, 0.15
 # shape="chinchilla": Hoffmann et al.'s published fit, with the variant's multiplier applied
@@ -41,19 +42,6 @@ class SyntheticTrial:
     final_loss: float
     status: str
     curve: dict[str, np.ndarray] = field(repr=False, default_factory=dict)
-
-
-def flatten(tree: dict, prefix: str = "") -> dict[str, str]:
-    """{'model': {'size': 'nano'}} -> {'model.size': 'nano'}, as the ledger logs params."""
-    out: dict[str, str] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = (
-                json.dumps(value) if isinstance(value, (dict, list)) else str(value)
-            )
-    return out
 
 
 def law(
@@ -176,7 +164,7 @@ def _write_trial(
         "scalelab.code_version": "synthetic",
     }
     run_id = client.create_run(eid, run_name=f"{variant}-{size}-{tid[:8]}").info.run_id
-    params = flatten(job.model_dump(mode="json"))
+    params = mlflow_params(job)
     params.update({"n_params": str(n), "tokens": str(tokens)})
     items = [Param(k, v) for k, v in params.items()]
     tag_items = [RunTag(k, v) for k, v in tags.items()]

@@ -14,7 +14,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from jobs.paths import CURVES_FILE
-from jobs.tracking import PARAM_VALUE_LIMIT, Tracker, deliver_outbox, flatten
+from jobs.provenance import PARAM_VALUE_LIMIT, flatten
+from jobs.tracking import Tracker, deliver_outbox
 
 
 def _new_run(uri: str) -> str:
@@ -59,6 +60,33 @@ def test_sqlite_store_and_outbox_delivered_later(home, mlflow_uri, tmp_path, mon
     run = MlflowClient(mlflow_uri).get_run(run_id)
     assert run.data.tags["scalelab.trial_id"] == "t1" and run.data.params["a.b"] == "1"
     assert run.info.status == "RUNNING"  # finish(None): left running for the requeue
+
+
+def test_a_refused_param_never_costs_the_points(home, mlflow_uri, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
+    run_id = _new_run(mlflow_uri)
+    MlflowClient(mlflow_uri).log_param(run_id, "model.bias", "True")  # another writer's style
+    tracker = Tracker(tmp_path / "trial", enabled=True, flush_interval_s=0.1)
+    tracker.start(
+        run_id, "tests-tracking", "r", {"scalelab.trial_id": "t2"}, {"model.bias": "true"}
+    )
+    for step in range(1, 6):
+        tracker.log(step, step, float(step), {"train/loss": 1.0 / step})
+    assert tracker.finish("FINISHED", timeout_s=30) is True
+    run = MlflowClient(mlflow_uri).get_run(run_id)
+    assert _steps(mlflow_uri, run_id, "train/loss") == [1, 2, 3, 4, 5]
+    assert run.data.tags["scalelab.trial_id"] == "t2" and run.info.status == "FINISHED"
+    assert run.data.params["model.bias"] == "True"  # MLflow keeps the first value
+
+
+def test_params_are_flattened_with_json_leaves():
+    from jobs.config import JobConfig
+    from jobs.provenance import mlflow_params
+
+    job = JobConfig(model={"size": "nano", "vocab_size": 256}, train={"tokens": 1000})
+    params = mlflow_params(job)
+    assert params["model.budget"] == "null" and params["model.bias"] == "true"
+    assert params["train.tokens"] == "1000" and params["model.size"] == "nano"
 
 
 def test_invalid_metric_name_is_refused_at_once(tmp_path):

@@ -52,7 +52,7 @@ def test_divergence_fails_after_checkpoint(home, mlflow_uri, tiny_job):
     assert len(ckpts) == 1
     mlrun = MlflowClient(mlflow_uri).get_run(result.run_id)
     assert mlrun.info.status == "FAILED"
-    assert mlrun.data.tags["scalelab.failure_reason"].startswith("diverged")
+    assert mlrun.data.tags["scalelab.error"].startswith("diverged")
 
 
 @pytest.mark.slow

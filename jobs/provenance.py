@@ -1,0 +1,58 @@
+"""What a trial's MLflow run records about where it came from: the code version and the
+flattened JobConfig. The orchestrator's ledger and the training job both write these into
+the same run, so both must use these functions (MLflow refuses a param whose value changes).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from jobs.config import VARIANT_SEMANTICS_VERSION, JobConfig
+
+PARAM_VALUE_LIMIT = 6000  # MLflow 3's limit on a param value (older servers: 500)
+
+
+@cache
+def code_version() -> str:
+    """'semantics<N>+<git sha>' (or '+<package version>' outside a git checkout)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+        ref = out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        ref = ""
+    if not ref:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            ref = version("scalelab")
+        except PackageNotFoundError:
+            ref = "unknown"
+    return f"semantics{VARIANT_SEMANTICS_VERSION}+{ref}"
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
+    """{'model': {'size': 'nano'}} -> {'model.size': 'nano'}: strings as they are, every other
+    leaf as JSON (null, true, 0.001, [..]), cut to MLflow's param length limit."""
+    out: dict[str, str] = {}
+    if isinstance(tree, dict) and tree:
+        for key, value in tree.items():
+            out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    else:
+        text = tree if isinstance(tree, str) else json.dumps(tree)
+        out[prefix] = text[:PARAM_VALUE_LIMIT]
+    return out
+
+
+def mlflow_params(job: JobConfig) -> dict[str, str]:
+    """The run's params: the flattened, fully resolved JobConfig."""
+    return flatten(job.model_dump(mode="json"))
