@@ -26,11 +26,25 @@ class DataConfig(FrozenConfig):
         "builtin:pydoc",
         description="builtin:pydoc (offline English text shipped with CPython), "
         "builtin:copy / builtin:sort (synthetic sequence tasks), "
-        "builtin:classification (synthetic easy/hard classification), a local .txt/.jsonl/"
-        ".parquet file or folder, or hf:<dataset>[/<config>] for a datasets hub name",
+        "builtin:classification (synthetic easy/hard classification), "
+        "builtin:topics (generated labelled sentences for text classification), a local "
+        ".txt/.csv/.jsonl/.parquet file or folder, or hf:<name> / hf:<owner>/<name>[/<config>] "
+        "for a datasets hub name",
     )
     text_field: str = "text"
-    label_field: str | None = None  # classification datasets
+    # Classification (model.task='classify'; jobs/classification_data.py)
+    text_pair_field: str | None = Field(
+        None, description="second text column (SNLI's hypothesis), joined by pair_separator"
+    )
+    pair_separator: str = Field("\n", description="text put between the two fields of a pair")
+    label_field: str | None = Field(
+        None, description="label column (int, bool or string); default 'label'"
+    )
+    val_split: str | None = Field(
+        None,
+        description="validation split: None = the dataset's 'validation' split, else its "
+        "'test' split, else a seeded val_fraction of train; 'train' forces the seeded split",
+    )
     tokenizer: str = Field(
         "byte",
         description="byte (vocab 256), gpt2 (tiktoken BPE), or a path to a "

@@ -20,19 +20,24 @@ from pathlib import Path
 
 import numpy as np
 
+from jobs import classification_data
+from jobs.classification_data import LabelledData, hub_id
 from jobs.config import DataConfig
 from jobs.paths import data_dir
 from jobs.tokenizers import Tokenizer, load_tokenizer
 from models.config import ModelConfig
 
-TEXT_SUFFIXES = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+TEXT_SUFFIXES = {
+    ".txt": "text", ".csv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"
+}  # fmt: skip
 SYNTHETIC = ("builtin:copy", "builtin:sort")
 
 
 @dataclass(frozen=True)
 class Batch:
     x: np.ndarray  # (B, T) int64 inputs
-    y: np.ndarray  # (B, T) int64 targets (-100 = no loss)
+    y: np.ndarray  # (B, T) int64 targets (-100 = no loss); (B,) class labels
+    pad_mask: np.ndarray | None = None  # (B, T) bool, True = real token (classification)
 
 
 # ----------------------------------------------------------------------------- sources
@@ -40,7 +45,7 @@ class Batch:
 
 def resolve_source(cfg: DataConfig) -> tuple[str, list[Path]]:
     """(kind, files) for a source, or a clear error before anything runs.
-    kind: 'pydoc' | 'synthetic' | 'local' | 'hub'."""
+    kind: 'pydoc' | 'synthetic' | 'classification' | 'topics' | 'local' | 'hub'."""
     src = cfg.source
     if src == "builtin:pydoc":
         return "pydoc", []
@@ -48,13 +53,15 @@ def resolve_source(cfg: DataConfig) -> tuple[str, list[Path]]:
         return "synthetic", []
     if src == "builtin:classification":
         return "classification", []
+    if src == "builtin:topics":
+        return "topics", []
     if src.startswith("hf:"):
         return "hub", []
     if src.startswith("builtin:"):
         raise ValueError(
             f"unknown builtin data source {src!r}; allowed: builtin:pydoc, "
             + ", ".join(SYNTHETIC)
-            + ", builtin:classification"
+            + ", builtin:classification, builtin:topics"
         )
     path = Path(src).expanduser()
     if not path.exists():
@@ -82,7 +89,7 @@ def _documents(cfg: DataConfig, kind: str, files: list[Path]) -> list[str]:
 
     cache = str(data_dir() / "hf-cache")
     if kind == "hub":
-        name, _, config = cfg.source.removeprefix("hf:").partition("/")
+        name, config = hub_id(cfg.source)
         try:
             ds = datasets.load_dataset(name, config or None, split="train", cache_dir=cache)
         except Exception as e:
@@ -186,11 +193,15 @@ class ClassificationData:
 
 def check_data(cfg: DataConfig, model: ModelConfig) -> Tokenizer | None:
     """Every input error a data config can have, raised before any process group starts."""
-    kind, _ = resolve_source(cfg)
+    kind, files = resolve_source(cfg)
     vocab_size = model.vocab_size
-    if (kind == "classification") != (model.task == "classify"):
+    if kind in ("classification", "topics") and model.task != "classify":
+        raise ValueError(f"data.source {cfg.source!r} goes with model.task='classify'")
+    if model.task == "classify" and kind in ("pydoc", "synthetic"):
         raise ValueError(
-            "data.source 'builtin:classification' goes with model.task='classify' (and only it)"
+            f"model.task='classify' needs labelled data, not {cfg.source!r}: "
+            "builtin:classification, builtin:topics, hf:<dataset> or local "
+            ".csv/.jsonl/.parquet files with data.text_field and data.label_field"
         )
     if kind == "classification":
         if vocab_size > 65536:
@@ -208,6 +219,12 @@ def check_data(cfg: DataConfig, model: ModelConfig) -> Tokenizer | None:
             f"tokenizer {cfg.tokenizer!r} has {tok.vocab_size} tokens but model.vocab_size is "
             f"{vocab_size}; set model.vocab_size >= {tok.vocab_size}"
         )
+    if model.task == "classify":
+        classification_data.check_fields(cfg, tok)
+        if kind == "hub":
+            classification_data.check_hub(cfg)
+        if kind == "local":
+            classification_data.local_splits(files)
     return tok
 
 
@@ -227,6 +244,9 @@ def prepare(cfg: DataConfig, seed: int, model: ModelConfig) -> Path | None:
     tok = check_data(cfg, model)
     if tok is None:
         return None
+    if model.task == "classify":
+        kind, files = resolve_source(cfg)
+        return classification_data.prepare(cfg, seed, model.n_classes, tok, kind, files)
     root = data_dir() / shard_key(cfg, seed, tok)
     if (root / "meta.json").exists():
         return root
@@ -260,13 +280,15 @@ def prepare(cfg: DataConfig, seed: int, model: ModelConfig) -> Path | None:
     return root
 
 
-Data = WindowData | SyntheticData | ClassificationData
+Data = WindowData | SyntheticData | ClassificationData | LabelledData
 
 
 def open_data(cfg: DataConfig, seed: int, root: Path | None, model: ModelConfig) -> Data:
     n_val = -(-cfg.val_tokens // cfg.seq_len)
     if cfg.source == "builtin:classification":
         return ClassificationData(cfg.seq_len, seed, n_val, model.vocab_size, model.n_classes)
+    if model.task == "classify":
+        return LabelledData(root)
     if root is None:
         return SyntheticData(cfg.source.removeprefix("builtin:"), cfg.seq_len, seed, n_val)
     return WindowData(root, cfg.seq_len)

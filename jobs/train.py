@@ -27,7 +27,7 @@ from jobs.config import JobConfig
 from jobs.data import TrainStream, check_data, open_data, prepare, val_batches
 from jobs.distributed import DistEnv
 from jobs.ds_config import BatchPlan, deepspeed_config, plan_batch
-from jobs.evaluate import evaluate
+from jobs.evaluate import evaluate, model_inputs
 from jobs.optim import adamw, lr_at, total_steps
 from jobs.paths import JOB_FILE, RESULT_FILE, trial_dir
 from jobs.provenance import code_version, mlflow_params
@@ -237,9 +237,8 @@ class _Trainer:
             sums: dict[str, torch.Tensor] = {}
             batches = self.stream.micro_batches(step)
             for a, b in enumerate(batches):
-                x = torch.from_numpy(b.x).to(env.device)
-                y = torch.from_numpy(b.y).to(env.device)
-                out = engine(x, y, progress=progress)
+                x, y, kw = model_inputs(b, env.device)  # kw: pad_mask for classification
+                out = engine(x, y, progress=progress, **kw)
                 _add(sums, "train/loss", out.task_loss)
                 _add(sums, "train/total_loss", out.loss)
                 for name, value in out.metrics.items():
@@ -315,10 +314,11 @@ class _Trainer:
         return ""
 
     def _validate(self, state: dict[str, Any], progress: float) -> float:
-        val = evaluate(self.engine, self.val, self.env, progress)
+        metrics = evaluate(self.engine, self.val, self.env, progress)  # + val/accuracy
+        val = metrics["val/loss"]
         state["best_val"] = val if state["best_val"] is None else min(state["best_val"], val)
         state["last_val"] = val
-        self.tracker.log(state["step"], state["tokens"], state["flops"], {"val/loss": val})
+        self.tracker.log(state["step"], state["tokens"], state["flops"], metrics)
         gflop = int(state["flops"] / 1e9)  # the UI's x-axis becomes compute
         self.tracker.log(gflop, state["tokens"], state["flops"], {VAL_LOSS_AT_GFLOP: val})
         return val
