@@ -30,11 +30,19 @@ from models.flops import tsa_router_hidden
 
 ROUTER_INIT_BIAS = -1.0  # sigmoid(-1) = 0.269: every token starts with p ~ 0.27
 
-# When the gather/scatter FFN loses to the dense masked FFN (measured on CPU, d=256, see
-# docs/benchmarks.md): with fewer than ~16 halted tokens, or more than 90% of the tokens
-# active, the index copies cost about what the skipped FFN rows save (ratios 0.9-1.07).
-MIN_SKIPPED_TOKENS = 16
+# Dense fallback: the gather/scatter FFN costs a fixed ~0.05-0.5 ms (nonzero, index kernels,
+# thread wake-ups) plus a copy of each active row; it pays once the skipped rows' FFN work
+# exceeds that. Measured per block on CPU (d = 256 and 512, 1 and 2 threads; see
+# docs/benchmarks.md): break-even near 95% active for >= 256 tokens, ties or losses below
+# ~32 skipped tokens. Both limits keep a margin.
+MIN_SKIPPED_TOKENS = 32
 MAX_ACTIVE_FRACTION = 0.9
+
+
+def use_sparse_ffn(n_active: int, n_tokens: int) -> bool:
+    """The fallback rule: gather/scatter only when enough tokens are skipped to pay for it."""
+    skipped = n_tokens - n_active
+    return skipped >= MIN_SKIPPED_TOKENS and n_active <= MAX_ACTIVE_FRACTION * n_tokens
 
 
 class Router(nn.Module):
@@ -92,18 +100,15 @@ class TokenSelectiveDepth(nn.Module):
     ) -> Tensor:
         """Block f_{l+1} with the binary gate: dense attention (update kept only for active
         tokens), FFN for active tokens only."""
-        x = x + active.unsqueeze(-1).to(x.dtype) * block.attn_update(x, ctx)
-        return x + ffn_update(block, x, active, self._path(active))
+        gate = active.unsqueeze(-1).to(x.dtype)
+        x = torch.addcmul(x, gate, block.attn_update(x, ctx))  # a fresh tensor: see below
+        return add_ffn_update(block, x, active, self._path(active))
 
     def _path(self, active: Tensor) -> str:
         if self.force_path is not None:
             return self.force_path
         n_active = int(active.sum())  # one host sync per routed block
-        skipped = active.numel() - n_active
-        use_sparse = skipped >= MIN_SKIPPED_TOKENS and n_active <= MAX_ACTIVE_FRACTION * (
-            active.numel()
-        )
-        return "sparse" if use_sparse else "dense"
+        return "sparse" if use_sparse_ffn(n_active, active.numel()) else "dense"
 
     def _record(self, gates: Tensor, n_layer: int, ctx: ForwardContext) -> None:
         """gates: (L-1, B, T) of 1 - p (soft) or of the executed 0/1 decisions (sparse)."""
@@ -129,6 +134,22 @@ def ffn_update(block: nn.Module, x: Tensor, active: Tensor, path: str = "sparse"
     update = torch.zeros_like(flat)
     update.index_add_(0, rows, block.mlp_update(flat.index_select(0, rows)))
     return update.view_as(x)
+
+
+def add_ffn_update(block: nn.Module, x: Tensor, active: Tensor, path: str = "sparse") -> Tensor:
+    """x plus the FFN residual update of `block` for the tokens where `active` (B, T) is
+    True, written into x IN PLACE (x must be a tensor the caller owns, e.g. the output of the
+    attention residual; safe under autograd: index_select keeps only the indices). 'sparse': gather the active rows of the flattened (B*T, d) states,
+    run LN + FFN on them only and add the result back into their rows (one index_select and
+    one index_add_; no full-size zero buffer or extra add). 'dense': every token through the
+    FFN, the update masked (one fused addcmul, out of place)."""
+    if path == "dense":
+        # out of place: LayerNorm keeps x for its backward when gradients are on
+        return torch.addcmul(x, active.unsqueeze(-1).to(x.dtype), block.mlp_update(x))
+    flat = x.view(-1, x.size(-1))
+    rows = active.reshape(-1).nonzero().squeeze(1)  # host sync on GPU (output size)
+    flat.index_add_(0, rows, block.mlp_update(flat.index_select(0, rows)))
+    return x
 
 
 def tlops_saved(alpha: Tensor | float, n_layer: int) -> Tensor | float:

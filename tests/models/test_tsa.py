@@ -11,7 +11,13 @@ from models.config import ModelConfig, format_config_error
 from models.context import ForwardContext
 from models.early_exit import early_exit_logits, threshold_for_active_fraction
 from models.flops import count_params, tsa_router_hidden
-from models.tsa import MIN_SKIPPED_TOKENS, TokenSelectiveDepth, tlops_saved
+from models.tsa import (
+    MAX_ACTIVE_FRACTION,
+    MIN_SKIPPED_TOKENS,
+    TokenSelectiveDepth,
+    tlops_saved,
+    use_sparse_ffn,
+)
 
 VOCAB, T = 64, 24
 
@@ -173,8 +179,18 @@ def test_eval_without_sparse_inference_keeps_the_soft_gates():
 
 
 def test_dense_fallback_rule():
+    # too few skipped tokens to pay for the gather/scatter, whatever the fraction
+    assert not use_sparse_ffn(n_active=0, n_tokens=MIN_SKIPPED_TOKENS - 1)
+    assert use_sparse_ffn(n_active=0, n_tokens=MIN_SKIPPED_TOKENS)
+    # nearly every token active: the skipped FFN rows do not pay for copying the others
+    n = 10_000
+    assert use_sparse_ffn(n_active=int(MAX_ACTIVE_FRACTION * n), n_tokens=n)
+    assert not use_sparse_ffn(n_active=int(MAX_ACTIVE_FRACTION * n) + 1, n_tokens=n)
+    # batch 1 x 256 at the paper's alpha ~ 0.73 takes the sparse path
+    assert use_sparse_ffn(n_active=187, n_tokens=256)
+    # the module applies the rule to its binary gates
     depth = TokenSelectiveDepth(tsa_cfg())
-    few_halted = torch.ones(1, 64, dtype=torch.bool)
+    few_halted = torch.ones(1, 256, dtype=torch.bool)
     few_halted[0, : MIN_SKIPPED_TOKENS - 1] = False
     assert depth._path(few_halted) == "dense"
     many_halted = torch.rand(8, 256, generator=torch.Generator().manual_seed(0)) < 0.7
