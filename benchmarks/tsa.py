@@ -1,24 +1,29 @@
-"""TSA: sparse against dense inference wall time, and soft-gating training overhead.
+"""TSA: sparse against dense inference time, and soft-gating training overhead.
 
-Model: the 'mini' preset (6 layers, d_model 256, 8 heads), vocabulary 256 (character LM),
-sequence 256. The routers are biased to reach a target active fraction alpha: each router's
-last layer gets N(0, 1) weights and a bias set, layer by layer on a calibration batch, to
-the quantile that leaves `alpha` of the tokens active (p <= 0.5). The backbone weights are
-the initial ones; the time of a forward pass does not depend on their values.
+Models: 6 layers, 8 heads, d_model 512 (the paper's few-million-parameter regime, where the
+FFN is ~60% of a block's CPU time) and d_model 256 (the 'mini' preset); vocabulary 256
+(character LM), sequence 256, fp32. The routers are biased to reach a target active
+fraction alpha: each router's last layer gets N(0, 1) weights and a bias set, layer by layer
+on a calibration batch, to the quantile that leaves `alpha` of the tokens active (p <= 0.5).
+The backbone weights are the initial ones; the time of a forward pass does not depend on
+their values.
 
-Columns (medians of interleaved repeats, inference under torch.inference_mode):
+Columns (medians of interleaved round-robin repeats, under torch.inference_mode):
 - dense: the same weights and binary gates, every token through every FFN (masked);
 - sparse: gather/scatter FFN for the active tokens only, always;
 - auto: what TokenSelectiveDepth runs in eval (sparse, or the dense fallback by its rule);
-- speedup = dense / auto.
+- speedup = dense / auto, on wall time and on process CPU time (the machine is shared: CPU
+  time is the steadier figure with 1 thread; with 2 it includes OpenMP spin-waits).
 
-    python benchmarks/tsa.py                 # the full table (a few minutes on 2 threads)
-    python benchmarks/tsa.py --quick         # batch 1 and 8 only, fewer repeats
+    python benchmarks/tsa.py                        # d 512 and 256, threads 2 then 1
+    python benchmarks/tsa.py --d-models 512 --threads 2 --batches 64
+    python benchmarks/tsa.py --quick                # batch 1 and 8 only, fewer repeats
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import time
@@ -31,10 +36,11 @@ from models.config import ModelConfig
 SEQ, VOCAB = 256, 256
 
 
-def make_model(tsa: bool) -> torch.nn.Module:
+def make_model(tsa: bool, d_model: int = 512) -> torch.nn.Module:
     cfg = ModelConfig(
-        size="mini", vocab_size=VOCAB, block_size=SEQ, tsa={} if tsa else None, dropout=0.0
-    )
+        size="mini", d_model=d_model, vocab_size=VOCAB, block_size=SEQ,
+        tsa={} if tsa else None, dropout=0.0,
+    )  # fmt: skip
     torch.manual_seed(0)
     return build(cfg)
 
@@ -59,57 +65,66 @@ def bias_routers_to(model: torch.nn.Module, alpha: float, batch: int = 8) -> flo
     return model(test).metrics["tsa/alpha"].item()
 
 
-def timed(fn, repeats: int) -> list[float]:
+def timed(fn, repeats: int) -> list[tuple[float, float]]:
+    """(wall, process CPU) seconds of each call."""
     out = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         fn()
-        out.append(time.perf_counter() - start)
+        out.append((time.perf_counter() - wall, time.process_time() - cpu))
     return out
 
 
-def inference_rows(alphas: list[float], batches: list[int], repeats: dict[int, int]) -> list:
-    model = make_model(tsa=True)
+def medians(samples: list[tuple[float, float]]) -> tuple[float, float]:
+    return tuple(statistics.median(s[i] for s in samples) * 1e3 for i in (0, 1))
+
+
+def inference_rows(
+    d_model: int, alphas: list[float], batches: list[int], repeats: dict[int, int]
+) -> list:
+    model = make_model(tsa=True, d_model=d_model)
     rows = []
     for target in alphas:
         alpha = bias_routers_to(model, target)
         for batch in batches:
             idx = torch.randint(0, VOCAB, (batch, SEQ))
-            # From batch 64 on the rule always picks the sparse path (thousands of halted
-            # tokens, alpha < 0.9), so 'sparse' would time the same thing as 'auto'.
+            # From batch 8 on the rule picks the sparse path at these alphas (hundreds of
+            # skipped tokens per block), so 'sparse' would time the same thing as 'auto'.
             paths = [("dense", "dense"), ("auto", None)]
-            if batch < 64:
+            if batch < 8:
                 paths.insert(1, ("sparse", "sparse"))
-            times: dict[str, list[float]] = {name: [] for name, _ in paths}
+            times: dict[str, list] = {name: [] for name, _ in paths}
 
             def run(path: str | None, idx: torch.Tensor = idx) -> None:
                 model.depth.force_path = path
                 with torch.inference_mode():
                     model(idx)
 
-            run(None)  # warm-up
-            for _ in range(repeats[batch]):  # interleaved: load changes hit all paths alike
+            for _, path in paths:  # warm-up
+                run(path)
+            for _ in range(repeats[batch]):  # round-robin: load changes hit all paths alike
                 for name, path in paths:
                     times[name] += timed(lambda p=path: run(p), 1)
-            med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+            med = {k: medians(v) for k, v in times.items()}
             med.setdefault("sparse", med["auto"])
-            rows.append((target, alpha, batch, med, med["dense"] / med["auto"]))
+            wall = med["dense"][0] / med["auto"][0]
+            cpu = med["dense"][1] / med["auto"][1]
+            rows.append((d_model, target, alpha, batch, med, wall, cpu))
             print(
-                f"alpha={alpha:.3f} batch={batch:4d}  dense {med['dense']:9.1f} ms  "
-                f"sparse {med['sparse']:9.1f} ms  auto {med['auto']:9.1f} ms  "
-                f"speedup {med['dense'] / med['auto']:.3f}x  (sparse-only "
-                f"{med['dense'] / med['sparse']:.3f}x)",
+                f"d={d_model} alpha={alpha:.3f} batch={batch:4d}  dense {med['dense'][0]:8.1f} "
+                f"sparse {med['sparse'][0]:8.1f} auto {med['auto'][0]:8.1f} ms  "
+                f"speedup wall {wall:.3f}x cpu {cpu:.3f}x (load {os.getloadavg()[0]:.1f})",
                 flush=True,
             )
     return rows
 
 
-def training_overhead(batch: int, repeats: int) -> tuple[float, float]:
-    """Median seconds of one forward+backward+AdamW step: dense GPT and soft TSA."""
+def training_overhead(d_model: int, batch: int, repeats: int) -> dict[str, tuple[float, float]]:
+    """Median (wall, CPU) ms of one forward+backward+AdamW step: dense GPT and soft TSA."""
     idx = torch.randint(0, VOCAB, (batch, SEQ))
-    models = {name: make_model(tsa=name == "tsa").train() for name in ("dense", "tsa")}
+    models = {n: make_model(tsa=n == "tsa", d_model=d_model).train() for n in ("dense", "tsa")}
     opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-4) for k, m in models.items()}
-    times: dict[str, list[float]] = {k: [] for k in models}
+    times: dict[str, list] = {k: [] for k in models}
 
     def step(name: str) -> None:
         loss = models[name](idx, idx).loss
@@ -122,36 +137,58 @@ def training_overhead(batch: int, repeats: int) -> tuple[float, float]:
     for _ in range(repeats):
         for name in models:
             times[name] += timed(lambda n=name: step(n), 1)
-    return statistics.median(times["dense"]), statistics.median(times["tsa"])
+    return {k: medians(v) for k, v in times.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, nargs="+", default=[2, 1])
+    parser.add_argument("--d-models", type=int, nargs="+", default=[512, 256])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64, 128])
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.73, 0.83])
+    parser.add_argument("--train-repeats", type=int, default=5, help="0: skip training")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    print(
-        f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
-        f"{args.threads} threads; mini (6 layers, d=256), seq {SEQ}, vocab {VOCAB}"
-    )
     batches = [1, 8] if args.quick else args.batches
     repeats = {b: 11 if b == 1 else 5 if b <= 8 else 3 for b in batches}
-    rows = inference_rows(args.alphas, batches, repeats)
-    print("\n| target α | measured α | batch | dense ms | sparse ms | auto ms | speedup |")
-    print("|---|---|---|---|---|---|---|")
-    for target, alpha, batch, med, speedup in rows:
-        print(
-            f"| {target:.2f} | {alpha:.3f} | {batch} | {med['dense']:.1f} | "
-            f"{med['sparse']:.1f} | {med['auto']:.1f} | {speedup:.2f}× |"
-        )
-    dense, soft = training_overhead(batch=8, repeats=3)
     print(
-        f"\ntraining step (batch 8 x {SEQ}, forward+backward+AdamW): dense {dense * 1e3:.0f} ms, "
-        f"soft TSA {soft * 1e3:.0f} ms, overhead {100 * (soft / dense - 1):+.1f}%"
+        f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; 6 layers, 8 heads, "
+        f"seq {SEQ}, vocab {VOCAB}"
     )
+    rows, training = [], []
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        for d_model in args.d_models:
+            for row in inference_rows(d_model, args.alphas, batches, repeats):
+                rows.append((threads, *row))
+            if args.train_repeats:
+                training.append(
+                    (threads, d_model, training_overhead(d_model, 8, args.train_repeats))
+                )
+    print(
+        "\n| threads | d | target α | measured α | batch | dense ms | sparse ms | auto ms "
+        "| speedup (wall) | dense CPU ms | auto CPU ms | speedup (CPU) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for threads, d_model, target, alpha, batch, med, wall, cpu in rows:
+        print(
+            f"| {threads} | {d_model} | {target:.2f} | {alpha:.3f} | {batch} | "
+            f"{med['dense'][0]:.1f} | {med['sparse'][0]:.1f} | {med['auto'][0]:.1f} | "
+            f"{wall:.2f}× | {med['dense'][1]:.1f} | {med['auto'][1]:.1f} | {cpu:.2f}× |"
+        )
+    if training:
+        print(
+            f"\ntraining step (batch 8 x {SEQ}, forward+backward+AdamW), medians\n"
+            "| threads | d | dense ms | soft TSA ms | overhead (wall) | overhead (CPU) |\n"
+            "|---|---|---|---|---|---|"
+        )
+        for threads, d_model, t in training:
+            print(
+                f"| {threads} | {d_model} | {t['dense'][0]:.0f} | {t['tsa'][0]:.0f} | "
+                f"{100 * (t['tsa'][0] / t['dense'][0] - 1):+.1f}% | "
+                f"{100 * (t['tsa'][1] / t['dense'][1] - 1):+.1f}% |"
+            )
 
 
 if __name__ == "__main__":
