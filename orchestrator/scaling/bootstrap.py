@@ -44,7 +44,7 @@ class Bootstrap(Generic[F]):
     intervals: Mapping[str, Interval]
     samples: Mapping[str, np.ndarray]  # name -> values over the successful resamples
     n_resamples: int
-    n_failed: int  # resamples whose refit raised ScalingError (e.g. a degenerate draw)
+    n_failed: int  # resamples whose refit raised ScalingError or gave NaN (degenerate draws)
     level: float
     seed: int
 
@@ -135,9 +135,15 @@ def bootstrap(
             if warm:
                 kwargs["start"] = point
             try:
-                draws.append(values(fit(*args[: len(arrays)], **kwargs)))
+                draw = values(fit(*args[: len(arrays)], **kwargs))
             except ScalingError as err:
                 errors.append(str(err))
+                continue
+            undefined = sorted(k for k, v in draw.items() if np.isnan(v))
+            if undefined:  # e.g. a degenerate refit: count it as failed, never average it in
+                errors.append(f"resampled fit left {', '.join(undefined)} undefined (NaN)")
+            else:
+                draws.append(draw)
     if len(errors) > max_failed * n_resamples:
         raise ScalingError(
             f"bootstrap: {len(errors)} of {n_resamples} resampled fits failed "

@@ -1,8 +1,13 @@
 """Compute-equivalent gain of a variant against a baseline.
 
-Each variant's loss-versus-compute is fitted as L(C) = E + A C^-alpha (by default with one
-E shared by both: the irreducible loss belongs to the data, not the architecture). The
-gain at a reference loss L* is
+By default (law="shift", orchestrator/scaling/shift.py) the variant's loss curve is the
+baseline's shifted in compute, L_v(C) = L_b(C / m), with L_b(C) = E + A C^-alpha: four
+constants fitted on both variants' trials together, and m is the gain at every loss.
+
+With law="separate", each variant's loss-versus-compute is fitted as L(C) = E + A C^-alpha
+with its own A and alpha (and by default one E shared by both: the irreducible loss belongs
+to the data, not the architecture); it needs more trials per variant. The gain at a
+reference loss L* is then
 
     m = C_variant(L*) / C_baseline(L*),    C(L) = (A / (L - E))^(1/alpha),
 
@@ -25,6 +30,7 @@ from .bootstrap import Interval, bootstrap
 from .data import ScalingError, clean, column, has_column
 from .objective import LogLaw, centre, minimise, uncentre
 from .powerlaw import PowerLawFit, fit_power_law, pareto_frontier
+from .shift import fit_shift
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,6 +89,7 @@ class Gain:
     reference_loss: float  # L*
     reference_flops: float  # C_baseline(L*)
     shared_E: bool
+    law: str
     fit: PairFit  # point estimates
     n_resamples: int
     n_failed: int
@@ -100,7 +107,11 @@ class Gain:
         )
 
     def describe(self) -> str:
-        e = "shared E" if self.shared_E else "separate E"
+        e = (
+            "compute-shifted law"
+            if self.law == "shift"
+            else ("shared E" if self.shared_E else "separate E")
+        )
         return (
             f"{self}  (L* = {self.reference_loss:.4g} at baseline C = "
             f"{self.reference_flops:.3g} FLOPs; {e}; "
@@ -145,6 +156,7 @@ def _fit_pair(
     frontier: bool,
     at_loss: float | None,
     c_ref: float,
+    law: str = "shift",
     start: PairFit | None = None,
 ) -> PairFit:
     if frontier:
@@ -156,6 +168,14 @@ def _fit_pair(
         )
         flops, loss, group = flops[rows], loss[rows], group[rows]
     b = group == 0
+    if law == "shift":
+        warm = None
+        if start is not None:
+            p = start.baseline
+            warm = (p.E, p.A, p.alpha, start.multiplier)
+        fb, fv, m = fit_shift(flops, loss, ~b, start=warm)
+        ref = float(fb.predict(c_ref)) if at_loss is None else at_loss
+        return PairFit(fb, fv, ref, m)
     if shared_E and start is not None:  # bootstrap resample: warm start the joint fit only
         fb, fv = _fit_shared_e(flops, loss, group, (start.baseline, start.variant))
     else:
@@ -178,6 +198,7 @@ def compute_equivalent_gain(
     baseline: Trials,
     *,
     at_loss: float | None = None,
+    law: str = "shift",
     shared_E: bool = True,
     frontier: bool = False,
     n_resamples: int = 1000,
@@ -202,8 +223,10 @@ def compute_equivalent_gain(
     flops = np.concatenate([cb, cv])
     loss = np.concatenate([yb, yv])
     group = np.concatenate([np.zeros(cb.size, int), np.ones(cv.size, int)])
+    if law not in ("shift", "separate"):
+        raise ScalingError(f"{what}: law must be 'shift' or 'separate', got {law!r}")
     fit = functools.partial(
-        _fit_pair, shared_E=shared_E, frontier=frontier, at_loss=at_loss, c_ref=c_ref
+        _fit_pair, shared_E=shared_E, frontier=frontier, at_loss=at_loss, c_ref=c_ref, law=law
     )
     boot = bootstrap(
         fit, flops, loss, group, n_resamples=n_resamples, level=level, seed=seed, strata=group
@@ -216,6 +239,7 @@ def compute_equivalent_gain(
         reference_loss=point.reference_loss,
         reference_flops=float(point.baseline.flops_at(point.reference_loss)),
         shared_E=shared_E,
+        law=law,
         fit=point,
         n_resamples=n_resamples,
         n_failed=boot.n_failed,

@@ -136,14 +136,15 @@ def test_isoflop_parabolas_recover_the_compute_optimum():
 # --- compute-equivalent gain -----------------------------------------------------------
 
 
+@pytest.mark.parametrize("law", ["shift", "separate"])
 @pytest.mark.parametrize("multiplier", [0.8, 0.5])
-def test_gain_recovers_a_known_compute_multiplier(multiplier):
+def test_gain_recovers_a_known_compute_multiplier(multiplier, law):
     flops = np.geomspace(1e15, 1e19, 16)
     base = Trials("dense", flops, compute_law(flops, seed=5))
     variant = Trials(
         "hadamard", flops * 1.3, compute_law(flops * 1.3, seed=6, multiplier=multiplier)
     )
-    gain = compute_equivalent_gain(variant, base, n_resamples=RESAMPLES, seed=0)
+    gain = compute_equivalent_gain(variant, base, law=law, n_resamples=RESAMPLES, seed=0)
     assert multiplier in gain.multiplier
     assert gain.multiplier.high < 1.0  # the variant is measurably cheaper
     assert gain.reference_flops == pytest.approx(1e19, rel=1e-6)  # top of the overlap
@@ -161,8 +162,19 @@ def test_gain_of_identical_law_contains_one_and_at_loss_is_honoured():
     gain = compute_equivalent_gain(same, base, at_loss=2.5, n_resamples=RESAMPLES)
     assert 1.0 in gain.multiplier
     assert gain.reference_loss == 2.5
-    sep = compute_equivalent_gain(same, base, shared_E=False, n_resamples=50)
+    sep = compute_equivalent_gain(same, base, law="separate", shared_E=False, n_resamples=50)
     assert not sep.shared_E and sep.fit.baseline.E != sep.fit.variant.E
+
+
+def test_shift_law_gives_a_usable_interval_from_four_trials_per_variant():
+    flops = np.array([1e15, 1e16, 1e17, 1e18])
+    base = Trials("dense", flops, compute_law(flops, seed=9))
+    variant = Trials("hadamard", flops, compute_law(flops, seed=10, multiplier=0.7))
+    gain = compute_equivalent_gain(variant, base, n_resamples=RESAMPLES)
+    assert 0.7 in gain.multiplier and gain.multiplier.high < 1.0
+    assert gain.fit.baseline.alpha == gain.fit.variant.alpha  # one exponent, shifted in C
+    with pytest.raises(ScalingError, match="2 or more compute values"):
+        compute_equivalent_gain(Trials("v", flops[:1], variant.loss[:1]), base)
 
 
 def test_gains_from_a_pyarrow_table_and_per_size_comparison():
