@@ -1,6 +1,7 @@
 """Registry of named model sizes (torch-free).
 
-Tiny presets run on a laptop CPU in seconds; the paper ladder follows GPT-3's widths
+Tiny presets (nano, tiny, micro, mini: a ladder with ~3x parameters per step) run on a
+laptop CPU in seconds; the paper ladder follows GPT-3's widths
 (Brown et al. 2020, Table 2.1), each of which has a Hadamard matrix (a power of two, or
 12/20 times one). The 5.6B depth (27 layers at width 4096) is chosen so the model has
 5.65B parameters with GPT-2's vocabulary and a 1024-token context.
@@ -22,6 +23,7 @@ class SizePreset:
 
 _PRESETS = (
     SizePreset("nano", n_layer=2, d_model=64, n_head=4, cpu_sized=True),
+    SizePreset("tiny", n_layer=3, d_model=96, n_head=4, cpu_sized=True),  # 96 = 12 x 8: Paley
     SizePreset("micro", n_layer=4, d_model=128, n_head=4, cpu_sized=True),
     SizePreset("mini", n_layer=6, d_model=256, n_head=8, cpu_sized=True),
     SizePreset("124M", n_layer=12, d_model=768, n_head=12),

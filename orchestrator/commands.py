@@ -90,6 +90,12 @@ def submit(
         False, "--detach", help="Run the driver as a Ray job (a local head if none) and return."
     ),
     job: str = typer.Option(DEFAULT_JOB, "--job", help="The job function, module:function."),
+    summary: bool = typer.Option(
+        True,
+        "--summary/--no-summary",
+        help="When every trial is done: sync the results, fit "
+        "the scaling laws, write plots and a report, and print the gains.",
+    ),
 ) -> None:
     """Validate a sweep YAML, record its trials in MLflow and run them (FINISHED ones are skipped)."""
     spec, trials, text = _load(sweep)
@@ -123,6 +129,21 @@ def submit(
         out.print(f"watch it with: scalelab status {spec.name}")
         return
     _drive(spec, trials, text, str(sweep.resolve()), job)
+    if summary:
+        _summarise(spec.name)
+
+
+def _summarise(sweep: str) -> None:
+    from orchestrator.report import summarise_sweep
+    from orchestrator.results.store import ResultsError
+
+    with err.status("syncing results, fitting scaling laws (bootstrap), plotting ..."):
+        try:
+            text = summarise_sweep(sweep, width=out.width)
+        except ResultsError as e:
+            err.print(f"no summary: {e}")
+            return
+    out.print(text, end="", highlight=False, markup=False)
 
 
 def _drive(spec: SweepSpec, trials: list[Trial], text: str, path: str, job: str) -> None:
