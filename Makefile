@@ -13,7 +13,7 @@ setup:
 	@scripts/bootstrap.sh
 
 demo: setup
-	$(BIN)/scalelab models --size nano --size micro --size 124M --variant dense --variant hadamard
+	$(BIN)/scalelab submit sweeps/demo.yaml
 
 lint: setup
 	$(BIN)/ruff check .
