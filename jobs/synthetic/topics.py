@@ -1,7 +1,7 @@
 """Generated labelled sentences for text classification (`data.source: builtin:topics`).
 
 AG-News-shaped and offline: 4 topics (world, sports, business, sci/tech). A sentence is
-6-24 common English words with 1-3 words from its topic's vocabulary and, in a third of
+3-12 common English words with 2-3 words from its topic's vocabulary and, in a third of
 the sentences, one distractor word from another topic, so the label is the topic that
 has the most words. Lengths vary, so padding and the pad mask matter. Pure Python.
 """
@@ -36,9 +36,9 @@ def make_topics(n: int, seed: int) -> dict[str, list]:
     texts, labels = [], []
     for _ in range(n):
         label = rng.randrange(len(vocab))
-        words = rng.choices(FILLER, k=rng.randint(6, 24))
-        topical = rng.choices(vocab[label], k=rng.randint(1, 3))
-        if len(topical) >= 2 and rng.random() < 1 / 3:
+        words = rng.choices(FILLER, k=rng.randint(3, 12))
+        topical = rng.choices(vocab[label], k=rng.randint(2, 3))
+        if rng.random() < 1 / 3:
             other = rng.choice([v for i, v in enumerate(vocab) if i != label])
             topical.append(rng.choice(other))
         for word in topical:
