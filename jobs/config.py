@@ -11,7 +11,7 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from models.config import FrozenConfig, ModelConfig, register_config
 
@@ -82,6 +82,22 @@ class TrainConfig(FrozenConfig):
     divergence_factor: float = Field(
         4.0, gt=1, description="stop if loss exceeds this x its running min"
     )
+    # Left out of the dump (and so of the trial id) while empty: existing trials keep their ids.
+    early_exit_alphas: tuple[float, ...] = Field(
+        (),
+        exclude_if=lambda alphas: not alphas,
+        description="after training, evaluate the LM with confidence early exit "
+        "(models.early_exit) at these active fractions alpha in (0, 1]; logs "
+        "early_exit/val_loss_a<alpha> and early_exit/alpha_a<alpha>",
+    )
+
+    @field_validator("early_exit_alphas")
+    @classmethod
+    def _alphas_in_unit_interval(cls, alphas: tuple[float, ...]) -> tuple[float, ...]:
+        bad = [a for a in alphas if not 0.0 < a <= 1.0]
+        if bad or len(set(alphas)) != len(alphas):
+            raise ValueError(f"need distinct active fractions in (0, 1], got {list(alphas)}")
+        return alphas
 
     @model_validator(mode="after")
     def _one_budget(self) -> TrainConfig:
@@ -118,6 +134,12 @@ class JobConfig(FrozenConfig):
     train: TrainConfig
     deepspeed: DeepSpeedConfig = DeepSpeedConfig()
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _early_exit_needs_an_lm(self) -> JobConfig:
+        if self.train.early_exit_alphas and self.model.task != "lm":
+            raise ValueError("train.early_exit_alphas needs model.task='lm' (it reads out tokens)")
+        return self
 
     def science(self) -> dict[str, Any]:
         """The fields that define what is computed (and so the trial's identity)."""

@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,7 +27,7 @@ from jobs.config import JobConfig
 from jobs.data import TrainStream, check_data, open_data, prepare, val_batches
 from jobs.distributed import DistEnv
 from jobs.ds_config import BatchPlan, deepspeed_config, plan_batch
-from jobs.evaluate import evaluate, model_inputs
+from jobs.evaluate import evaluate, evaluate_early_exit, model_inputs
 from jobs.optim import adamw, lr_at, total_steps
 from jobs.paths import JOB_FILE, RESULT_FILE, trial_dir
 from jobs.provenance import code_version, mlflow_params
@@ -53,6 +53,7 @@ class TrainResult:
     n_params: int
     n_nonembed: int
     wall_time_s: float
+    final_metrics: dict[str, float] = field(default_factory=dict)  # e.g. early_exit/*
 
 
 def check_job(job: JobConfig, env: DistEnv) -> BatchPlan:
@@ -197,6 +198,7 @@ class _Trainer:
         try:
             with checkpoint.PreemptionFlag() as flag:
                 status, reason, final_val = self._loop(state, flag)
+            final_metrics = self._final_evaluation(state) if status == "FINISHED" else {}
         except BaseException as e:
             self.tracker.set_tag("scalelab.error", f"{type(e).__name__}: {e}"[:5000])
             self.tracker.finish("FAILED")
@@ -215,6 +217,7 @@ class _Trainer:
             n_params=self.n_params,
             n_nonembed=self.n_nonembed,
             wall_time_s=time.time() - self.t0,
+            final_metrics=final_metrics,
         )
         if self.env.is_main:
             tmp = self.dir / (RESULT_FILE + ".tmp")
@@ -322,6 +325,15 @@ class _Trainer:
         gflop = int(state["flops"] / 1e9)  # the UI's x-axis becomes compute
         self.tracker.log(gflop, state["tokens"], state["flops"], {VAL_LOSS_AT_GFLOP: val})
         return val
+
+    def _final_evaluation(self, state: dict[str, Any]) -> dict[str, float]:
+        """The early-exit baseline at train.early_exit_alphas (models.early_exit)."""
+        alphas = self.job.train.early_exit_alphas
+        if not alphas:
+            return {}
+        metrics = evaluate_early_exit(self.engine, self.val, self.env, alphas)
+        self.tracker.log(state["step"], state["tokens"], state["flops"], metrics)
+        return metrics
 
     def _save(self, state: dict[str, Any]) -> None:
         checkpoint.save(

@@ -34,9 +34,9 @@ if TYPE_CHECKING:
 
 FINISHED = "FINISHED"
 # Final values of these curve metrics become trial columns (mechanism summaries);
-# other budget/* and tsa/* metrics are added as columns too, when present.
+# other budget/*, tsa/* and early_exit/* metrics are added as columns too, when present.
 SUMMARY_METRICS = ("budget/s_mean", "budget/heads_active", "tsa/alpha", "tsa/tlops_saved")
-SUMMARY_PREFIXES = ("budget/", "tsa/")
+SUMMARY_PREFIXES = ("budget/", "tsa/", "early_exit/")
 # Key config fields as columns: (column, path in the JobConfig, type)
 CONFIG_COLUMNS = (
     ("seed", ("seed",), "int"),
