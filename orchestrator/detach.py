@@ -20,6 +20,9 @@ from jobs import paths
 
 DASHBOARD = os.environ.get("SCALELAB_RAY_DASHBOARD", "http://127.0.0.1:8265")
 HEAD_PORT = os.environ.get("SCALELAB_RAY_PORT", "6379")
+# More `ray start --head` options for the head started here, e.g. "--temp-dir=/scratch/ray
+# --num-gpus=2" (Ray keeps its sessions in /tmp/ray unless told otherwise).
+START_ARGS = shlex.split(os.environ.get("SCALELAB_RAY_START_ARGS", ""))
 
 
 def _answers(url: str) -> bool:
@@ -43,6 +46,7 @@ def ensure_head(timeout_s: float = 90.0) -> str:
         "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={port}",
         "--disable-usage-stats",
     ]  # fmt: skip
+    cmd += START_ARGS
     started = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if started.returncode != 0:
         raise RuntimeError(f"could not start a Ray head: {started.stderr.strip()[-800:]}")
