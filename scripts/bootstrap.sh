@@ -31,18 +31,30 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$VENV/bin/scalela
   exit 0
 fi
 
-echo "==> setting up $VENV (torch $TORCH_VERSION, $flavour build); this takes a couple of minutes once"
+echo "==> setting up $VENV (torch $TORCH_VERSION, $flavour build); this takes a few minutes, once"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+log="$VENV/bootstrap.log"
+: > "$log"
 pip=("$VENV/bin/python" -m pip --quiet --disable-pip-version-check)
-"${pip[@]}" install --upgrade pip setuptools wheel
+# Installer chatter goes to the log; on failure its tail is shown.
+run() {
+  if ! "$@" >>"$log" 2>&1; then
+    echo "bootstrap failed: $*" >&2
+    tail -n 40 "$log" >&2
+    echo "(full log: $log)" >&2
+    exit 1
+  fi
+}
+run "${pip[@]}" install --upgrade pip setuptools wheel
 
 # torch first: the CPU wheel is tagged +cpu. Try the configured indexes (a local wheel
 # cache, a mirror), then PyTorch's CPU index. A plain PyPI torch is the CUDA build.
+echo "==> torch"
 if [ "$flavour" = cpu ]; then
-  "${pip[@]}" install "torch==${TORCH_VERSION}+cpu" 2>/dev/null \
-    || "${pip[@]}" install "torch==${TORCH_VERSION}+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
+  "${pip[@]}" install "torch==${TORCH_VERSION}+cpu" >>"$log" 2>&1 \
+    || run "${pip[@]}" install "torch==${TORCH_VERSION}+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
 else
-  "${pip[@]}" install "torch==${TORCH_VERSION}"
+  run "${pip[@]}" install "torch==${TORCH_VERSION}"
 fi
 
 # The rest, pinned to the tested set; torch stays as installed above. On CUDA machines torch
@@ -52,11 +64,15 @@ skip='^torch=='
 grep -v -E "$skip" "$CONSTRAINTS" > "$VENV/constraints.txt"
 # DeepSpeed is an sdist whose build must see the installed torch; no ops are prebuilt
 # (on GPU machines they JIT-compile on first use).
-DS_BUILD_OPS=0 "${pip[@]}" install --no-build-isolation -c "$VENV/constraints.txt" deepspeed
-"${pip[@]}" install -c "$VENV/constraints.txt" -e ".[dev]"
+echo "==> deepspeed"
+run env DS_BUILD_OPS=0 "${pip[@]}" install --no-build-isolation -c "$VENV/constraints.txt" deepspeed
+echo "==> scalelab and its pinned dependencies"
+run "${pip[@]}" install -c "$VENV/constraints.txt" -e ".[dev]"
 
-"$VENV/bin/python" - <<'PY'
-import deepspeed, mlflow, ray, torch  # noqa: F401  fail here, not in the middle of a run
+"$VENV/bin/python" - 2>>"$log" <<'PY'
+import logging
+logging.disable(logging.WARNING)  # DeepSpeed announces its CPU accelerator at import
+import deepspeed, mlflow, ray, torch  # noqa: E401  fail here, not in the middle of a run
 print(f"==> ready: torch {torch.__version__}, deepspeed {deepspeed.__version__}, "
       f"ray {ray.__version__}, mlflow {mlflow.__version__}")
 PY
