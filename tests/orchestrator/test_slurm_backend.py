@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-import pytest
-from conftest import calls, sweep_yaml
+import os
+import signal
+import subprocess
+import sys
+import time
 
+import pytest
+from conftest import HERE, calls, sweep_yaml
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
 from orchestrator.expand import expand
 from orchestrator.ledger import Ledger
 from orchestrator.scheduler import run_sweep
@@ -32,3 +40,65 @@ def test_array_of_trials_runs_and_records_job_ids(
     flaky = next(t.trial_id for t in trials if t.job.seed == 1)
     assert recs[flaky].attempts == 3 and calls(work_home, recs[flaky].run_id) == 3
     assert "flaky failure number 2" in recs[flaky].tags["scalelab.error"]  # from the job's log
+
+
+def _sbatch_count(job_name: str) -> int:
+    """How many SLURM jobs were ever submitted under this name (accounting, not the queue)."""
+    res = subprocess.run(
+        ["sacct", "-n", "-X", "-P", f"--name={job_name}", "--format=JobID", "-S", "now-1days"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return len([line for line in res.stdout.splitlines() if line.strip()])
+
+
+def test_a_restarted_driver_reattaches_to_the_running_slurm_job(
+    slurm_cluster, ray_session, work_home, sweep_name, tmp_path, monkeypatch
+):
+    backend = (
+        "{kind: slurm, concurrency: 1, max_retries: 0, "
+        f"slurm: {{partition: {slurm_cluster.partition}, time_min: 5, poll_s: 1}}}}"
+    )
+    path = tmp_path / "sweep.yaml"
+    path.write_text(sweep_yaml(sweep_name, seeds=1, backend=backend))
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+        "SCALELAB_TEST_SLEEP": "6",  # the SLURM job inherits it (sbatch exports the env)
+    }
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "submit", str(path),
+         "--job", "jobs_for_tests:sleepy", "--no-summary"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    rec = None
+    while rec is None or calls(work_home, rec.run_id, "start") == 0:  # the job is running
+        assert driver.poll() is None, "the driver ended before it could be killed"
+        assert time.monotonic() < deadline, f"the SLURM job did not start: {rec}"
+        time.sleep(0.3)
+        ledger = Ledger(sweep_name)
+        recs = ledger.records() if ledger.experiment_id() is not None else {}
+        rec = next(iter(recs.values()), None)
+        if rec is not None and not rec.tags.get("scalelab.job_ref", "").startswith("slurm:"):
+            rec = None  # submitted, but its job id is not recorded yet
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    job_ref = rec.tags["scalelab.job_ref"]
+    job_name = f"scalelab-{sweep_name}"
+    state = subprocess.run(
+        ["squeue", "-h", "-j", job_ref.removeprefix("slurm:"), "-o", "%T"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    assert state == "RUNNING", f"the SLURM job should outlive its driver, squeue says {state!r}"
+
+    monkeypatch.delenv("SCALELAB_TEST_SLEEP", raising=False)
+    result = CliRunner().invoke(
+        app, ["submit", str(path), "--job", "jobs_for_tests:sleepy", "--no-summary"]
+    )
+    assert result.exit_code == 0, result.output
+    after = Ledger(sweep_name).records()[rec.trial_id]
+    assert after.run_id == rec.run_id and after.status == "FINISHED"
+    assert after.tags["scalelab.job_ref"] == job_ref and after.attempts == 1
+    assert _sbatch_count(job_name) == 1  # re-attached, not submitted again
+    assert calls(work_home, rec.run_id, "start") == 1 and calls(work_home, rec.run_id) == 1
