@@ -83,7 +83,7 @@ def bench_schedule(n: int) -> tuple[float, float]:
     ledger.sync(spec, trials)
     t_sync = time.perf_counter() - t0
     t0 = time.perf_counter()
-    out = run_sweep(spec, trials, Ledger(spec.name), job="benchmarks.orchestrator:noop")
+    out = run_sweep(spec, trials, Ledger(spec.name), job="benchmarks.orchestration:noop")
     t_run = time.perf_counter() - t0
     assert len(out.finished) == n, out
     return t_run / n, t_sync / n
@@ -101,7 +101,7 @@ def bench_resubmit(n: int) -> tuple[float, int]:
     ledger = Ledger(spec.name)
     before = len(ledger.records())
     t0 = time.perf_counter()
-    out = run_sweep(spec, trials, Ledger(spec.name), job="benchmarks.orchestrator:noop")
+    out = run_sweep(spec, trials, Ledger(spec.name), job="benchmarks.orchestration:noop")
     elapsed = time.perf_counter() - t0
     assert len(out.skipped) == n
     return elapsed, len(ledger.records()) - before

@@ -13,7 +13,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from jobs.config import JobConfig
 from models.flops import count_params, train_flops_per_token
@@ -141,18 +141,67 @@ def _context(loc: tuple[Any, ...], settings: list[Setting]) -> str:
     return " (with " + ", ".join(f"{k} = {v!r}" for k, v in shown.items()) + ")"
 
 
+# JobConfig's sub-configs; many trials share each one (a grid varies a few keys at a time).
+SECTIONS = {
+    name: info.annotation
+    for name, info in JobConfig.model_fields.items()
+    if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
+}
+
+
+class _Validator:
+    """JobConfig.model_validate with each distinct section validated once per sweep.
+
+    A section's instance is passed to JobConfig as is (pydantic does not revalidate
+    instances), so only the job-level checks run per trial. When a section is invalid,
+    the whole tree is validated again so the errors carry their full location.
+    """
+
+    def __init__(self) -> None:
+        self.sections: dict[tuple[Any, ...], BaseModel] = {}
+
+    def __call__(self, base: dict[str, Any], settings: list[Setting]) -> JobConfig:
+        # the base is the same for every trial: the settings inside a section name it
+        keys = {
+            name: (name, *((k, repr(v)) for k, v, _ in settings if k.split(".", 1)[0] == name))
+            for name in SECTIONS
+        }
+        if all(key in self.sections for key in keys.values()):  # only job-level keys to build
+            top = {k: _copy_tree(v) for k, v in base.items() if k not in SECTIONS}
+            for key, value, _ in settings:
+                if key.split(".", 1)[0] not in SECTIONS:
+                    _set(top, key, value)
+            top.update({name: self.sections[key] for name, key in keys.items()})
+            return JobConfig.model_validate(top)
+        tree = _copy_tree(base)
+        for key, value, _ in settings:
+            _set(tree, key, value)
+        resolved = dict(tree)
+        for name, cls in SECTIONS.items():
+            sub = tree.get(name, {})
+            if not isinstance(sub, dict):
+                return JobConfig.model_validate(tree)
+            inst = self.sections.get(keys[name])
+            if inst is None:
+                try:
+                    inst = self.sections[keys[name]] = cls.model_validate(sub)
+                except ValidationError:
+                    return JobConfig.model_validate(tree)
+            resolved[name] = inst
+        return JobConfig.model_validate(resolved)
+
+
 def expand(spec: SweepSpec, source: SourceMap | None = None) -> list[Trial]:
     """All trials of a sweep, smallest training compute first; bad values raise SpecError."""
     source = source or SourceMap("<sweep>", None)
     problems: list[str] = []
     trials: dict[str, Trial] = {}
+    validate = _Validator()
+    sizes: dict[tuple[int, int], tuple[Any, int, int, float]] = {}  # per shared model instance
     for combo in itertools.product(*_axes(spec)):
         settings = [s for option in combo for s in option]
-        tree = _copy_tree(spec.base)
-        for key, value, _ in settings:
-            _set(tree, key, value)
         try:
-            job = JobConfig.model_validate(tree)
+            job = validate(spec.base, settings)
         except ValidationError as e:
             where = functools.partial(_locate, settings=settings)
             for line in located_errors(
@@ -166,7 +215,15 @@ def expand(spec: SweepSpec, source: SourceMap | None = None) -> list[Trial]:
         trial_id = job.trial_id
         if trial_id in trials:
             continue  # two axis combinations that mean the same computation
-        n_params = count_params(job.model)
+        size_key = (id(job.model), job.data.seq_len)
+        if size_key not in sizes or sizes[size_key][0] is not job.model:
+            sizes[size_key] = (
+                job.model,
+                count_params(job.model),
+                count_params(job.model, non_embedding=True),
+                train_flops_per_token(job.model, job.data.seq_len),
+            )
+        _, n_params, n_nonembed, flops_per_token = sizes[size_key]
         tokens = resolve_tokens(job, n_params)
         trials[trial_id] = Trial(
             job=job,
@@ -174,9 +231,9 @@ def expand(spec: SweepSpec, source: SourceMap | None = None) -> list[Trial]:
             variant=job.model.variant,
             size=job.model.size,
             n_params=n_params,
-            n_nonembed=count_params(job.model, non_embedding=True),
+            n_nonembed=n_nonembed,
             tokens=tokens,
-            flops=tokens * train_flops_per_token(job.model, job.data.seq_len),
+            flops=tokens * flops_per_token,
             axes={k: v for k, v, _ in settings if v is not None},
         )
     if problems:
