@@ -139,6 +139,8 @@ def check_devices(env: DistEnv) -> None:
 def init(env: DistEnv) -> None:
     """Initialise torch.distributed (gloo on CPU, nccl on CUDA) and DeepSpeed's comm layer."""
     if not env.device.startswith("cuda"):
+        # Name the accelerator: DeepSpeed's auto-detection warns on every CPU process.
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
         # One thread per rank: with several ranks sharing cores, more threads make steps
         # ~4x slower and erratic (measured on the CI machine).
         if "OMP_NUM_THREADS" not in os.environ:
