@@ -39,9 +39,8 @@ def classify_model(**kw) -> ModelConfig:
     return ModelConfig(**(spec | kw))
 
 
-def test_encoder_learns_a_local_jsonl_dataset_dense_and_with_budget(
-    home, tmp_path, curve, mlflow_uri
-):
+def test_encoder_learns_a_local_jsonl_dataset_dense_and_with_budget(home, tmp_path, curve):
+    """curves.jsonl holds the same points the tracker sends to MLflow (jobs/tracking.py)."""
     source = write_jsonl(tmp_path / "keywords.jsonl", keyword_rows(1200, seed=0))
     for budget in (None, {}):
         job = JobConfig.model_validate({
@@ -57,14 +56,11 @@ def test_encoder_learns_a_local_jsonl_dataset_dense_and_with_budget(
         accuracy = curve(home, job.trial_id, "val/accuracy")
         assert [s for s, _ in accuracy] == [30, 60]
         assert accuracy[-1][1] > 0.8, (job.model.variant, accuracy)  # chance: 0.25
-        logged = MlflowClient(mlflow_uri).get_run(result.run_id).data.metrics
-        assert logged["val/accuracy"] == pytest.approx(accuracy[-1][1])
         if budget is not None:
             s_mean = [v for _, v in curve(home, job.trial_id, "budget/s_mean")]
             active = [v for _, v in curve(home, job.trial_id, "budget/heads_active")]
             assert len(s_mean) == len(active) == 6
             assert all(0 < v < 1 for v in s_mean + active)
-            assert "budget/s_mean" in logged
 
 
 def test_pairs_are_joined_by_the_separator_and_truncated_longest_first(home, tmp_path):
