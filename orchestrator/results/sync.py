@@ -154,7 +154,12 @@ def sync(
             )
             curve_parts.append(_strings(old_curves))
     extra = sorted(
-        {k for r in rows for k in r if k.startswith(("budget_", "tsa_"))}
+        {
+            k
+            for r in rows
+            for k in r
+            if k.startswith(tuple(summary_column(p) for p in SUMMARY_PREFIXES))
+        }
         - {f.name for f in trials_schema([])}
     )
     schema = trials_schema(extra)
