@@ -21,6 +21,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cache
@@ -123,6 +124,14 @@ class Ledger:
         self.lease_s = lease_s
         self._experiment_id: str | None = None
         self.parent_id: str | None = None
+
+    def map(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        """fn over items: in threads for a tracking server (it serves requests at once);
+        one by one on sqlite, whose writers queue on a file lock (threads only add the
+        lock's busy-wait backoff)."""
+        if self.uri.startswith("sqlite") or len(items) < 2:
+            return [fn(item) for item in items]
+        return list(_pool().map(fn, items))
 
     # ------------------------------------------------------------ lookup
 
@@ -263,9 +272,7 @@ class Ledger:
             self.client.update_run(run.info.run_id, status=SCHEDULED)
             return run.info.run_id
 
-        # a tracking server takes concurrent requests; sqlite serialises them itself
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            created = list(pool.map(create, missing))
+        created = self.map(create, missing)
         time.sleep(SETTLE_S)
         records = self.records()
         keep = {rec.run_id for rec in records.values()}
@@ -354,6 +361,11 @@ class Ledger:
             f"tags.`scalelab.sweep` = '{self.sweep}' and tags.`scalelab.cancel` = '1'"
         )
         return {r.info.run_id for r in runs}
+
+
+@cache
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=8, thread_name_prefix="scalelab-ledger")
 
 
 def _record(run: Any) -> TrialRecord:

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 from orchestrator.backends import DEFAULT_JOB, JobRef, make_backend
@@ -94,8 +92,8 @@ def run_sweep(
                 ledger.set_tags(rec.run_id, {TAG + "cancel": "0"})
                 rec.tags[TAG + "cancel"] = "0"
             pending.append(_Live(trial, rec))
-    if not pending:
-        _close_parent(ledger, out)
+    if not pending:  # nothing to run: the statuses just read are the sweep's
+        _close_parent(ledger, out, {tid: rec.status for tid, rec in records.items()})
         return out
 
     backend = make_backend(cfg, ledger, job)
@@ -160,17 +158,11 @@ def _claim(
             out.killed.append(live.trial.trial_id)
         else:
             candidates.append(live)
-    won = list(_pool().map(lambda live: ledger.claim(live.rec, parent_tags), candidates))
+    won = ledger.map(lambda live: ledger.claim(live.rec, parent_tags), candidates)
     out.elsewhere.extend(
         live.trial.trial_id for live, ok in zip(candidates, won, strict=True) if not ok
     )
     return [live for live, ok in zip(candidates, won, strict=True) if ok]
-
-
-@cache
-def _pool() -> ThreadPoolExecutor:
-    """Threads for MLflow round trips of a batch (a tracking server serves them at once)."""
-    return ThreadPoolExecutor(max_workers=8, thread_name_prefix="scalelab-ledger")
 
 
 def _launch(ledger: Ledger, backend: Any, claimed: list[_Live], inflight: dict) -> None:
@@ -184,7 +176,7 @@ def _launch(ledger: Ledger, backend: Any, claimed: list[_Live], inflight: dict) 
         writes.append((live.rec.run_id, tags))
         live.rec.tags.update(tags)
         inflight[handle] = live
-    list(_pool().map(lambda w: ledger.set_tags(*w), writes))
+    ledger.map(lambda w: ledger.set_tags(*w), writes)
 
 
 def _settle(
@@ -251,8 +243,10 @@ def _apply_cancels(
             backend.cancel(handle, live.rec)  # its ObjectRef then settles as KILLED
 
 
-def _close_parent(ledger: Ledger, out: SweepOutcome) -> None:
-    statuses = ledger.statuses()
+def _close_parent(
+    ledger: Ledger, out: SweepOutcome, statuses: dict[str, str] | None = None
+) -> None:
+    statuses = statuses if statuses is not None else ledger.statuses()
     if all(s == FINISHED for s in statuses.values()):
         ledger.finish_sweep(FINISHED)
     elif out.elsewhere or any(s in (RUNNING, SCHEDULED) for s in statuses.values()):
