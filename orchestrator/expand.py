@@ -52,7 +52,28 @@ def resolve_tokens(job: JobConfig, n_params: int | None = None) -> int:
 
 
 def _axes(spec: SweepSpec) -> list[list[list[Setting]]]:
+    """One list of options per axis; an option is the settings it applies, in order. The
+    variants come first, so that grid or zip keys inside a mechanism's settings (e.g.
+    model.tsa.lambda_depth) refine the variant that switched it on."""
     axes: list[list[list[Setting]]] = []
+    if spec.variants:
+        base_model = spec.base.get("model") or {}
+        options = []
+        for i, name in enumerate(spec.variants):
+            on = set(name.split("+"))
+            where = ("variants", i)
+            options.append(
+                [
+                    ("model.attn_out", "hadamard" if "hadamard" in on else "dense", where),
+                    (
+                        "model.budget",
+                        (base_model.get("budget") or {}) if "budget" in on else None,
+                        where,
+                    ),
+                    ("model.tsa", (base_model.get("tsa") or {}) if "tsa" in on else None, where),
+                ]
+            )
+        axes.append(options)
     for key, values in spec.grid.items():
         axes.append([[(key, v, ("grid", key, i))] for i, v in enumerate(values)])
     if spec.zip:
@@ -72,25 +93,15 @@ def _axes(spec: SweepSpec) -> list[list[list[Setting]]]:
                 for j, size in enumerate(iso.sizes)
             ]
         )
-    if spec.variants:
-        base_model = spec.base.get("model") or {}
-        options = []
-        for i, name in enumerate(spec.variants):
-            on = set(name.split("+"))
-            where = ("variants", i)
-            options.append(
-                [
-                    ("model.attn_out", "hadamard" if "hadamard" in on else "dense", where),
-                    (
-                        "model.budget",
-                        (base_model.get("budget") or {}) if "budget" in on else None,
-                        where,
-                    ),
-                    ("model.tsa", (base_model.get("tsa") or {}) if "tsa" in on else None, where),
-                ]
-            )
-        axes.append(options)
     return axes
+
+
+def _without_switched_off(settings: list[Setting]) -> list[Setting]:
+    """Drop settings inside a mechanism that this trial's variant switched off: a grid over
+    model.tsa.lambda_depth means nothing for the dense variant (its trials then coincide
+    and are kept once) and must not switch TSA on."""
+    off = [key + "." for key, value, where in settings if where[0] == "variants" and value is None]
+    return [s for s in settings if not any(s[0].startswith(prefix) for prefix in off)]
 
 
 def _set(tree: dict[str, Any], key: str, value: Any) -> None:
@@ -199,7 +210,7 @@ def expand(spec: SweepSpec, source: SourceMap | None = None) -> list[Trial]:
     validate = _Validator()
     sizes: dict[tuple[int, int], tuple[Any, int, int, float]] = {}  # per shared model instance
     for combo in itertools.product(*_axes(spec)):
-        settings = [s for option in combo for s in option]
+        settings = _without_switched_off([s for option in combo for s in option])
         try:
             job = validate(spec.base, settings)
         except ValidationError as e:

@@ -156,3 +156,19 @@ def test_plan_rows_and_schema():
     json.dumps(schema)
     assert schema["additionalProperties"] is False
     assert "model" in schema["properties"]["base"]["properties"]
+
+
+def test_grid_inside_a_mechanism_refines_only_the_variants_that_switch_it_on():
+    text = BASE + (
+        "variants: [dense, tsa, hadamard+tsa]\ngrid:\n  model.tsa.lambda_depth: [0.0, 0.01, 0.05]\n"
+    )
+    spec, source = parse_spec(text, "x.yaml")
+    trials = expand(spec, source)
+    by_variant: dict[str, list[float | None]] = {}
+    for t in trials:
+        tsa = t.job.model.tsa
+        by_variant.setdefault(t.variant, []).append(tsa.lambda_depth if tsa else None)
+    assert by_variant["dense"] == [None]  # one dense trial, TSA never switched on
+    assert sorted(by_variant["tsa"]) == [0.0, 0.01, 0.05]
+    assert sorted(by_variant["hadamard+tsa"]) == [0.0, 0.01, 0.05]
+    assert len({t.trial_id for t in trials}) == len(trials) == 7
