@@ -148,10 +148,21 @@ class Tracker:
         self._sender.stdin.close()
         try:
             self._sender.wait(timeout_s)
-        except subprocess.TimeoutExpired:  # what is left waits in the outbox
+        except subprocess.TimeoutExpired:
+            # A slow sender (e.g. still importing MLflow on a crowded machine): take over and
+            # send the rest from here once; if MLflow is down it waits in the outbox.
             self._sender.kill()
             self._sender.wait()
+            takeover = threading.Thread(target=self._deliver_quietly, daemon=True)
+            takeover.start()
+            takeover.join(timeout_s)  # bounded: an unreachable server never blocks the exit
         return self.pending() == 0
+
+    def _deliver_quietly(self) -> None:
+        try:
+            deliver_outbox(self.dir, self.run_id)
+        except Exception:  # unreachable: a resumed job or the next sync sends the rest
+            pass
 
     def pending(self) -> int:
         """Outbox lines not yet delivered."""
