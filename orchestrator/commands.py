@@ -197,16 +197,12 @@ def _find(sweep: str) -> Any:
         raise _fail(str(e)) from None
 
 
-def status(
-    sweep: str = typer.Argument(..., help="Sweep name (or its YAML file)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-) -> None:
-    """Show a sweep's trials and their statuses (from MLflow)."""
-    from rich.progress import BarColumn, Progress, TextColumn
+TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
-    ledger = _find(sweep)
+
+def _status_rows(ledger: Any) -> list[dict[str, Any]]:
     recs = sorted(ledger.records().values(), key=lambda r: r.start_time)
-    rows = [
+    return [
         {
             "trial_id": r.trial_id,
             "run_id": r.run_id,
@@ -219,9 +215,9 @@ def status(
         }
         for r in recs
     ]
-    if as_json:
-        print(json.dumps({"sweep": ledger.sweep, "trials": rows}))
-        return
+
+
+def _status_table(ledger: Any, rows: list[dict[str, Any]]) -> Table:
     table = Table(title=f"sweep {ledger.sweep} ({ledger.experiment})")
     for col in ("trial_id", "variant", "size", "status", "attempts", "job_ref", "error"):
         table.add_column(col)
@@ -230,8 +226,41 @@ def status(
             *(str(r[c]) for c in ("trial_id", "variant", "size", "status", "attempts", "job_ref")),
             r["error"][:60],
         )
-    out.print(table)
-    done = sum(r["status"] in ("FINISHED", "FAILED", "KILLED") for r in rows)
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("RUNNING", "SCHEDULED", *TERMINAL)}
+    table.caption = f"{sum(counts[s] for s in TERMINAL)}/{len(rows)} done: " + ", ".join(
+        f"{n} {s.lower()}" for s, n in counts.items() if n
+    )
+    return table
+
+
+def status(
+    sweep: str = typer.Argument(..., help="Sweep name (or its YAML file)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    watch: bool = typer.Option(
+        False, "--watch", "-w", help="Refresh the table until every trial is done."
+    ),
+    interval: float = typer.Option(5.0, "--interval", help="Seconds between refreshes (--watch)."),
+) -> None:
+    """Show a sweep's trials and their statuses (from MLflow)."""
+    import time
+
+    from rich.live import Live
+    from rich.progress import BarColumn, Progress, TextColumn
+
+    ledger = _find(sweep)
+    rows = _status_rows(ledger)
+    if as_json:
+        print(json.dumps({"sweep": ledger.sweep, "trials": rows}))
+        return
+    if watch:
+        with Live(_status_table(ledger, rows), console=out, auto_refresh=False) as live:
+            while not rows or any(r["status"] not in TERMINAL for r in rows):
+                time.sleep(interval)
+                rows = _status_rows(ledger)
+                live.update(_status_table(ledger, rows), refresh=True)
+        return
+    out.print(_status_table(ledger, rows))
+    done = sum(r["status"] in TERMINAL for r in rows)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),

@@ -152,3 +152,32 @@ def test_kill_9_the_driver_then_resubmit_picks_up(tmp_path, ray_session, work_ho
     assert set(r.status for r in after.values()) == {"FINISHED"}
     for tid in finished:  # finished before the kill: not run again
         assert calls(work_home, after[tid].run_id, "start") == 1
+
+
+def test_status_watch_refreshes_until_every_trial_is_done(
+    tmp_path, ray_session, work_home, sweep_name, monkeypatch
+):
+    import threading
+
+    from orchestrator.expand import expand
+    from orchestrator.scheduler import run_sweep
+    from orchestrator.spec import parse_spec
+
+    monkeypatch.setenv("SCALELAB_TEST_SLEEP", "1")
+    spec, source = parse_spec(sweep_yaml(sweep_name, seeds=3))  # concurrency 2: two rounds
+    trials = expand(spec, source)
+    ledger = Ledger(spec.name)
+    ledger.sync(spec, trials)  # the sweep exists before status looks for it
+    driver = threading.Thread(
+        target=run_sweep, args=(spec, trials, ledger), kwargs={"job": "jobs_for_tests:sleepy"}
+    )
+    driver.start()
+    try:
+        result = runner.invoke(app, ["status", sweep_name, "--watch", "--interval", "0.3"])
+        statuses_at_return = set(Ledger(sweep_name).statuses().values())
+    finally:
+        driver.join(timeout=60)
+    assert result.exit_code == 0, result.output
+    assert statuses_at_return == {"FINISHED"}  # it returned only once every trial was done
+    assert "3/3 done: 3 finished" in result.stdout
+    assert result.stdout.count("FINISHED") >= 3
