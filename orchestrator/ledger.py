@@ -85,7 +85,6 @@ def new_driver_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-@cache
 def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
     """Fail fast (LedgerUnavailable) when an MLflow server is down, before any write."""
     if uri.startswith(("http://", "https://")):

@@ -80,6 +80,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _answers(uri: str) -> bool:
+    try:
+        urllib.request.urlopen(uri + "/health", timeout=1)
+        return True
+    except OSError:
+        return False
+
+
 @pytest.mark.slow
 def test_mlflow_server_down_at_submit(tmp_path, work_home, sweep_name):
     port, db = _free_port(), tmp_path / "server.db"
@@ -106,6 +114,9 @@ def test_mlflow_server_down_at_submit(tmp_path, work_home, sweep_name):
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+    deadline = time.monotonic() + 30  # its workers may answer a moment longer than it lives
+    while _answers(uri) and time.monotonic() < deadline:
+        time.sleep(0.2)
     down = runner.invoke(app, ["submit", str(path)], env={"MLFLOW_TRACKING_URI": uri})
     assert down.exit_code == 2
     assert "not reachable" in down.stderr and "nothing submitted" in down.stderr
