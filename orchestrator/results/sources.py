@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs import paths
+from jobs.tracking import VAL_LOSS_AT_GFLOP
 
 from .store import ResultsError
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 TAG = "scalelab."
 # A derived view of val/loss whose `step` is GFLOPs (for the MLflow UI's x-axis): the
 # curves table has the flops column instead, so these are left out.
-SKIP_SUFFIX = "@gflop"
+SKIP_SUFFIX = VAL_LOSS_AT_GFLOP.removeprefix("val/loss")  # "_at_gflop"
 
 
 @dataclass
