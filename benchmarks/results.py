@@ -66,7 +66,7 @@ def bench_bootstrap(n_resamples: int = 1000, repeats: int = 3) -> None:
             lambda: fit_power_law(flops, c_loss),
             lambda: bootstrap(fit_power_law, flops, c_loss, n_resamples=n_resamples),
         ),
-        "gain (shared E)": (
+        "gain (shifted law)": (
             lambda: compute_equivalent_gain(var, base, n_resamples=1),
             lambda: compute_equivalent_gain(var, base, n_resamples=n_resamples),
         ),
