@@ -121,9 +121,19 @@ class BackendConfig(FrozenConfig):
     concurrency: int = Field(2, ge=1, description="trials running at once")
     cpus_per_trial: float = Field(1.0, ge=0)
     gpus_per_trial: float = Field(0.0, ge=0)
+    ranks_per_trial: int | None = Field(
+        None,
+        ge=1,
+        description="local/ray: training processes per trial, started with torchrun inside "
+        "the trial's task (DeepSpeed shards across them); default: one per GPU, else 1",
+    )
     max_retries: int = Field(2, ge=0, description="re-runs of a FAILED trial")
     retry_backoff_s: float = Field(5.0, ge=0, description="first retry delay; doubles")
     slurm: SlurmOptions | None = None
+
+    @property
+    def ranks(self) -> int:
+        return self.ranks_per_trial or max(1, int(self.gpus_per_trial))
 
     @model_validator(mode="after")
     def _options_match_kind(self) -> BackendConfig:

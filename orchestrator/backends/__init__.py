@@ -53,12 +53,42 @@ def outcome_of(result: Any) -> dict[str, Any]:
     }
 
 
-def run_job(job_ref: JobRef, job_json: str, run_id: str | None) -> dict[str, Any]:
-    """The body of one trial wherever it runs: rebuild the JobConfig, call the job."""
+def run_job(job_ref: JobRef, job_json: str, run_id: str | None, ranks: int = 1) -> dict[str, Any]:
+    """The body of one trial wherever it runs: rebuild the JobConfig, call the job (in
+    `ranks` processes under torchrun when the trial has several)."""
     from jobs.config import JobConfig
 
     job = JobConfig.model_validate_json(job_json)
+    if ranks > 1:
+        if job_ref != DEFAULT_JOB:
+            raise ValueError(f"several ranks per trial need the training job, not {job_ref!r}")
+        return run_ranks(job, run_id, ranks)
     return outcome_of(resolve_job(job_ref)(job, run_id))
+
+
+def run_ranks(job: Any, run_id: str | None, ranks: int) -> dict[str, Any]:
+    """torchrun starts `ranks` processes of `python -m jobs.train` (one per GPU, or gloo
+    ranks on CPU); the job reads the launcher's environment and DeepSpeed shards across
+    them. The outcome comes from the result file the job writes last."""
+    import json
+    import subprocess
+    import tempfile
+    import time
+
+    from jobs.paths import RESULT_FILE, trial_dir
+
+    result_path = trial_dir(job.trial_id) / RESULT_FILE
+    started = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        config = os.path.join(tmp, "job.json")
+        with open(config, "w") as f:
+            f.write(job.model_dump_json())
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc_per_node={ranks}", "-m", "jobs.train", config]  # fmt: skip
+        code = subprocess.run(cmd + ([run_id] if run_id else [])).returncode
+    if result_path.exists() and result_path.stat().st_mtime >= started:
+        return outcome_of(json.loads(result_path.read_text()))
+    return {"status": "FAILED", "reason": f"torchrun with {ranks} ranks exited with code {code}"}
 
 
 def ray_init(address: str, *, embedded: bool) -> bool:
@@ -112,7 +142,7 @@ class Backend:
         )
         out = []
         for trial, rec in items:
-            ref = task.remote(self.job, trial.job.model_dump_json(), rec.run_id)
+            ref = task.remote(self.job, trial.job.model_dump_json(), rec.run_id, self.cfg.ranks)
             out.append((ref, f"ray:{ref.task_id().hex()}"))
         return out
 

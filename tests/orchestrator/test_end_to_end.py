@@ -25,3 +25,27 @@ def test_real_training_job_logs_into_the_scheduled_run(ray_session, work_home, s
     assert run.info.status == "FINISHED"
     assert "val/loss" in run.data.metrics  # the job logged into the run the ledger created
     assert len(ledger.records()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_trial_with_two_ranks_trains_under_torchrun_in_its_task(
+    ray_session, work_home, sweep_name
+):
+    spec, source = parse_spec(f"""
+name: {sweep_name}
+base:
+  model: {{size: nano, vocab_size: 256, block_size: 64}}
+  data: {{source: "builtin:pydoc", tokenizer: byte, seq_len: 64}}
+  train: {{tokens: 4096, global_batch_tokens: 512}}
+  deepspeed: {{zero_stage: 2}}
+backend: {{concurrency: 1, cpus_per_trial: 2, ranks_per_trial: 2, max_retries: 0}}
+""")
+    (trial,) = expand(spec, source)
+    out = run_sweep(spec, [trial], Ledger(spec.name))
+    assert out.finished == [trial.trial_id], out
+    ledger = Ledger(spec.name)
+    run = ledger.client.get_run(ledger.records()[trial.trial_id].run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["scalelab.world_size"] == "2"  # two DeepSpeed ranks, one trial
+    assert "val/loss" in run.data.metrics
