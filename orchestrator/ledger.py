@@ -398,15 +398,22 @@ def find_sweep(name: str, tracking_uri: str | None = None) -> Ledger:
 
     uri = tracking_uri or paths.tracking_uri()
     check_reachable(uri)
-    client = MlflowClient(uri)
+    exp = sweep_experiment(MlflowClient(uri), name)
+    if exp is None:
+        raise LookupError(f"no sweep named {name!r} in {uri}")
+    ledger = Ledger(name, exp.name, uri)
+    ledger.find_parent()
+    return ledger
+
+
+def sweep_experiment(client: MlflowClient, name: str) -> Any:
+    """The experiment that holds sweep `name`'s parent run (whatever it is called), or None."""
+    quoted = name.replace("\\", "\\\\").replace("'", "\\'")
     for exp in client.search_experiments():
-        runs = client.search_runs(
+        if client.search_runs(
             [exp.experiment_id],
-            f"tags.`scalelab.role` = 'sweep' and tags.`scalelab.sweep` = '{name}'",
+            f"tags.`scalelab.role` = 'sweep' and tags.`scalelab.sweep` = '{quoted}'",
             max_results=1,
-        )
-        if runs:
-            ledger = Ledger(name, exp.name, uri)
-            ledger.find_parent()
-            return ledger
-    raise LookupError(f"no sweep named {name!r} in {uri}")
+        ):
+            return exp
+    return None

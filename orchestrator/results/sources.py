@@ -61,13 +61,15 @@ def find_sweep_runs(sweep: str, tracking_uri: str | None = None) -> SweepRuns:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
+    from orchestrator.ledger import sweep_experiment
+
     uri = tracking_uri or paths.tracking_uri()
     _check_store(uri)
     client = MlflowClient(uri)
     try:
         exp = client.get_experiment_by_name(sweep)
         if exp is None:
-            exp = _experiment_by_parent_tag(client, sweep)
+            exp = sweep_experiment(client, sweep)
         if exp is None:
             names = sorted(e.name for e in client.search_experiments() if e.name != "Default")
             known = ", ".join(names[:20]) or "none"
@@ -96,22 +98,6 @@ def find_sweep_runs(sweep: str, tracking_uri: str | None = None) -> SweepRuns:
             end_time=run.info.end_time,
         )
     return SweepRuns(sweep, uri, exp.experiment_id, parent, list(by_trial.values()))
-
-
-def _experiment_by_parent_tag(client: MlflowClient, sweep: str) -> Any:
-    for exp in client.search_experiments():
-        hits = client.search_runs(
-            [exp.experiment_id],
-            f"tags.`scalelab.role` = 'sweep' and tags.`scalelab.sweep` = '{_quote(sweep)}'",
-            max_results=1,
-        )
-        if hits:
-            return exp
-    return None
-
-
-def _quote(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("'", "\\'")
 
 
 def _search_all(client: MlflowClient, experiment_id: str) -> list[Any]:
