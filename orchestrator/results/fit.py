@@ -238,7 +238,13 @@ def fit_table(
         front = attempt(f"frontier of {v}", lambda c=c, y=y: pareto_frontier(c, y))
         if front is not None:
             fit.frontier[v] = [ids[i] for i in front]
-        law = attempt(f"L(C) of {v}", lambda c=c, y=y: bootstrap(fit_power_law, c, y, **boot_opts))
+        # Resample within each size: every draw keeps the ladder's design (all sizes), so
+        # a small sweep does not lose its fit to draws that miss a size.
+        sizes = np.asarray(rows["size"].to_pylist())
+        law = attempt(
+            f"L(C) of {v}",
+            lambda c=c, y=y, sizes=sizes: bootstrap(fit_power_law, c, y, strata=sizes, **boot_opts),
+        )
         if law is not None:
             fit.laws[v] = law
         n, d = _col(rows, "n_params"), _col(rows, "tokens")
