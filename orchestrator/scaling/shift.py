@@ -37,10 +37,8 @@ def fit_shift(
         )
     shift = x.mean()
 
-    def objective(theta: np.ndarray) -> float:
-        e, a, alpha, log_m = theta
-        pred = np.logaddexp(e, a - alpha * (x - shift - v * log_m))
-        return float(_huber(pred - y, HUBER_DELTA).mean() / HUBER_DELTA**2)
+    def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        return shift_objective(theta, x - shift, y, v)
 
     if start is not None:
         E, A, alpha, m = start
@@ -55,7 +53,7 @@ def fit_shift(
     bounds = [(None, float(y.min())), (None, None), (0.0, 10.0), (-20.0, 20.0)]
     with single_threaded_blas():
         best = min(
-            (minimize(objective, s, method="L-BFGS-B", bounds=bounds) for s in starts),
+            (minimize(objective, s, jac=True, method="L-BFGS-B", bounds=bounds) for s in starts),
             key=lambda r: r.fun,
         )
     e, a, alpha, log_m = best.x
@@ -66,3 +64,20 @@ def fit_shift(
     n_b, n_v = int((v == 0).sum()), int((v == 1).sum())
     # L_variant(C) = E + A (C/m)^-alpha = E + (A m^alpha) C^-alpha
     return PowerLawFit(E, A, alpha, n_b), PowerLawFit(E, A * m**alpha, alpha, n_v), m
+
+
+def shift_objective(
+    theta: np.ndarray, x: np.ndarray, y: np.ndarray, v: np.ndarray
+) -> tuple[float, np.ndarray]:
+    """Huber loss of log L_hat - log L and its gradient; theta = [e, a, alpha, log m],
+    log L_hat = LSE(e, a - alpha (x - v log m)), x = centred log C, v = 1 on variant rows."""
+    e, a, alpha, log_m = theta
+    u = x - v * log_m
+    z = a - alpha * u
+    pred = np.logaddexp(e, z)
+    r = pred - y
+    w0 = np.exp(e - pred)  # d pred / d e; 1 - w0 = d pred / d z
+    g = np.clip(r, -HUBER_DELTA, HUBER_DELTA) / (HUBER_DELTA**2 * r.size)
+    gz = g * (1.0 - w0)
+    grad = np.array([g @ w0, gz.sum(), -(gz @ u), alpha * (gz @ v)])
+    return float(_huber(r, HUBER_DELTA).mean() / HUBER_DELTA**2), grad

@@ -177,6 +177,20 @@ def test_shift_law_gives_a_usable_interval_from_four_trials_per_variant():
         compute_equivalent_gain(Trials("v", flops[:1], variant.loss[:1]), base)
 
 
+def test_shift_objective_gradient_matches_finite_differences():
+    from scipy.optimize import approx_fprime
+
+    from orchestrator.scaling.shift import shift_objective
+
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=12), np.log(2 + rng.random(12))
+    v = (np.arange(12) >= 6).astype(float)
+    for _ in range(3):
+        theta = np.array([np.log(1.5), rng.normal(), 0.3, 0.2 * rng.normal()])
+        numeric = approx_fprime(theta, lambda t: shift_objective(t, x, y, v)[0], 1e-7)
+        np.testing.assert_allclose(shift_objective(theta, x, y, v)[1], numeric, rtol=1e-5)
+
+
 def test_gains_from_a_pyarrow_table_and_per_size_comparison():
     sizes = [f"s{i}" for i in range(6)]
     params = np.geomspace(1e7, 1e9, 6)
