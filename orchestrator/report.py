@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -110,14 +111,19 @@ def summarise_sweep(
 
     uri = tracking_uri or paths.tracking_uri()
     synced = sync(sweep, uri, root=root)
+    cache = sweep_dir(sweep, root) / "summary.cache.json"
+    key = _summary_key(sweep, root, baseline, n_resamples, width)
+    if cache.exists() and (cache.parent / "report.md").exists():
+        cached = json.loads(cache.read_text())
+        if cached.get("key") == key:  # same trials, same options: the same fits and files
+            return f"{synced}\n{cached['text']}"
     console = Console(record=True, width=width, file=io.StringIO())
-    console.print(str(synced))
     try:
         fit = fit_sweep(sweep, baseline=baseline, n_resamples=n_resamples, root=root)
     except ResultsError as e:
         console.print(f"no fit: {e}")
         console.print(f"MLflow UI: {mlflow_ui_hint(uri)}")
-        return console.export_text()
+        return f"{synced}\n{console.export_text()}"
     out = sweep_dir(sweep, root)
     files = plotting.make_plots(fit, load_curves(sweep, root), out / "plots")
     plotting.log_plots(find_sweep_runs(sweep, uri).parent_run_id, files, uri)
@@ -129,4 +135,24 @@ def summarise_sweep(
     console.print(f"plots: {out / 'plots'} ({', '.join(files)})", highlight=False)
     console.print(f"report: {report}", highlight=False)
     console.print(f"MLflow UI: {mlflow_ui_hint(uri)}", highlight=False)
-    return console.export_text()
+    text = console.export_text()
+    cache.write_text(json.dumps({"key": key, "text": text}))
+    return f"{synced}\n{text}"
+
+
+def _summary_key(sweep: str, root: Path | None, *options: object) -> str:
+    """A digest of the synced trials table and the fit options."""
+    import hashlib
+
+    import pyarrow as pa
+
+    from orchestrator.results import load_trials
+
+    sink = pa.BufferOutputStream()
+    table = load_trials(sweep, root)
+    table = table.sort_by("trial_id") if "trial_id" in table.column_names else table
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    digest = hashlib.sha256(sink.getvalue().to_pybytes())
+    digest.update(repr(options).encode())
+    return digest.hexdigest()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -45,3 +46,14 @@ def test_summary_of_a_sweep_that_cannot_be_fitted_says_why(summary):
     _, text = summary
     assert "no fit:" in text and "one size (nano)" in text
     assert not (sweep_dir("tiny") / "report.md").exists()
+
+
+def test_a_summary_of_unchanged_trials_comes_from_its_cache(summary):
+    first, _ = summary
+    cache = sweep_dir("rep") / "summary.cache.json"
+    again = summarise_sweep("rep", n_resamples=40)
+    assert again.split("\n", 1)[1] == first.split("\n", 1)[1]  # below the sync line
+    stored = json.loads(cache.read_text())
+    cache.write_text(json.dumps({**stored, "text": stored["text"].replace("hadamard", "HAD")}))
+    assert "HAD" in summarise_sweep("rep", n_resamples=40)  # served from the cache
+    assert "HAD" not in summarise_sweep("rep", n_resamples=41)  # other options: fitted again
