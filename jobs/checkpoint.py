@@ -58,7 +58,7 @@ def save(engine: Any, env: DistEnv, ckpt_dir: Path, state: dict[str, Any], keep:
     barrier(env)
     if env.is_main:
         tmp = ckpt_dir / tag / (MARKER + ".tmp")
-        tmp.write_text(json.dumps(state))
+        tmp.write_text(json.dumps({**state, "world_size": env.world_size}))
         tmp.replace(ckpt_dir / tag / MARKER)
         for old in complete_checkpoints(ckpt_dir)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)

@@ -181,6 +181,14 @@ class _Trainer:
         found = checkpoint.latest(self.ckpt_dir)
         if found is None:
             return fresh
+        saved_by = checkpoint.read_state(found).get("world_size", self.env.world_size)
+        if saved_by != self.env.world_size and self.job.deepspeed.zero_stage > 0:
+            raise ValueError(
+                f"trial {self.job.trial_id} has a checkpoint written by {saved_by} rank(s) "
+                f"({found}) and this run has {self.env.world_size}: DeepSpeed cannot "
+                "re-partition ZeRO optimizer state. Run it with the same number of ranks, "
+                "or remove that folder to train the trial from the start."
+            )
         state = checkpoint.load(self.engine, self.env, found)
         if self.env.is_main:  # points logged after this checkpoint are logged again
             _truncate_curves(self.dir / "curves.jsonl", state["tokens"])

@@ -39,6 +39,7 @@ base:
   data: {{source: "builtin:pydoc", tokenizer: byte, seq_len: 64}}
   train: {{tokens: 4096, global_batch_tokens: 512}}
   deepspeed: {{zero_stage: 2}}
+  seed: 20  # its own trial: another test's 1-rank checkpoint of seed 0 must not be resumed
 backend: {{concurrency: 1, cpus_per_trial: 2, ranks_per_trial: 2, max_retries: 0}}
 """)
     (trial,) = expand(spec, source)
