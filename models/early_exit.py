@@ -25,7 +25,7 @@ from scipy.optimize import bisect
 from torch import Tensor
 
 from models.context import ForwardContext
-from models.tsa import ffn_update, tlops_saved
+from models.tsa import add_ffn_update, tlops_saved
 
 
 @dataclass
@@ -52,7 +52,8 @@ def early_exit_logits(model: torch.nn.Module, idx: Tensor, threshold: float) -> 
         else:
             executed.append(active.float().mean())
             x = x + active.unsqueeze(-1).to(x.dtype) * block.attn_update(x, ctx)
-            x = x + ffn_update(block, x, active, "dense" if bool(active.all()) else "sparse")
+            path = "dense" if bool(active.all()) else "sparse"
+            x = add_ffn_update(block, x, active, path)  # x: the fresh sum above, ours to update
             exit_layer[active] = layer
         if layer < len(blocks) - 1:
             confidence = ctx.readout(x).softmax(-1).amax(-1)

@@ -123,25 +123,13 @@ class TokenSelectiveDepth(nn.Module):
         ctx.add_metric("tsa/tlops_saved", tlops_saved(alpha_mean, n_layer))
 
 
-def ffn_update(block: nn.Module, x: Tensor, active: Tensor, path: str = "sparse") -> Tensor:
-    """The FFN residual update of `block` for the tokens where `active` (B, T) is True and
-    zero elsewhere. 'sparse' gathers the active rows of the flattened (B*T, d) states, runs
-    the FFN on them only and scatters the result back; 'dense' runs every token and masks."""
-    if path == "dense":
-        return active.unsqueeze(-1).to(x.dtype) * block.mlp_update(x)
-    flat = x.reshape(-1, x.size(-1))
-    rows = active.reshape(-1).nonzero().squeeze(1)
-    update = torch.zeros_like(flat)
-    update.index_add_(0, rows, block.mlp_update(flat.index_select(0, rows)))
-    return update.view_as(x)
-
-
 def add_ffn_update(block: nn.Module, x: Tensor, active: Tensor, path: str = "sparse") -> Tensor:
     """x plus the FFN residual update of `block` for the tokens where `active` (B, T) is
     True, written into x IN PLACE (x must be a tensor the caller owns, e.g. the output of the
-    attention residual; safe under autograd: index_select keeps only the indices). 'sparse': gather the active rows of the flattened (B*T, d) states,
-    run LN + FFN on them only and add the result back into their rows (one index_select and
-    one index_add_; no full-size zero buffer or extra add). 'dense': every token through the
+    attention residual; safe under autograd: index_select keeps only the indices).
+    'sparse': gather the active rows of the flattened (B*T, d) states, run LN + FFN on them
+    only and add the result back into their rows (one index_select and one index_add_; no
+    full-size zero buffer or extra add). 'dense': every token through the
     FFN, the update masked (one fused addcmul, out of place)."""
     if path == "dense":
         # out of place: LayerNorm keeps x for its backward when gradients are on
