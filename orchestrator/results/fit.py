@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -135,10 +136,10 @@ def usable_trials(table: pa.Table, loss: str, notes: list[str]) -> pa.Table:
     status = table["status"].to_pylist()
     not_done = [s for s in status if s != "FINISHED"]
     if len(not_done) == len(status):
-        counts = ", ".join(f"{n} {s}" for s, n in sorted(_count(not_done).items()))
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(Counter(not_done).items()))
         raise ResultsError(f"no FINISHED trials yet ({counts}); nothing to fit")
     if not_done:
-        counts = ", ".join(f"{n} {s}" for s, n in sorted(_count(not_done).items()))
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(Counter(not_done).items()))
         notes.append(f"left out {len(not_done)} trials that are not FINISHED ({counts})")
     done = table.filter(pc.equal(table["status"], "FINISHED"))
     y = done[loss].to_numpy(zero_copy_only=False).astype(float)
@@ -155,13 +156,6 @@ def usable_trials(table: pa.Table, loss: str, notes: list[str]) -> pa.Table:
         )
         done = done.filter(np.isfinite(y))
     return done
-
-
-def _count(items: list[str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for s in items:
-        out[s] = out.get(s, 0) + 1
-    return out
 
 
 def fit_sweep(

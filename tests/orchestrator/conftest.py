@@ -16,11 +16,6 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # jobs_for_tests, importable by Ray workers through PYTHONPATH
 
-try:
-    from slurm_cluster import slurm_cluster  # noqa: F401  (the fixture, from tests/)
-except ImportError:  # pragma: no cover
-    pass
-
 
 @pytest.fixture(scope="session")
 def work_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
