@@ -18,8 +18,9 @@ inference mask (tests/models/test_budget.py proves it). Head outputs are scaled 
 before the output mixing, so a hard mask gives exactly the inference computation.
 
 Loss per layer (summed over layers by ForwardContext.add_loss):
-    L_budget  = lambda_b * mean(relu(s_min - s) + relu(s - s_max)) + lambda_c * mean(s)
+    L_budget  = lambda_b * mean(relu(s_min - s) + relu(s - s_max)) + lambda_c(t) * mean(s)
     L_entropy = lambda_e(t) * mean(H(p)) / log H      lambda_e: < 0 early (spread), > 0 late
+    lambda_c(t) = lambda_c * min(1, t / cost_warmup)  (constant if cost_warmup = 0)
 
 Encoder (cfg.causal False): one decision per example from the whole-sequence mean over real
 tokens (pad_mask). Decoder: one decision per query token t from the prefix mean x_bar_t =
@@ -229,27 +230,28 @@ class BudgetAttention(MultiHeadAttention):
         n_q = int(counts.max())
         pos = (~sel).to(torch.int8).argsort(dim=-1, stable=True)[..., :n_q]  # selected first
         valid = torch.arange(n_q, device=x.device) < counts.unsqueeze(-1)  # (U, B, n_q)
-        b_idx = torch.arange(B, device=x.device).view(1, B, 1)
-        xq = x[b_idx, pos].view(U, B * n_q, d)  # the query tokens, per head
+        rows = (torch.arange(B, device=x.device).view(1, B, 1) * T + pos).reshape(-1)  # b T + t
+        xq = x.reshape(B * T, d).index_select(0, rows).view(U, B * n_q, d)  # queries per head
         q = torch.bmm(xq, w_u[0].transpose(1, 2))  # (U, B n_q, dh)
         if b_u is not None:
             q = q + b_u[0].unsqueeze(1)
         q = q.view(U, B, n_q, dh).transpose(0, 1)  # (B, U, n_q, dh)
         causal = torch.arange(T, device=x.device) <= pos.transpose(0, 1).unsqueeze(-1)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)  # (B, U, n_q, dh)
-        y = y.transpose(0, 1)  # (U, B, n_q, dh)
-        flat = (b_idx * T + pos)[valid]  # output row (b * T + t) of each real pair
+        y = y.transpose(0, 1).reshape(U, B * n_q, dh)
+        # Padding pairs are sent to a spare output row B T that is dropped afterwards.
+        dest = torch.where(valid.view(-1), rows, B * T)
         if isinstance(self.out_proj, nn.Linear):
             w_o = self.out_proj.weight.view(d, H, dh)
             w_o = (w_o if every else w_o.index_select(1, heads)).permute(1, 2, 0)  # (U, dh, d)
-            contrib = torch.bmm(y.reshape(U, B * n_q, dh), w_o).view(U, B, n_q, d)
-            out = x.new_zeros(B * T, d).index_add_(0, flat, contrib[valid])
+            contrib = torch.bmm(y, w_o).view(U * B * n_q, d)
+            out = x.new_zeros(B * T + 1, d).index_add_(0, dest, contrib)[: B * T]
             out = out.view(B, T, d)
             return out + self.out_proj.bias if self.out_proj.bias is not None else out
-        buf = x.new_zeros(B * T, H, dh)
-        head_of = heads.view(U, 1, 1).expand(U, B, n_q)[valid]
-        buf[flat, head_of] = y[valid]
-        return self.out_proj(buf.view(B, T, d))
+        buf = x.new_zeros(B * T + 1, H, dh)
+        head_of = heads.view(U, 1).expand(U, B * n_q).reshape(-1)
+        buf[dest, head_of] = y.view(U * B * n_q, dh)
+        return self.out_proj(buf[: B * T].view(B, T, d))
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         s, r = self.decide(self.pool(x, ctx))
@@ -281,9 +283,12 @@ class BudgetAttention(MultiHeadAttention):
     def _add_losses(self, s: Tensor, r: Tensor, tau: float, ctx: ForwardContext) -> None:
         b = self.budget
         outside = F.relu(b.s_min - s) + F.relu(s - b.s_max)
-        ctx.add_loss(
-            "budget/budget", b.budget_loss_weight * outside.mean() + b.cost_weight * s.mean()
+        cost = (
+            b.cost_weight * min(1.0, ctx.progress / b.cost_warmup)
+            if b.cost_warmup
+            else b.cost_weight
         )
+        ctx.add_loss("budget/budget", b.budget_loss_weight * outside.mean() + cost * s.mean())
         weight = schedule(
             b.entropy_schedule, b.entropy_weight_start, b.entropy_weight_end, ctx.progress
         )

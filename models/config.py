@@ -33,6 +33,7 @@ class BudgetConfig(FrozenConfig):
     gumbel_noise: bool = True  # exploration noise on the relevance logits (training only)
     budget_loss_weight: float = 1.0  # lambda_b: hinge on s outside [s_min, s_max]
     cost_weight: float = 0.05  # lambda_c: linear cost on s inside the interval (0: paper's form)
+    cost_warmup: float = 0.0  # lambda_c ramps linearly from 0 over this fraction of training
     entropy_weight_start: float = -0.01  # lambda_e(0) < 0: reward spread early ...
     entropy_weight_end: float = 0.01  # ... lambda_e(1) > 0: penalise entropy late
     entropy_schedule: Literal["linear", "cosine", "constant"] = "linear"
@@ -63,6 +64,13 @@ class BudgetConfig(FrozenConfig):
     def _non_negative(cls, value: float) -> float:
         if value < 0:
             raise ValueError(f"must be >= 0 (a penalty, not a reward), got {value}")
+        return value
+
+    @field_validator("cost_warmup")
+    @classmethod
+    def _fraction_of_training(cls, value: float) -> float:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"a fraction of training must be in [0, 1], got {value}")
         return value
 
     @model_validator(mode="after")

@@ -48,6 +48,7 @@ def spread_decisions(attn: BudgetAttention, s_bias: float = 0.0) -> None:
         ({"entropy_schedule": "warmup"}, "budget.entropy_schedule:"),
         ({"tau_start": 0.1, "tau_end": 1.0}, "tau_end=1.0 must be <= tau_start=0.1"),
         ({"cost_weight": -1.0}, "budget.cost_weight: must be >= 0"),
+        ({"cost_warmup": 1.5}, "budget.cost_warmup: a fraction of training must be in [0, 1]"),
     ],
 )
 def test_bad_budget_settings_are_clear_config_errors(budget, message):
@@ -206,6 +207,22 @@ def test_losses_metrics_and_budget_penalty():
     assert model.blocks[0].attn.budget_net[2].bias.grad.item() > 0  # pushes s down
 
 
+def test_cost_on_s_ramps_up_over_the_warmup_fraction():
+    torch.manual_seed(0)
+    cfg = cfg_for("classify", cost_weight=0.1, cost_warmup=0.5)
+    model = build(cfg).train()
+    idx, y = torch.randint(0, VOCAB, (4, 16)), torch.tensor([0, 1, 2, 0])
+    costs = {}
+    for progress in (0.0, 0.25, 0.5, 1.0):
+        out = model(idx, y, progress=progress)
+        costs[progress] = out.aux_losses["budget/budget"].item()
+    # s starts at 0.5 for every input, inside [s_min, s_max]: only the cost term is paid
+    assert costs[0.0] == pytest.approx(0.0, abs=1e-7)
+    assert costs[0.25] == pytest.approx(0.5 * costs[0.5], rel=1e-4)
+    assert costs[1.0] == pytest.approx(costs[0.5], rel=1e-4)
+    assert costs[1.0] == pytest.approx(0.1 * 0.5 * cfg.n_layer, rel=1e-4)
+
+
 @pytest.mark.parametrize("task", ["lm", "classify"])
 @pytest.mark.parametrize("attn_out", ["dense", "hadamard"])
 def test_parameter_count_matches_the_built_module(task, attn_out):
@@ -232,33 +249,32 @@ def test_reported_k_gives_the_executed_flops():
 # --- the paper's qualitative claim -------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_hard_examples_get_a_larger_budget_and_are_still_classified():
-    """Easy examples (a repeated keyword: a bag of words reads the label) and hard ones (the
-    label is (i + j) mod C of a token pair: attention is needed) mixed. With a small cost on
-    s (lambda_c = 0.02) the trained encoder gives hard examples a larger budget. NOT robust
-    across seeds (scratch runs, same setting, seeds 0-4): where the hard pairs were learned
-    (3 seeds, accuracy 1.0) s(hard) - s(easy) = +0.03..+0.05; where they were not (2 seeds,
-    hard accuracy 0.69-0.77) the gap was -0.10..-0.14. This seed is one of the learned ones;
-    ~25 s on one core."""
+def train_on_mixed_difficulty(seed: int, steps: int = 600) -> dict[str, torch.Tensor]:
+    """A one-layer nano encoder (d=64, 8 heads) trained on the easy/hard task of
+    jobs/synthetic/classification.py with 2 classes: easy = the class keyword 8 times in 16
+    tokens (a bag of words reads it), hard = the XOR of a token pair (attention must read
+    one token from the other). The cost on s ramps from 0 to 0.15 over training
+    (cost_warmup=1): heads are free while the pair relation is learned, then each one has
+    to pay for itself. Returns val accuracy, s and k per example, and the difficulty."""
     from jobs.synthetic.classification import make_classification
 
-    torch.manual_seed(0)
-    kw = {"seq_len": 16, "n_classes": 4, "vocab_size": 64, "easy_repeats": 3}
-    train, val = make_classification(8192, seed=0, **kw), make_classification(1024, seed=1, **kw)
+    torch.manual_seed(seed)
+    kw = {"seq_len": 16, "n_classes": 2, "vocab_size": 64, "easy_repeats": 8}
+    train = make_classification(8192, seed=seed, **kw)
+    val = make_classification(1024, seed=seed + 100, **kw)
     cfg = ModelConfig(
         size="nano",
+        n_layer=1,
         n_head=8,
         vocab_size=64,
         block_size=16,
         task="classify",
-        n_classes=4,
-        budget={"cost_weight": 0.02},
+        n_classes=2,
+        budget={"cost_weight": 0.15, "cost_warmup": 1.0},
     )
     model = build(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
     x, y = torch.from_numpy(train.tokens), torch.from_numpy(train.labels)
-    steps = 600
     for step in range(steps):
         i = torch.randint(0, len(y), (64,))
         loss = model(x[i], y[i], progress=step / steps).loss
@@ -268,8 +284,29 @@ def test_hard_examples_get_a_larger_budget_and_are_still_classified():
     model.eval()
     with torch.no_grad():
         logits = model(torch.from_numpy(val.tokens)).logits
-    s = torch.stack([b.attn.last_s.squeeze(-1) for b in model.blocks]).mean(0)
-    hard = torch.from_numpy(val.difficulty).bool()
-    correct = (logits.argmax(-1) == torch.from_numpy(val.labels)).float()
-    assert correct[~hard].mean() > 0.95 and correct[hard].mean() > 0.9
-    assert s[hard].mean() > s[~hard].mean() + 0.015, (s[hard].mean(), s[~hard].mean())
+    attn = model.blocks[0].attn
+    return {
+        "correct": (logits.argmax(-1) == torch.from_numpy(val.labels)).float(),
+        "s": attn.last_s.squeeze(-1),
+        "k": attn.last_k.squeeze(-1).float(),
+        "hard": torch.from_numpy(val.difficulty).bool(),
+    }
+
+
+@pytest.mark.slow
+def test_hard_examples_get_a_larger_budget_and_are_still_classified():
+    """The paper's qualitative claim on seeds 0-2 (~20 s on one core). Measured on seeds
+    0-12 of this setting: the hard pairs were learned in all 13 (hard accuracy >= 0.96);
+    s(hard) - s(easy) was +0.12..+0.57 in 9 seeds, and within 0.01 of 0 in the other 4,
+    where the pair relation ended up in one head and both difficulties ran k = 1 (then a
+    hard example needs no more heads than an easy one). Never negative."""
+    gaps, k_gaps = [], []
+    for seed in range(3):
+        r = train_on_mixed_difficulty(seed)
+        hard = r["hard"]
+        assert r["correct"][~hard].mean() > 0.95 and r["correct"][hard].mean() > 0.9, seed
+        gaps.append((r["s"][hard].mean() - r["s"][~hard].mean()).item())
+        k_gaps.append((r["k"][hard].mean() - r["k"][~hard].mean()).item())
+    assert min(gaps) > -0.01, gaps  # hard examples never get a smaller budget
+    assert sum(gaps) / len(gaps) > 0.05, gaps  # and a larger one on average
+    assert sum(k_gaps) / len(k_gaps) > 0.4, k_gaps  # inference runs more heads for them
