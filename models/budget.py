@@ -25,7 +25,7 @@ Loss per layer (summed over layers by ForwardContext.add_loss):
 Encoder (cfg.causal False): one decision per example from the whole-sequence mean over real
 tokens (pad_mask). Decoder: one decision per query token t from the prefix mean x_bar_t =
 mean(x_1..x_t), so nothing at t depends on tokens after t. Inference then computes K/V of a
-head at every position only if some token of the sequence selected it, and Q, the attention
+head at every position only if some token of the batch selected it, and Q, the attention
 row and the output mixing only for the (token, head) pairs that selected it.
 """
 
@@ -183,17 +183,23 @@ class BudgetAttention(MultiHeadAttention):
     def _same_heads(self, x: Tensor, heads: Tensor, mask: Tensor | None = None) -> Tensor:
         """Every decision of the batch chose the same heads: one GEMM with their rows of
         W_qkv, SDPA over those heads (causal in the decoder), W_O restricted to their
-        columns."""
+        columns (all heads: the weights as they are, nothing gathered)."""
         B, T, d = x.shape
         dh, k = self.d_head, heads.numel()
-        w_qkv, b_qkv = self._head_weights()
-        bias = b_qkv.index_select(1, heads).reshape(-1) if b_qkv is not None else None
-        qkv = F.linear(x, w_qkv.index_select(1, heads).reshape(3 * k * dh, d), bias)
+        every = k == self.n_head
+        if every:
+            qkv = self.c_attn(x)
+        else:
+            w_qkv, b_qkv = self._head_weights()
+            bias = b_qkv.index_select(1, heads).reshape(-1) if b_qkv is not None else None
+            qkv = F.linear(x, w_qkv.index_select(1, heads).reshape(3 * k * dh, d), bias)
         q, key, v = qkv.view(B, T, 3, k, dh).permute(2, 0, 3, 1, 4)
         causal = self.causal and mask is None
         y = F.scaled_dot_product_attention(q, key, v, attn_mask=mask, is_causal=causal)
         y = y.transpose(1, 2)
         y = y.reshape(B, T, k * dh)
+        if every:
+            return self.out_proj(y)
         if isinstance(self.out_proj, nn.Linear):
             w_o = self.out_proj.weight.view(d, self.n_head, dh).index_select(1, heads)
             return F.linear(y, w_o.reshape(d, k * dh), self.out_proj.bias)
@@ -202,13 +208,12 @@ class BudgetAttention(MultiHeadAttention):
         return self.out_proj(buf.view(B, T, d))
 
     def _per_token_heads(self, x: Tensor, active: Tensor) -> Tensor:
-        """Decoder, all heads in a few batched ops. K/V: one GEMM for the heads that some
-        token of the batch selected (the union U). Q and attention: for each (sequence, head)
-        the query tokens that selected the head are gathered (selected first, padded to the
-        longest such list, n_q), so one bmm gives Q for all (head, token) pairs and one
-        causal SDPA (B, U, n_q, T) the attention rows. Dense W_O: one bmm of every pair with
-        its head's d_head columns, then an index_add into the (token, d) output; any other
-        mixer gets the pairs written into a zero (B, T, H * d_head) buffer."""
+        """Decoder. K/V: one GEMM for the heads that some token of the batch selected (the
+        union U). Q: for each head, one GEMM over exactly the tokens that selected it (no
+        padding). Attention: `causal_pair_attention`, chunked by position so that a query
+        does not pay for the keys after it. Dense W_O: per
+        head, its d_head columns applied to its pairs and index_add-ed into their output
+        rows; any other mixer gets the pairs written into a zero (B, T, H * d_head) buffer."""
         B, T, d = x.shape
         H, dh = self.n_head, self.d_head
         flat_active = active.flatten(0, 1)
@@ -223,35 +228,33 @@ class BudgetAttention(MultiHeadAttention):
         b_u = None if b_qkv is None else (b_qkv if every else b_qkv.index_select(1, heads))
         kv_bias = b_u[1:].reshape(-1) if b_u is not None else None
         kv = F.linear(x, w_u[1:].reshape(2 * U * dh, d), kv_bias)  # (B, T, 2 U dh)
-        k, v = kv.view(B, T, 2, U, dh).permute(2, 0, 3, 1, 4)  # (B, U, T, dh) each
+        k, v = kv.view(B, T, 2, U, dh).permute(2, 3, 0, 1, 4)  # (U, B, T, dh) views
 
         sel = active.permute(2, 0, 1) if every else active.permute(2, 0, 1)[heads]  # (U, B, T)
-        counts = sel.sum(dim=-1)  # (U, B)
-        n_q = int(counts.max())
-        pos = (~sel).to(torch.int8).argsort(dim=-1, stable=True)[..., :n_q]  # selected first
-        valid = torch.arange(n_q, device=x.device) < counts.unsqueeze(-1)  # (U, B, n_q)
-        rows = (torch.arange(B, device=x.device).view(1, B, 1) * T + pos).reshape(-1)  # b T + t
-        xq = x.reshape(B * T, d).index_select(0, rows).view(U, B * n_q, d)  # queries per head
-        q = torch.bmm(xq, w_u[0].transpose(1, 2))  # (U, B n_q, dh)
-        if b_u is not None:
-            q = q + b_u[0].unsqueeze(1)
-        q = q.view(U, B, n_q, dh).transpose(0, 1)  # (B, U, n_q, dh)
-        causal = torch.arange(T, device=x.device) <= pos.transpose(0, 1).unsqueeze(-1)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)  # (B, U, n_q, dh)
-        y = y.transpose(0, 1).reshape(U, B * n_q, dh)
-        # Padding pairs are sent to a spare output row B T that is dropped afterwards.
-        dest = torch.where(valid.view(-1), rows, B * T)
+        per_head = sel.sum(dim=(1, 2)).tolist()  # pairs per head
+        pair = sel.reshape(U, B * T).nonzero()  # (P, 2): (u, b T + t), sorted by (u, b, t)
+        rows = pair[:, 1]
+        x_flat = x.reshape(B * T, d)
+        q = torch.cat(
+            [
+                F.linear(x_flat.index_select(0, r), w_u[0, u], None if b_u is None else b_u[0, u])
+                for u, r in enumerate(rows.split(per_head))
+            ]
+        )  # (P, dh)
+        group = pair[:, 0] * B + rows // T  # (head, sequence) of each pair
+        y = causal_pair_attention(q, rows % T, group, k, v)  # (P, dh)
         if isinstance(self.out_proj, nn.Linear):
             w_o = self.out_proj.weight.view(d, H, dh)
-            w_o = (w_o if every else w_o.index_select(1, heads)).permute(1, 2, 0)  # (U, dh, d)
-            contrib = torch.bmm(y, w_o).view(U * B * n_q, d)
-            out = x.new_zeros(B * T + 1, d).index_add_(0, dest, contrib)[: B * T]
-            out = out.view(B, T, d)
-            return out + self.out_proj.bias if self.out_proj.bias is not None else out
-        buf = x.new_zeros(B * T + 1, H, dh)
-        head_of = heads.view(U, 1).expand(U, B * n_q).reshape(-1)
-        buf[dest, head_of] = y.view(U * B * n_q, dh)
-        return self.out_proj(buf[: B * T].view(B, T, d))
+            bias = self.out_proj.bias
+            out = x.new_zeros(B * T, d) if bias is None else bias.expand(B * T, d).clone()
+            for h, r, y_h in zip(
+                heads.tolist(), rows.split(per_head), y.split(per_head), strict=True
+            ):
+                out.index_add_(0, r, F.linear(y_h, w_o[:, h]))
+            return out.view(B, T, d)
+        buf = x.new_zeros(B * T, H, dh)
+        buf[rows, heads[pair[:, 0]]] = y
+        return self.out_proj(buf.view(B, T, d))
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         s, r = self.decide(self.pool(x, ctx))
@@ -293,6 +296,41 @@ class BudgetAttention(MultiHeadAttention):
             b.entropy_schedule, b.entropy_weight_start, b.entropy_weight_end, ctx.progress
         )
         ctx.add_loss("budget/entropy", weight * self._entropy(r, tau).mean())
+
+
+def causal_pair_attention(q: Tensor, t: Tensor, group: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Causal attention for P query pairs: pair i is the query q[i] (P, d_head) at position
+    t[i] of row group[i] = u * B + b of k, v (U, B, T, d_head, any strides); pairs sorted
+    by (group, t).
+
+    Positions are cut into chunks of >= 128 (at most 4); the queries of chunk c are laid out
+    per group (padded to the longest list) and attend only keys [0, end of c), with a causal
+    mask. Like is_causal for full attention, this skips keys after a query: the key work is
+    ~(C + 1) / 2C of T per query for C chunks instead of all T."""
+    U, B, T, dh = k.shape
+    n_chunks = max(1, min(4, T // 128))
+    size = -(-T // n_chunks)
+    y = q if n_chunks == 1 else q.new_empty(q.shape)
+    for c in range(n_chunks):
+        sel = None if n_chunks == 1 else ((t // size) == c).nonzero().squeeze(1)
+        if sel is not None and sel.numel() == 0:
+            continue
+        g, q_c, t_c = (group, q, t) if sel is None else (group[sel], q[sel], t[sel])
+        counts = torch.bincount(g, minlength=U * B)
+        rank = torch.arange(g.numel(), device=q.device) - (counts.cumsum(0) - counts)[g]
+        n_q, end = int(counts.max()), min(T, (c + 1) * size)
+        slot = g * n_q + rank  # row of each pair in the padded (U B n_q) layout
+        q_pad = q.new_zeros(U * B * n_q, dh).index_copy_(0, slot, q_c)
+        pos = torch.full((U * B * n_q,), T, device=q.device).index_copy_(0, slot, t_c)
+        mask = torch.arange(end, device=q.device) <= pos.view(U, B, n_q, 1)  # padding: all
+        out = F.scaled_dot_product_attention(
+            q_pad.view(U, B, n_q, dh), k[:, :, :end], v[:, :, :end], attn_mask=mask
+        )
+        out = out.reshape(U * B * n_q, dh).index_select(0, slot)
+        if sel is None:
+            return out
+        y.index_copy_(0, sel, out)
+    return y
 
 
 def budget_decisions(model: nn.Module) -> list[tuple[Tensor, Tensor]]:

@@ -94,7 +94,9 @@ def budget_inference_flops(
     decisions: `k[l]` is layer l's heads per example, shape (B,) or (B, 1) for the encoder,
     (B, T) per query token for the decoder; `union[l]` (B,) counts the heads whose K/V the
     decoder computed (models.budget.budget_decisions returns both). The Hadamard transform
-    runs over all d channels and is counted in forward_flops_per_token, not here."""
+    runs over all d channels and is counted in forward_flops_per_token, not here. Attention
+    rows count all T keys, as for full attention (FlopCounterMode's convention for
+    is_causal); the decoder's chunked pair attention computes fewer for T >= 256."""
     d, dh, T = cfg.d_model, cfg.d_head, seq_len
     per_pair = 2 * d * dh + 4 * T * dh  # Q row and one attention row of one head
     if cfg.attn_out == "dense":

@@ -155,6 +155,22 @@ def test_gathered_heads_equal_the_masked_all_heads_computation(task, attn_out, s
         assert (active[0] != active[0, :1]).any()
 
 
+@pytest.mark.parametrize("attn_out", ["dense", "hadamard"])
+def test_per_token_heads_on_a_long_sequence_equal_the_masked_computation(attn_out):
+    """T = 300: the decoder's pair attention runs in position chunks (keys after a chunk are
+    skipped); head 0 is chosen by no token, so its K/V are not computed either."""
+    torch.manual_seed(0)
+    attn = build(cfg_for("lm", attn_out)).blocks[0].attn.eval()
+    x = torch.randn(2, 300, 64)
+    active = torch.rand(2, 300, 8) < 0.3
+    active[..., 0] = False
+    active[..., 1] |= ~active.any(-1)  # every token runs at least one head
+    with torch.no_grad():
+        sparse = attn.sparse_forward(x, active, ForwardContext())
+        masked = attn.masked_forward(x, active, ForwardContext())
+    assert torch.allclose(sparse, masked, atol=1e-5)
+
+
 @pytest.mark.parametrize("task", ["lm", "classify"])
 def test_hard_inference_equals_training_when_the_training_mask_is_hard(task):
     torch.manual_seed(0)
