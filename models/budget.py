@@ -40,6 +40,7 @@ from torch import Tensor, nn
 from models.attention import MultiHeadAttention, merge_heads
 from models.config import BudgetConfig, ModelConfig
 from models.context import ForwardContext
+from models.flops import budget_layer_flops, budget_net_flops
 
 
 def schedule(name: str, start: float, end: float, progress: float) -> float:
@@ -64,6 +65,7 @@ class BudgetAttention(MultiHeadAttention):
         super().__init__(cfg, layer_idx)
         assert cfg.budget is not None
         self.budget: BudgetConfig = cfg.budget
+        self.cfg = cfg
         self.layer_idx = layer_idx
         d, hidden = cfg.d_model, cfg.budget.budget_hidden
         # f_theta: d -> hidden -> 1 (sigmoid applied in forward); g_phi: d -> H
@@ -71,7 +73,7 @@ class BudgetAttention(MultiHeadAttention):
         self.relevance_net = nn.Linear(d, self.n_head)
         self.last_s: Tensor | None = None  # budget per decision, (B, 1) or (B, T)
         self.last_k: Tensor | None = None  # heads run per decision, (B, 1) or (B, T)
-        self.last_union: Tensor | None = None  # heads whose K/V were computed, (B,)
+        self.last_union: Tensor | None = None  # heads whose K/V were computed (decoder), (B,)
 
     def post_init(self) -> None:
         # s starts in the middle of the target interval, whatever the input.
@@ -259,6 +261,7 @@ class BudgetAttention(MultiHeadAttention):
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         s, r = self.decide(self.pool(x, ctx))
         tau = self.tau(ctx.progress)
+        k, active = self.hard_mask(s.detach(), r.detach())
         if self.training:
             # Exploration noise only serves learning: a no-grad pass is deterministic.
             noise = self.budget.gumbel_noise and torch.is_grad_enabled()
@@ -267,15 +270,31 @@ class BudgetAttention(MultiHeadAttention):
             heads_active = mask.mean()
             self._add_losses(s, r, tau, ctx)
         else:
-            k, active = self.hard_mask(s, r)
             out = self.sparse_forward(x, active, ctx)
-            self.last_s, self.last_k, self.last_union = s, k, active.any(dim=1).sum(dim=-1)
             heads_active = k.float().mean() / self.n_head
+        union = active.flatten(0, 1).any(dim=0).sum().expand(x.size(0))  # decoder K/V heads
+        if not self.training:
+            self.last_s, self.last_k, self.last_union = s, k, union
         ctx.add_metric("budget/s_mean", s.mean())
         ctx.add_metric("budget/heads_active", heads_active)
         ctx.add_metric("budget/entropy", self._entropy(r, tau).mean())
         ctx.add_metric("budget/tau", torch.tensor(tau))
+        self._add_flops_metrics(k, union, x.size(1), ctx)
         return out
+
+    def _add_flops_metrics(self, k: Tensor, union: Tensor, T: int, ctx: ForwardContext) -> None:
+        """Attention FLOPs that the hard (inference) path runs for these decisions: in eval
+        what was executed, in training what inference would execute (training computes all
+        heads under the soft mask). attn_flops: per token, summed over layers (each layer
+        adds n_layer x its own; metrics are averaged over layers); attn_flops_ratio: over
+        the same layer with every head (which runs no budget or relevance net)."""
+        B = k.size(0)
+        executed = budget_layer_flops(self.cfg, k.float(), T, union.float())
+        every = torch.full_like(k, self.n_head, dtype=torch.float32)
+        full = budget_layer_flops(self.cfg, every, T, every.new_full((B,), self.n_head))
+        full = full - (B * T if self.causal else B) * budget_net_flops(self.cfg)
+        ctx.add_metric("budget/attn_flops", executed * self.cfg.n_layer / (B * T))
+        ctx.add_metric("budget/attn_flops_ratio", executed / full)
 
     # --- losses ----------------------------------------------------------------------
     def _entropy(self, r: Tensor, tau: float) -> Tensor:

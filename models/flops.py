@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +81,7 @@ def _budget_params_per_layer(cfg: ModelConfig) -> int:
     return budget_net + relevance_net
 
 
-def _budget_flops_per_decision(cfg: ModelConfig) -> int:
+def budget_net_flops(cfg: ModelConfig) -> int:
     """f_theta (d -> h -> 1) and g_phi (d -> H) on one pooled vector (matmul FLOPs)."""
     d, h = cfg.d_model, cfg.budget.budget_hidden
     return 2 * (d * h + h + d * cfg.n_head)
@@ -97,22 +98,26 @@ def budget_inference_flops(
     runs over all d channels and is counted in forward_flops_per_token, not here. Attention
     rows count all T keys, as for full attention (FlopCounterMode's convention for
     is_causal); the decoder's chunked pair attention computes fewer for T >= 256."""
+    total = 0.0
+    for layer, k_l in enumerate(k):
+        u = None if union is None else np.asarray(union[layer], dtype=np.float64)
+        total += float(budget_layer_flops(cfg, np.asarray(k_l, dtype=np.float64), seq_len, u))
+    return total
+
+
+def budget_layer_flops(cfg: ModelConfig, k: Any, seq_len: int, union: Any = None) -> Any:
+    """`budget_inference_flops` of one layer; k and union are numpy arrays or tensors (the
+    result has the same kind, so a training step can log it without a host sync)."""
     d, dh, T = cfg.d_model, cfg.d_head, seq_len
     per_pair = 2 * d * dh + 4 * T * dh  # Q row and one attention row of one head
     if cfg.attn_out == "dense":
         per_pair += 2 * dh * d  # the head's d_head columns of W_O
-    total = 0.0
-    for layer, k_l in enumerate(k):
-        k_l = np.asarray(k_l, dtype=np.float64)
-        B = k_l.shape[0]
-        if cfg.causal:
-            u = np.asarray(union[layer], dtype=np.float64)
-            pairs, kv_heads, decisions = k_l.sum(), u.sum(), B * T
-        else:
-            pairs, kv_heads, decisions = k_l.reshape(B).sum() * T, k_l.sum(), B
-        total += pairs * per_pair + kv_heads * T * 4 * d * dh
-        total += decisions * _budget_flops_per_decision(cfg)
-    return total
+    B = k.shape[0]
+    if cfg.causal:
+        pairs, kv_heads, decisions = k.sum(), union.sum(), B * T
+    else:
+        pairs, kv_heads, decisions = k.sum() * T, k.sum(), B
+    return pairs * per_pair + kv_heads * T * 4 * d * dh + decisions * budget_net_flops(cfg)
 
 
 def _tsa_params(cfg: ModelConfig) -> int:
@@ -138,7 +143,7 @@ def forward_flops_per_token(
         out_mix, hadamard = L * 2 * d * d * heads, 0.0
     mechanisms = 0.0
     if cfg.budget is not None:  # one decision per token (decoder) or per sequence (encoder)
-        mechanisms += L * _budget_flops_per_decision(cfg) * (1.0 if cfg.causal else 1.0 / T)
+        mechanisms += L * budget_net_flops(cfg) * (1.0 if cfg.causal else 1.0 / T)
     if cfg.tsa is not None:  # routers run for every token (they decide), biases not counted
         r = tsa_router_hidden(d)
         mechanisms += (L - 1) * 2 * (d * r + r)

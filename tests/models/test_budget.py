@@ -9,7 +9,7 @@ from models.budget import BudgetAttention, budget_decisions, schedule
 from models.build import build
 from models.config import BudgetConfig, ModelConfig, format_config_error
 from models.context import ForwardContext
-from models.flops import budget_inference_flops, count_params
+from models.flops import budget_inference_flops, budget_net_flops, count_params
 
 VOCAB = 64
 
@@ -260,6 +260,31 @@ def test_reported_k_gives_the_executed_flops():
     full = budget_inference_flops(model.cfg, [torch.full((5,), 8)] * 2, seq_len=16)
     used = budget_inference_flops(model.cfg, [d[0] for d in decisions], seq_len=16)
     assert 0 < used < full
+    # the logged metrics: executed FLOPs per token over all layers, and the ratio to all heads
+    assert out.metrics["budget/attn_flops"].item() * 5 * 16 == pytest.approx(used, rel=1e-5)
+    plain = full - 2 * 5 * budget_net_flops(model.cfg)  # all heads run no budget nets
+    ratio = out.metrics["budget/attn_flops_ratio"].item()
+    assert ratio == pytest.approx(used / plain, rel=1e-5) and ratio < 1
+
+
+def test_training_logs_the_flops_that_inference_would_execute():
+    torch.manual_seed(0)
+    model = build(cfg_for("lm", tau_start=1e-4, tau_end=1e-4, gumbel_noise=False))
+    for block in model.blocks:
+        spread_decisions(block.attn)
+    idx = torch.randint(0, VOCAB, (3, 24))
+    with torch.no_grad():
+        train = model.train()(idx).metrics
+        infer = model.eval()(idx).metrics
+    decisions = budget_decisions(model)
+    executed = budget_inference_flops(
+        model.cfg, [d[0] for d in decisions], 24, [d[1] for d in decisions]
+    )
+    assert infer["budget/attn_flops"].item() * 3 * 24 == pytest.approx(executed, rel=1e-5)
+    assert train["budget/attn_flops"].item() == pytest.approx(
+        infer["budget/attn_flops"].item(), rel=1e-5
+    )
+    assert 0 < train["budget/attn_flops_ratio"].item() < 1
 
 
 # --- the paper's qualitative claim -------------------------------------------------------
