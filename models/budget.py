@@ -155,15 +155,14 @@ class BudgetAttention(MultiHeadAttention):
                 continue
             rows = None if n_h == B else active[:, h].nonzero().squeeze(1)
             xs = x if rows is None else x.index_select(0, rows)
-            q, k, v = (  # separate GEMMs: contiguous (n_h, 1, T, d_head) inputs for SDPA
-                F.linear(xs, w_qkv[i, h], b_qkv[i, h] if b_qkv is not None else None).unsqueeze(1)
-                for i in range(3)
-            )
+            bias = b_qkv[:, h].reshape(-1) if b_qkv is not None else None
+            qkv = F.linear(xs, w_qkv[:, h].reshape(3 * dh, d), bias)  # one GEMM: 2 threads
+            q, k, v = qkv.view(n_h, T, 3, 1, dh).permute(2, 0, 3, 1, 4)  # share it better
             mask = None
             if ctx.pad_mask is not None:
                 pm = ctx.pad_mask if rows is None else ctx.pad_mask.index_select(0, rows)
                 mask = pm[:, None, None, :]
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).view(n_h * T, dh)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).reshape(n_h * T, dh)
             cols = slice(h * dh, (h + 1) * dh)
             if dense_out and rows is None:
                 acc, w_o = out.view(B * T, d), self.out_proj.weight[:, cols].t()
