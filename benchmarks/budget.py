@@ -21,40 +21,16 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
-import time
 from collections.abc import Callable
 
 import torch
+from timing import interleaved_times
 
 from models.attention import MultiHeadAttention
 from models.budget import BudgetAttention
 from models.config import ModelConfig
 from models.context import ForwardContext
 from models.flops import budget_inference_flops
-
-
-def round_robin_ms(
-    fns: dict[str, Callable[[], object]], reps: int
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Median wall time and median process CPU time (ms) of each function, timed one call
-    each per round. With one thread, CPU time leaves out the time the process spent
-    descheduled on a shared machine."""
-    for fn in fns.values():
-        fn()
-        fn()
-    wall: dict[str, list[float]] = {name: [] for name in fns}
-    cpu: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
-            c0, t0 = time.process_time(), time.perf_counter()
-            fn()
-            wall[name].append(time.perf_counter() - t0)
-            cpu[name].append(time.process_time() - c0)
-    med = statistics.median
-    return (
-        {name: 1e3 * med(ts) for name, ts in wall.items()},
-        {name: 1e3 * med(ts) for name, ts in cpu.items()},
-    )
 
 
 def selection(shape: tuple[int, ...], H: int, k: int, random: bool) -> torch.Tensor:
@@ -89,7 +65,9 @@ def bench_task(task: str, a: argparse.Namespace) -> None:
     for name, (active, _) in cases.items():
         fns[name] = lambda a_=active: budgeted.sparse_forward(x, a_, ctx)
     with torch.no_grad():
-        ms, cpu_ms = round_robin_ms(fns, a.reps)
+        wall, cpu = interleaved_times(fns, a.reps)
+    ms = {name: 1e3 * statistics.median(ts) for name, ts in wall.items()}
+    cpu_ms = {name: 1e3 * statistics.median(ts) for name, ts in cpu.items()}
     label = "encoder (one decision per example)" if task == "classify" else "decoder (per token)"
     print(f"\n## {label}: all heads {ms['all heads']:.2f} ms ({cpu_ms['all heads']:.2f} CPU)\n")
     print("| k/H | heads | FLOP ratio | time (ms) | time ratio | CPU ratio | goal <= | ok |")

@@ -35,12 +35,12 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 
 import torch
+from timing import interleaved_times
 from torch import Tensor, nn
 
 from models.config import ModelConfig
@@ -122,26 +122,6 @@ def saved_activation_bytes(forward: Callable[[], Tensor], params: list[Tensor]) 
         out = forward()
     del out
     return sum(storages.values())
-
-
-def interleaved_times(
-    steps: dict[str, Callable[[], None]], repeats: int, sync: Callable[[], None] = lambda: None
-) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """(wall, process CPU) seconds of each step per repeat, run alternately (dense, hadamard, dense, ...) so that
-    load from other processes on a shared machine hits both sides alike."""
-    for step in steps.values():  # warm-up: caches, allocator, kernel selection
-        step()
-    sync()
-    wall: dict[str, list[float]] = {name: [] for name in steps}
-    cpu: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(repeats):
-        for name, step in steps.items():
-            t0, c0 = time.perf_counter(), time.process_time()
-            step()
-            sync()
-            wall[name].append(time.perf_counter() - t0)
-            cpu[name].append(time.process_time() - c0)
-    return wall, cpu
 
 
 def inputs(
