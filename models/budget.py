@@ -155,9 +155,10 @@ class BudgetAttention(MultiHeadAttention):
                 continue
             rows = None if n_h == B else active[:, h].nonzero().squeeze(1)
             xs = x if rows is None else x.index_select(0, rows)
+            # Q, K and V of head h in one GEMM (threads share one GEMM better than three)
             bias = b_qkv[:, h].reshape(-1) if b_qkv is not None else None
-            qkv = F.linear(xs, w_qkv[:, h].reshape(3 * dh, d), bias)  # one GEMM: 2 threads
-            q, k, v = qkv.view(n_h, T, 3, 1, dh).permute(2, 0, 3, 1, 4)  # share it better
+            qkv = F.linear(xs, w_qkv[:, h].reshape(3 * dh, d), bias)
+            q, k, v = qkv.view(n_h, T, 3, 1, dh).permute(2, 0, 3, 1, 4)
             mask = None
             if ctx.pad_mask is not None:
                 pm = ctx.pad_mask if rows is None else ctx.pad_mask.index_select(0, rows)
@@ -212,9 +213,9 @@ class BudgetAttention(MultiHeadAttention):
         """Decoder. K/V: one GEMM for the heads that some token of the batch selected (the
         union U). Q: for each head, one GEMM over exactly the tokens that selected it (no
         padding). Attention: `causal_pair_attention`, chunked by position so that a query
-        does not pay for the keys after it. Dense W_O: per
-        head, its d_head columns applied to its pairs and index_add-ed into their output
-        rows; any other mixer gets the pairs written into a zero (B, T, H * d_head) buffer."""
+        does not pay for the keys after it. Dense W_O: per head, its d_head columns applied
+        to its pairs and index_add-ed into their output rows; any other mixer gets the pairs
+        written into a zero (B, T, H * d_head) buffer."""
         B, T, d = x.shape
         H, dh = self.n_head, self.d_head
         flat_active = active.flatten(0, 1)
