@@ -336,18 +336,20 @@ def train_on_mixed_difficulty(seed: int, steps: int = 600) -> dict[str, torch.Te
 
 @pytest.mark.slow
 def test_hard_examples_get_a_larger_budget_and_are_still_classified():
-    """The paper's qualitative claim on seeds 0-2 (~20 s on one core). Measured on seeds
+    """The paper's qualitative claim on seeds 0-3 (~30 s on one core). Measured on seeds
     0-12 of this setting: the hard pairs were learned in all 13 (hard accuracy >= 0.96);
     s(hard) - s(easy) was +0.12..+0.57 in 9 seeds, and within 0.01 of 0 in the other 4,
     where the pair relation ended up in one head and both difficulties ran k = 1 (then a
-    hard example needs no more heads than an easy one). Never negative."""
+    hard example needs no more heads than an easy one). Never negative. The thresholds
+    leave room for other numerics (another CPU changes the trajectories): they fail only
+    if every seed ends in such a tie (~1% at the rate above)."""
     gaps, k_gaps = [], []
-    for seed in range(3):
+    for seed in range(4):
         r = train_on_mixed_difficulty(seed)
         hard = r["hard"]
         assert r["correct"][~hard].mean() > 0.95 and r["correct"][hard].mean() > 0.9, seed
         gaps.append((r["s"][hard].mean() - r["s"][~hard].mean()).item())
         k_gaps.append((r["k"][hard].mean() - r["k"][~hard].mean()).item())
     assert min(gaps) > -0.01, gaps  # hard examples never get a smaller budget
-    assert sum(gaps) / len(gaps) > 0.05, gaps  # and a larger one on average
-    assert sum(k_gaps) / len(k_gaps) > 0.4, k_gaps  # inference runs more heads for them
+    assert sum(gaps) / len(gaps) > 0.03, gaps  # and a larger one on average
+    assert sum(k_gaps) / len(k_gaps) > 0.2, k_gaps  # inference runs more heads for them
