@@ -351,5 +351,5 @@ def test_hard_examples_get_a_larger_budget_and_are_still_classified():
         gaps.append((r["s"][hard].mean() - r["s"][~hard].mean()).item())
         k_gaps.append((r["k"][hard].mean() - r["k"][~hard].mean()).item())
     assert min(gaps) > -0.01, gaps  # hard examples never get a smaller budget
-    assert sum(gaps) / len(gaps) > 0.03, gaps  # and a larger one on average
+    assert sum(gaps) / len(gaps) > 0.02, gaps  # and a larger one on average
     assert sum(k_gaps) / len(k_gaps) > 0.2, k_gaps  # inference runs more heads for them
