@@ -322,34 +322,41 @@ def causal_pair_attention(q: Tensor, t: Tensor, group: Tensor, k: Tensor, v: Ten
     t[i] of row group[i] = u * B + b of k, v (U, B, T, d_head, any strides); pairs sorted
     by (group, t).
 
-    Positions are cut into chunks of >= 128 (at most 4); the queries of chunk c are laid out
-    per group (padded to the longest list) and attend only keys [0, end of c), with a causal
-    mask. Like is_causal for full attention, this skips keys after a query: the key work is
-    ~(C + 1) / 2C of T per query for C chunks instead of all T."""
-    U, B, T, dh = k.shape
+    Positions are cut into chunks of >= 128 (at most 4); the queries of chunk c attend only
+    keys [0, end of c). Like is_causal for full attention, this skips keys after a query:
+    the key work is ~(C + 1) / 2C of T per query for C chunks instead of all T."""
+    T = k.size(2)
     n_chunks = max(1, min(4, T // 128))
+    if n_chunks == 1:
+        return _padded_pair_attention(q, t, group, k, v, T)
     size = -(-T // n_chunks)
-    y = q if n_chunks == 1 else q.new_empty(q.shape)
+    chunk = t // size
+    y = q.new_empty(q.shape)
     for c in range(n_chunks):
-        sel = None if n_chunks == 1 else ((t // size) == c).nonzero().squeeze(1)
-        if sel is not None and sel.numel() == 0:
-            continue
-        g, q_c, t_c = (group, q, t) if sel is None else (group[sel], q[sel], t[sel])
-        counts = torch.bincount(g, minlength=U * B)
-        rank = torch.arange(g.numel(), device=q.device) - (counts.cumsum(0) - counts)[g]
-        n_q, end = int(counts.max()), min(T, (c + 1) * size)
-        slot = g * n_q + rank  # row of each pair in the padded (U B n_q) layout
-        q_pad = q.new_zeros(U * B * n_q, dh).index_copy_(0, slot, q_c)
-        pos = torch.full((U * B * n_q,), T, device=q.device).index_copy_(0, slot, t_c)
-        mask = torch.arange(end, device=q.device) <= pos.view(U, B, n_q, 1)  # padding: all
-        out = F.scaled_dot_product_attention(
-            q_pad.view(U, B, n_q, dh), k[:, :, :end], v[:, :, :end], attn_mask=mask
-        )
-        out = out.reshape(U * B * n_q, dh).index_select(0, slot)
-        if sel is None:
-            return out
-        y.index_copy_(0, sel, out)
+        sel = (chunk == c).nonzero().squeeze(1)
+        if sel.numel():
+            end = min(T, (c + 1) * size)
+            y.index_copy_(0, sel, _padded_pair_attention(q[sel], t[sel], group[sel], k, v, end))
     return y
+
+
+def _padded_pair_attention(
+    q: Tensor, t: Tensor, group: Tensor, k: Tensor, v: Tensor, end: int
+) -> Tensor:
+    """The pairs' queries laid out per group (padded to the longest list), one SDPA over
+    keys [0, end) with a causal mask, and each pair's row read back."""
+    U, B, T, dh = k.shape
+    counts = torch.bincount(group, minlength=U * B)
+    rank = torch.arange(group.numel(), device=q.device) - (counts.cumsum(0) - counts)[group]
+    n_q = int(counts.max())
+    slot = group * n_q + rank  # row of each pair in the padded (U B n_q) layout
+    q_pad = q.new_zeros(U * B * n_q, dh).index_copy_(0, slot, q)
+    pos = torch.full((U * B * n_q,), T, device=q.device).index_copy_(0, slot, t)
+    mask = torch.arange(end, device=q.device) <= pos.view(U, B, n_q, 1)  # padding: all
+    out = F.scaled_dot_product_attention(
+        q_pad.view(U, B, n_q, dh), k[:, :, :end], v[:, :, :end], attn_mask=mask
+    )
+    return out.reshape(U * B * n_q, dh).index_select(0, slot)
 
 
 def budget_decisions(model: nn.Module) -> list[tuple[Tensor, Tensor]]:
