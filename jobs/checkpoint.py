@@ -1,27 +1,66 @@
-"""DeepSpeed checkpoints in trials/<trial_id>/ckpt/<tag>/, found by a marker written last.
+"""DeepSpeed checkpoints in trials/<trial_id>/ckpt/<tag>/ that are verified before they are
+trusted, and set aside when they cannot be.
 
-Every rank saves its shard through `engine.save_checkpoint` and its own RNG states; after a
-barrier rank 0 writes `<tag>/COMPLETE` (the loop state: step, data position, tokens, the
-MLflow run id). Only tags with that marker are ever loaded, so a checkpoint cut short by a
-kill is ignored. The newest `keep` complete checkpoints are kept.
+Saving: every rank saves its shard through `engine.save_checkpoint` and its RNG states (as
+tensors, jobs.rng_state); after a barrier the ranks digest the folder's files between them
+(jobs.checksums) and rank 0 writes `<tag>/COMPLETE` last: the sizes and SHA-256 of every
+file, the world size, and the loop state (step, data position, tokens, the MLflow run id).
+A folder without that marker (a save cut short by a kill) is never a candidate. The newest
+`keep` complete checkpoints are kept.
+
+Resuming (`resume`), newest candidate first: the files are compared with the marker before
+any is opened (the ranks share the work), then loaded with every `torch.load` restricted to
+weights (jobs.safe_load). A candidate that fails either step is moved to `ckpt/rejected/<tag>/`
+with the reason in its `REJECTED` file (so it is never tried again) and the next older one
+is tried. The ranks agree on every verdict, so they all load the same checkpoint.
 """
 
 from __future__ import annotations
 
-import json
-import random
+import logging
 import shutil
 import signal
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-import numpy as np
 import torch
+import torch.distributed as dist
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from jobs import checksums, rng_state, safe_load
 from jobs.distributed import DistEnv, barrier
 
 MARKER = "COMPLETE"
+REJECTED_DIR = "rejected"  # checkpoints set aside, each with the reason in REASON_FILE
+REASON_FILE = "REJECTED"
 PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+log = logging.getLogger(__name__)
+
+FileName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")]
+
+
+class FileRecord(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class Marker(BaseModel):
+    """The content of `<tag>/COMPLETE`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    format: Literal[2]  # 1 (before checksums) was the bare loop state
+    world_size: int = Field(ge=1)
+    files: dict[FileName, FileRecord]
+    state: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Resumed:
+    state: dict[str, Any] | None  # the loop state of the checkpoint loaded; None: none usable
+    skipped: tuple[str, ...]  # one line per checkpoint set aside, naming what was wrong
+    engine_touched: bool  # a load was attempted: without `state`, the engine is not pristine
 
 
 def _tag(step: int) -> str:
@@ -40,46 +79,138 @@ def latest(ckpt_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def read_marker(tag_dir: Path) -> Marker:
+    return Marker.model_validate_json((tag_dir / MARKER).read_bytes())
+
+
 def read_state(tag_dir: Path) -> dict[str, Any]:
-    return json.loads((tag_dir / MARKER).read_text())
+    return read_marker(tag_dir).state
 
 
+# -- saving -----------------------------------------------------------------------------
 def save(engine: Any, env: DistEnv, ckpt_dir: Path, state: dict[str, Any], keep: int) -> Path:
     """Save engine + RNG + loop `state` (must hold 'step'); returns the tag folder."""
     tag = _tag(state["step"])
-    engine.save_checkpoint(str(ckpt_dir), tag=tag, save_latest=False)
-    rng = {
-        "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
-        "python": random.getstate(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-    }
-    torch.save(rng, ckpt_dir / tag / f"rng_rank{env.rank}.pt")
+    tag_dir = ckpt_dir / tag
+    if env.is_main:  # a step saved again starts from an empty folder: no stale shard stays
+        shutil.rmtree(tag_dir, ignore_errors=True)
     barrier(env)
+    engine.save_checkpoint(str(ckpt_dir), tag=tag, save_latest=False)
+    torch.save(rng_state.capture(), tag_dir / f"rng_rank{env.rank}.pt")
+    barrier(env)
+    names = sorted(p.name for p in tag_dir.iterdir() if p.is_file())
+    files = _merged(env, checksums.digests(tag_dir, names[env.rank :: env.world_size]))
     if env.is_main:
-        tmp = ckpt_dir / tag / (MARKER + ".tmp")
-        tmp.write_text(json.dumps({**state, "world_size": env.world_size}))
-        tmp.replace(ckpt_dir / tag / MARKER)
+        marker = Marker(format=2, world_size=env.world_size, files=files, state=state)
+        tmp = tag_dir / (MARKER + ".tmp")
+        tmp.write_text(marker.model_dump_json())
+        tmp.replace(tag_dir / MARKER)
         for old in complete_checkpoints(ckpt_dir)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
     barrier(env)
-    return ckpt_dir / tag
+    return tag_dir
 
 
-def load(engine: Any, env: DistEnv, tag_dir: Path) -> dict[str, Any]:
-    """Restore engine and this rank's RNG states from a complete checkpoint."""
-    path, _ = engine.load_checkpoint(str(tag_dir.parent), tag=tag_dir.name)
-    if path is None:
-        raise RuntimeError(f"DeepSpeed could not load the checkpoint in {tag_dir}")
-    rng_file = tag_dir / f"rng_rank{env.rank}.pt"
-    if rng_file.exists():
-        rng = torch.load(rng_file, weights_only=False)
-        torch.set_rng_state(rng["torch"])
-        np.random.set_state(rng["numpy"])
-        random.setstate(rng["python"])
-        if rng["cuda"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
-    return read_state(tag_dir)
+# -- resuming ---------------------------------------------------------------------------
+def resume(engine: Any, env: DistEnv, ckpt_dir: Path) -> Resumed:
+    """Load the newest checkpoint that verifies and loads, setting aside the ones that do
+    not. Every rank must call it (it is collective)."""
+    skipped: list[str] = []
+    touched = False
+    while (tag_dir := latest(ckpt_dir)) is not None:
+        problem = _agreed(env, _verify(env, tag_dir))
+        if not problem:
+            touched = True
+            problem = _load(engine, env, ckpt_dir, tag_dir)
+        if not problem:
+            return Resumed(read_state(tag_dir), tuple(skipped), touched)
+        where = _reject(env, ckpt_dir, tag_dir, problem)
+        skipped.append(f"{tag_dir.name} (moved to {where}): {problem}")
+    return Resumed(None, tuple(skipped), touched)
+
+
+def _verify(env: DistEnv, tag_dir: Path) -> str:
+    """This rank's share of the comparison of the files with their record ('' if equal)."""
+    try:
+        marker = read_marker(tag_dir)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the file"
+        return f"{tag_dir / MARKER} is not a record with checksums ({where}: {first['msg']})"
+    except OSError as e:
+        return f"{tag_dir / MARKER} is unreadable: {e}"
+    names = sorted(marker.files)
+    records = {n: r.model_dump() for n, r in marker.files.items()}
+    mine = names[env.rank :: env.world_size]
+    try:
+        found = checksums.mismatches(tag_dir, records, mine)
+        if env.is_main:
+            found += checksums.unrecorded(tag_dir, records, ignore={MARKER})
+        if not found:  # the right bytes; now make sure none of them would run code
+            found = [_refusal(tag_dir / name) for name in mine if name.endswith(".pt")]
+    except OSError as e:  # a verdict all the same: the other ranks wait for it
+        found = [f"reading {tag_dir} failed: {e}"]
+    return "; ".join(p for p in found if p)
+
+
+def _refusal(path: Path) -> str:
+    try:
+        refused = safe_load.refused_globals(path)
+    except Exception as e:  # not a torch.save zip, or one torch cannot parse
+        first_line = (str(e).splitlines() or [""])[0]
+        return f"{path} is not a torch checkpoint: {type(e).__name__}: {first_line}"
+    if refused:
+        return f"{path} would call {', '.join(refused)} when unpickled (only data may load)"
+    return ""
+
+
+def _load(engine: Any, env: DistEnv, ckpt_dir: Path, tag_dir: Path) -> str:
+    """Load `tag_dir` into the engine and this rank's RNG; the agreed problem ('' if none)."""
+    problem = ""
+    with safe_load.weights_only_loading():
+        try:
+            path, _ = engine.load_checkpoint(str(tag_dir.parent), tag=tag_dir.name)
+            if path is None:
+                raise RuntimeError(f"DeepSpeed found no model-states file in {tag_dir}")
+            rng_file = tag_dir / f"rng_rank{env.rank}.pt"
+            if rng_file.exists():  # absent for ranks the writing run did not have
+                rng_state.restore(torch.load(rng_file, weights_only=True))
+        except Exception as e:  # any failure: this checkpoint cannot be trusted
+            problem = f"loading it failed: {type(e).__name__}: {str(e).strip()[:2000]}"
+    return _agreed(env, problem)
+
+
+def _reject(env: DistEnv, ckpt_dir: Path, tag_dir: Path, problem: str) -> Path:
+    """Move `tag_dir` out of the candidates (one rename) with the reason beside its files."""
+    rejected = ckpt_dir / REJECTED_DIR
+    dest, n = rejected / tag_dir.name, 1
+    while dest.exists():
+        dest, n = rejected / f"{tag_dir.name}.{n}", n + 1
+    barrier(env)  # every rank has chosen the same name before rank 0 uses it
+    if env.is_main:
+        rejected.mkdir(exist_ok=True)
+        tag_dir.rename(dest)
+        (dest / REASON_FILE).write_text(problem + "\n")
+        log.warning("checkpoint %s is not used and was moved to %s: %s", tag_dir, dest, problem)
+    barrier(env)
+    return dest
+
+
+def _agreed(env: DistEnv, problem: str) -> str:
+    """Every rank's problem joined, on every rank: all of them take the same branch."""
+    if env.world_size == 1:
+        return problem
+    everyone: list[str | None] = [None] * env.world_size
+    dist.all_gather_object(everyone, problem)
+    return "; ".join(dict.fromkeys(p for p in everyone if p))
+
+
+def _merged(env: DistEnv, mine: dict[str, dict]) -> dict[str, dict]:
+    if env.world_size == 1:
+        return mine
+    everyone: list[dict | None] = [None] * env.world_size
+    dist.all_gather_object(everyone, mine)
+    return {name: rec for part in everyone for name, rec in (part or {}).items()}
 
 
 class PreemptionFlag:

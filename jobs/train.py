@@ -3,9 +3,9 @@
 Order of work: read the launcher's environment and check every input (devices, batch
 division, data source, tokenizer) before any process group, file or MLflow run exists; then
 tokenise (rank 0), build the model, wrap it in a DeepSpeed engine, resume from the newest
-complete checkpoint, and train with logging, validation, checkpoints, divergence checks and
-preemption handling. trials/<trial_id>/ gets job.json, deepspeed.json, curves.jsonl, ckpt/
-and result.json (written last).
+checkpoint that verifies (jobs.checkpoint), and train with logging,
+validation, checkpoints, divergence checks and preemption handling. trials/<trial_id>/ gets
+job.json, deepspeed.json, curves.jsonl, ckpt/ and result.json (written last).
 """
 
 from __future__ import annotations
@@ -177,11 +177,14 @@ class _Trainer:
         return run_id
 
     def _resume(self) -> dict[str, Any]:
+        """The newest usable checkpoint's loop state (a fresh one if none); checkpoints that
+        fail verification or loading are set aside (jobs.checkpoint) and reported."""
         fresh = {"step": 0, "tokens": 0, "flops": 0.0, "best_val": None, "min_loss": None}
-        found = checkpoint.latest(self.ckpt_dir)
-        if found is None:
-            return fresh
-        saved_by = checkpoint.read_state(found).get("world_size", self.env.world_size)
+        found, saved_by = checkpoint.latest(self.ckpt_dir), self.env.world_size
+        try:
+            saved_by = checkpoint.read_marker(found).world_size if found else saved_by
+        except ValueError:
+            pass  # resume() sets an unreadable checkpoint aside
         if saved_by != self.env.world_size and self.job.deepspeed.zero_stage > 0:
             raise ValueError(
                 f"trial {self.job.trial_id} has a checkpoint written by {saved_by} rank(s) "
@@ -189,7 +192,11 @@ class _Trainer:
                 "re-partition ZeRO optimizer state. Run it with the same number of ranks, "
                 "or remove that folder to train the trial from the start."
             )
-        state = checkpoint.load(self.engine, self.env, found)
+        resumed = checkpoint.resume(self.engine, self.env, self.ckpt_dir)
+        self.skipped_checkpoints = resumed.skipped
+        if resumed.state is None and resumed.engine_touched:
+            self._build_engine()  # a failed load may have left part of its state behind
+        state = resumed.state or fresh
         if self.env.is_main:  # points logged after this checkpoint are logged again
             _truncate_curves(self.dir / "curves.jsonl", state["tokens"])
         return state
@@ -203,6 +210,10 @@ class _Trainer:
         self._write_job_files()
         run_id = self._start_tracking(run_id)
         state["run_id"] = run_id
+        if self.skipped_checkpoints:
+            self.tracker.set_tag(
+                "scalelab.checkpoints_skipped", " | ".join(self.skipped_checkpoints)[:5000]
+            )
         try:
             with checkpoint.PreemptionFlag() as flag:
                 status, reason, final_val = self._loop(state, flag)
