@@ -10,7 +10,8 @@ A folder without that marker (a save cut short by a kill) is never a candidate. 
 
 Resuming (`resume`), newest candidate first: the files are compared with the marker before
 any is opened (the ranks share the work), then loaded with every `torch.load` restricted to
-weights (jobs.safe_load). A candidate that fails either step is moved to `ckpt/rejected/<tag>/`
+weights (jobs.safe_load), through a universal checkpoint when the rank count changed
+(jobs.universal). A candidate that fails either step is moved to `ckpt/rejected/<tag>/`
 with the reason in its `REJECTED` file (so it is never tried again) and the next older one
 is tried. The ranks agree on every verdict, so they all load the same checkpoint.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import logging
 import shutil
 import signal
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -28,12 +30,13 @@ import torch
 import torch.distributed as dist
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from jobs import checksums, rng_state, safe_load
+from jobs import checksums, rng_state, safe_load, universal
 from jobs.distributed import DistEnv, barrier
 
 MARKER = "COMPLETE"
 REJECTED_DIR = "rejected"  # checkpoints set aside, each with the reason in REASON_FILE
 REASON_FILE = "REJECTED"
+UNIVERSAL_DIR = "universal"  # a conversion for another rank count, removed once loaded
 PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 log = logging.getLogger(__name__)
 
@@ -123,9 +126,11 @@ def resume(engine: Any, env: DistEnv, ckpt_dir: Path) -> Resumed:
             touched = True
             problem = _load(engine, env, ckpt_dir, tag_dir)
         if not problem:
+            _remove_conversion(env, ckpt_dir)
             return Resumed(read_state(tag_dir), tuple(skipped), touched)
         where = _reject(env, ckpt_dir, tag_dir, problem)
         skipped.append(f"{tag_dir.name} (moved to {where}): {problem}")
+    _remove_conversion(env, ckpt_dir)
     return Resumed(None, tuple(skipped), touched)
 
 
@@ -166,18 +171,40 @@ def _refusal(path: Path) -> str:
 
 def _load(engine: Any, env: DistEnv, ckpt_dir: Path, tag_dir: Path) -> str:
     """Load `tag_dir` into the engine and this rank's RNG; the agreed problem ('' if none)."""
-    problem = ""
+    saved_world = read_marker(tag_dir).world_size
+    source = tag_dir
     with safe_load.weights_only_loading():
+        if universal.needed(tag_dir, saved_world, env.world_size):
+            source = ckpt_dir / UNIVERSAL_DIR / tag_dir.name
+            problem = _agreed(env, _on_main(env, lambda: universal.convert(tag_dir, source)))
+            if problem:
+                return f"converting it for {env.world_size} rank(s) failed: {problem}"
+        problem = ""
+        converted = source != tag_dir
         try:
-            path, _ = engine.load_checkpoint(str(tag_dir.parent), tag=tag_dir.name)
+            universal.set_loading(engine, converted)
+            with universal.repairing_zero3_load(engine) if converted else nullcontext():
+                path, _ = engine.load_checkpoint(str(source.parent), tag=source.name)
             if path is None:
-                raise RuntimeError(f"DeepSpeed found no model-states file in {tag_dir}")
+                raise RuntimeError(f"DeepSpeed found no model-states file in {source}")
             rng_file = tag_dir / f"rng_rank{env.rank}.pt"
             if rng_file.exists():  # absent for ranks the writing run did not have
                 rng_state.restore(torch.load(rng_file, weights_only=True))
         except Exception as e:  # any failure: this checkpoint cannot be trusted
             problem = f"loading it failed: {type(e).__name__}: {str(e).strip()[:2000]}"
+        finally:
+            universal.set_loading(engine, False)
     return _agreed(env, problem)
+
+
+def _on_main(env: DistEnv, work: Any) -> str:
+    if not env.is_main:
+        return ""
+    try:
+        work()
+    except Exception as e:
+        return f"{type(e).__name__}: {str(e).strip()[:2000]}"
+    return ""
 
 
 def _reject(env: DistEnv, ckpt_dir: Path, tag_dir: Path, problem: str) -> Path:
@@ -194,6 +221,12 @@ def _reject(env: DistEnv, ckpt_dir: Path, tag_dir: Path, problem: str) -> Path:
         log.warning("checkpoint %s is not used and was moved to %s: %s", tag_dir, dest, problem)
     barrier(env)
     return dest
+
+
+def _remove_conversion(env: DistEnv, ckpt_dir: Path) -> None:
+    barrier(env)
+    if env.is_main:
+        shutil.rmtree(ckpt_dir / UNIVERSAL_DIR, ignore_errors=True)
 
 
 def _agreed(env: DistEnv, problem: str) -> str:

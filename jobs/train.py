@@ -3,7 +3,7 @@
 Order of work: read the launcher's environment and check every input (devices, batch
 division, data source, tokenizer) before any process group, file or MLflow run exists; then
 tokenise (rank 0), build the model, wrap it in a DeepSpeed engine, resume from the newest
-checkpoint that verifies (jobs.checkpoint), and train with logging,
+checkpoint that verifies, on any rank count (jobs.checkpoint), and train with logging,
 validation, checkpoints, divergence checks and preemption handling. trials/<trial_id>/ gets
 job.json, deepspeed.json, curves.jsonl, ckpt/ and result.json (written last).
 """
@@ -21,7 +21,7 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 
-from jobs import checkpoint, distributed
+from jobs import checkpoint, distributed, universal
 from jobs.accounting import device_peak_flops, mfu
 from jobs.config import JobConfig
 from jobs.data import TrainStream, check_data, open_data, prepare, val_batches
@@ -136,6 +136,7 @@ class _Trainer:
             for block in model.blocks:
                 block.mlp_update = _checkpointed(block.mlp_update)
                 block.attn_update = _checkpointed(block.attn_update)
+        universal.record_info(model)  # lets a checkpoint be resumed on another rank count
         self.optimizer = adamw(model, job.train)
         self.ds_config = deepspeed_config(job, self.plan, self.env)
         self.engine, *_ = deepspeed.initialize(
@@ -180,18 +181,6 @@ class _Trainer:
         """The newest usable checkpoint's loop state (a fresh one if none); checkpoints that
         fail verification or loading are set aside (jobs.checkpoint) and reported."""
         fresh = {"step": 0, "tokens": 0, "flops": 0.0, "best_val": None, "min_loss": None}
-        found, saved_by = checkpoint.latest(self.ckpt_dir), self.env.world_size
-        try:
-            saved_by = checkpoint.read_marker(found).world_size if found else saved_by
-        except ValueError:
-            pass  # resume() sets an unreadable checkpoint aside
-        if saved_by != self.env.world_size and self.job.deepspeed.zero_stage > 0:
-            raise ValueError(
-                f"trial {self.job.trial_id} has a checkpoint written by {saved_by} rank(s) "
-                f"({found}) and this run has {self.env.world_size}: DeepSpeed cannot "
-                "re-partition ZeRO optimizer state. Run it with the same number of ranks, "
-                "or remove that folder to train the trial from the start."
-            )
         resumed = checkpoint.resume(self.engine, self.env, self.ckpt_dir)
         self.skipped_checkpoints = resumed.skipped
         if resumed.state is None and resumed.engine_touched:
