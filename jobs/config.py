@@ -17,6 +17,21 @@ from models.config import FrozenConfig, ModelConfig, register_config
 
 # Bumped whenever a mechanism's semantics change, so old results are not mistaken for new.
 VARIANT_SEMANTICS_VERSION = 1
+MAX_SEED = 2**32 - 1  # numpy's and most libraries' seed range
+
+
+class JobCheckError(ValueError):
+    """A job input that cannot run, naming the JobConfig keys involved ('data.seq_len'),
+    the first the likeliest to change. Raised in validators that span several sections
+    (pydantic keeps the exception, so a sweep's error points at the line of the key that
+    an axis set) and by the checks of jobs.checks."""
+
+    def __init__(self, keys: str | tuple[str, ...], message: str):
+        self.keys = (keys,) if isinstance(keys, str) else keys
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[type, tuple[tuple[str, ...], str]]:
+        return type(self), (self.keys, str(self))  # Ray sends a job's exception back pickled
 
 
 class DataConfig(FrozenConfig):
@@ -133,12 +148,28 @@ class JobConfig(FrozenConfig):
     data: DataConfig = DataConfig()
     train: TrainConfig
     deepspeed: DeepSpeedConfig = DeepSpeedConfig()
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
 
     @model_validator(mode="after")
-    def _early_exit_needs_an_lm(self) -> JobConfig:
-        if self.train.early_exit_alphas and self.model.task != "lm":
-            raise ValueError("train.early_exit_alphas needs model.task='lm' (it reads out tokens)")
+    def _sections_agree(self) -> JobConfig:
+        """The checks that need more than one section (each names the key to change)."""
+        data, train, model = self.data, self.train, self.model
+        if train.early_exit_alphas and model.task != "lm":
+            raise JobCheckError(
+                "train.early_exit_alphas",
+                "train.early_exit_alphas needs model.task='lm' (it reads out tokens)",
+            )
+        if data.seq_len > model.block_size:
+            raise JobCheckError(
+                ("data.seq_len", "model.block_size"),
+                f"data.seq_len={data.seq_len} exceeds model.block_size={model.block_size}",
+            )
+        if train.global_batch_tokens % data.seq_len:
+            raise JobCheckError(
+                ("train.global_batch_tokens", "data.seq_len"),
+                f"train.global_batch_tokens={train.global_batch_tokens} is not a multiple of "
+                f"data.seq_len={data.seq_len}",
+            )
         return self
 
     def science(self) -> dict[str, Any]:

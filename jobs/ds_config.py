@@ -1,12 +1,15 @@
-"""The DeepSpeed config of one trial, generated from DeepSpeedConfig + TrainConfig."""
+"""The DeepSpeed config of one trial, generated from DeepSpeedConfig + TrainConfig
+(torch-free: the orchestrator plans each trial's batch before anything runs)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jobs.config import JobConfig
-from jobs.distributed import DistEnv
+from jobs.config import JobCheckError, JobConfig
+
+if TYPE_CHECKING:
+    from jobs.distributed import DistEnv
 
 
 @dataclass(frozen=True)
@@ -20,23 +23,21 @@ class BatchPlan:
 
 
 def plan_batch(job: JobConfig, world_size: int) -> BatchPlan:
-    t, seq_len = job.train, job.data.seq_len
-    if t.global_batch_tokens % seq_len:
-        raise ValueError(
-            f"train.global_batch_tokens={t.global_batch_tokens} is not a multiple of "
-            f"data.seq_len={seq_len}"
-        )
-    seqs = t.global_batch_tokens // seq_len
+    """Split the global batch (whole sequences: JobConfig checks the division) across
+    `world_size` ranks and micro-batches."""
+    seqs = job.train.global_batch_tokens // job.data.seq_len
     if seqs % world_size:
-        raise ValueError(
+        raise JobCheckError(
+            ("train.global_batch_tokens", "data.seq_len"),
             f"the global batch of {seqs} sequences (train.global_batch_tokens / data.seq_len) "
-            f"does not divide across {world_size} ranks"
+            f"does not divide across {world_size} ranks",
         )
     micro = job.deepspeed.micro_batch_size or seqs // world_size
     if seqs % (micro * world_size):
-        raise ValueError(
+        raise JobCheckError(
+            ("deepspeed.micro_batch_size", "train.global_batch_tokens"),
             f"the global batch of {seqs} sequences is not micro_batch_size ({micro}) x "
-            f"{world_size} ranks x an integer number of accumulation steps"
+            f"{world_size} ranks x an integer number of accumulation steps",
         )
     return BatchPlan(seqs, micro, seqs // (micro * world_size), world_size)
 

@@ -23,10 +23,11 @@ import torch.distributed as dist
 
 from jobs import checkpoint, distributed, universal
 from jobs.accounting import device_peak_flops, mfu
+from jobs.checks import preflight
 from jobs.config import JobConfig
-from jobs.data import TrainStream, check_data, open_data, prepare, val_batches
+from jobs.data import TrainStream, open_data, prepare, val_batches
 from jobs.distributed import DistEnv
-from jobs.ds_config import BatchPlan, deepspeed_config, plan_batch
+from jobs.ds_config import BatchPlan, deepspeed_config
 from jobs.evaluate import evaluate, evaluate_early_exit, model_inputs
 from jobs.optim import adamw, lr_at, total_steps
 from jobs.paths import JOB_FILE, RESULT_FILE, trial_dir
@@ -57,17 +58,10 @@ class TrainResult:
 
 
 def check_job(job: JobConfig, env: DistEnv) -> BatchPlan:
-    """Every input error, raised before anything is started or written."""
+    """Every input error, raised before anything is started or written: the devices here,
+    then the checks the orchestrator also runs before submitting (jobs/checks.py)."""
     distributed.check_devices(env)
-    if job.data.seq_len > job.model.block_size:
-        raise ValueError(
-            f"data.seq_len={job.data.seq_len} exceeds model.block_size={job.model.block_size}"
-        )
-    if job.train.dtype == "fp16" and not env.device.startswith("cuda"):
-        raise ValueError("train.dtype='fp16' needs a GPU (refused on CPU); use bf16 or fp32")
-    plan = plan_batch(job, env.world_size)
-    check_data(job.data, job.model)
-    return plan
+    return preflight(job, env.world_size, env.device)
 
 
 def run(job: JobConfig, run_id: str | None = None) -> TrainResult:

@@ -15,9 +15,11 @@ from models.sizes import SIZES, SizePreset, get_size
 
 
 class FrozenConfig(BaseModel):
-    """Base of every scalelab config: immutable, and unknown keys are errors."""
+    """Base of every scalelab config: immutable; unknown keys, NaN and infinities are errors."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", validate_default=True, allow_inf_nan=False
+    )
 
 
 class BudgetConfig(FrozenConfig):

@@ -16,6 +16,7 @@ name: s
 base:
   model: {size: nano, vocab_size: 256, block_size: 64}
   train: {tokens: 4096}
+  data: {seq_len: 64}
 """
 
 
@@ -36,7 +37,7 @@ def test_typo_in_base_points_at_its_line():
 def test_bad_grid_value_points_at_the_value_line():
     text = BASE + "grid:\n  model.size:\n    - nano\n    - giant\n"
     (line,) = problems(text)
-    assert line.startswith("x.yaml:9: grid.model.size[1]:")
+    assert line.startswith("x.yaml:10: grid.model.size[1]:")
     assert "giant" in line and "micro" in line
 
 
@@ -45,9 +46,9 @@ def test_unknown_grid_key_unknown_backend_and_variant_are_all_reported():
     lines = problems(text)
     assert len(lines) == 3
     joined = "\n".join(lines)
-    assert "x.yaml:6: grid" in joined and "'sise' is not a key of model" in joined
-    assert "x.yaml:7: variants[1]" in joined and "hadamrd" in joined
-    assert "x.yaml:8: backend.kind" in joined and "'slurm'" in joined
+    assert "x.yaml:7: grid" in joined and "'sise' is not a key of model" in joined
+    assert "x.yaml:8: variants[1]" in joined and "hadamrd" in joined
+    assert "x.yaml:9: backend.kind" in joined and "'slurm'" in joined
 
 
 def test_impossible_combination_is_reported_at_the_variant():
@@ -62,7 +63,7 @@ def test_malformed_yaml_and_duplicate_keys():
     (line,) = problems("name: s\nbase: {model: [1, 2}\n")
     assert line.startswith("x.yaml:2: malformed YAML")
     (line,) = problems(BASE + "name: t\n")
-    assert line.startswith("x.yaml:6: duplicate key 'name'")
+    assert line.startswith("x.yaml:7: duplicate key 'name'")
 
 
 def test_yaml_bomb_is_refused_before_it_expands():
@@ -140,7 +141,11 @@ def test_trial_id_ignores_placement_but_not_science():
     spec3, source3 = parse_spec(science)
     assert not set(ids) & {t.trial_id for t in expand(spec3, source3)}
     job = JobConfig.model_validate(
-        {"model": {"size": "nano", "vocab_size": 256, "block_size": 64}, "train": {"tokens": 4096}}
+        {
+            "model": {"size": "nano", "vocab_size": 256, "block_size": 64},
+            "train": {"tokens": 4096},
+            "data": {"seq_len": 64},
+        }
     )
     assert job.trial_id in ids  # the same rule as JobConfig's own
 

@@ -1,0 +1,61 @@
+"""Every check of a job that needs no device, in one place and torch-free.
+
+The training job runs them (`jobs.train.check_job`, with its devices' checks) before any
+process group, file or MLflow run exists; the orchestrator runs the same functions for
+every trial of a sweep at `submit` and `--dry-run`, before any run is created, so a sweep
+whose trials cannot start is refused with `file:line: key: message` instead of failing
+trial by trial. Checks that need only the config are JobConfig validators (jobs/config.py).
+
+- `check_placement(job, world_size, device)`: the batch split across ranks and
+  micro-batches, and the dtype the device supports (device None: not known yet);
+- `check_environment(job)`: what the data config reads (the source exists, the tokenizer
+  loads and fits model.vocab_size, ...: jobs.data.check_data).
+Each raises JobCheckError naming the key to change.
+"""
+
+from __future__ import annotations
+
+import re
+
+from jobs.config import JobCheckError, JobConfig
+from jobs.ds_config import BatchPlan, plan_batch
+
+_SECTIONS = tuple(name for name in JobConfig.model_fields if name != "seed")
+_NAMED_KEY = re.compile(rf"\b((?:{'|'.join(_SECTIONS)})\.[A-Za-z_][A-Za-z0-9_]*)")
+
+
+def check_placement(job: JobConfig, world_size: int, device: str | None) -> BatchPlan:
+    if device is not None and job.train.dtype == "fp16" and not device.startswith("cuda"):
+        raise JobCheckError(
+            "train.dtype", "train.dtype='fp16' needs a GPU (refused on CPU); use bf16 or fp32"
+        )
+    return plan_batch(job, world_size)
+
+
+def check_environment(job: JobConfig) -> None:
+    from jobs.data import check_data  # numpy and the tokenizers: only when checking
+
+    try:
+        check_data(job.data, job.model)
+    except JobCheckError:
+        raise
+    except ValueError as e:  # its messages name their keys; else: the data section
+        raise JobCheckError(_named_keys(str(e)) or "data", str(e)) from None
+
+
+def preflight(job: JobConfig, world_size: int, device: str | None) -> BatchPlan:
+    """All of the above; returns the batch plan."""
+    plan = check_placement(job, world_size, device)
+    check_environment(job)
+    return plan
+
+
+def _named_keys(message: str) -> tuple[str, ...]:
+    """The JobConfig keys ('model.vocab_size') a message names, in order."""
+    keys = []
+    for match in _NAMED_KEY.finditer(message):
+        section, _, field = match.group(1).partition(".")
+        annotation = JobConfig.model_fields[section].annotation
+        if field in getattr(annotation, "model_fields", {}) and match.group(1) not in keys:
+            keys.append(match.group(1))
+    return tuple(keys)
