@@ -45,6 +45,7 @@ def _simple_yaml(name: str, n: int) -> str:
 name: {name}
 base:
   model: {{size: nano, vocab_size: 256, block_size: 64}}
+  data: {{seq_len: 64}}
   train: {{tokens: 4096}}
 grid:
   seed: [{", ".join(map(str, range(n)))}]
@@ -60,7 +61,7 @@ def bench_plan(n: int, repeats: int = 3) -> float:
     for _ in range(repeats):
         t0 = time.perf_counter()
         spec, source = parse_spec(_yaml("plan", n))
-        trials = expand(spec, source)
+        trials = expand(spec, source, max_trials=n)
         plan_rows(spec, trials)
         times.append(time.perf_counter() - t0)
     assert len(trials) == n, len(trials)
@@ -77,7 +78,7 @@ def bench_schedule(n: int) -> tuple[float, float]:
 
     ray_init("local", embedded=True)
     spec, source = parse_spec(_simple_yaml("sched", n))
-    trials = expand(spec, source)
+    trials = expand(spec, source, max_trials=n)
     ledger = Ledger(spec.name)
     t0 = time.perf_counter()
     ledger.sync(spec, trials)
@@ -97,7 +98,7 @@ def bench_resubmit(n: int) -> tuple[float, int]:
     from orchestrator.spec import parse_spec
 
     spec, source = parse_spec(_simple_yaml("sched", n))  # finished by bench_schedule
-    trials = expand(spec, source)
+    trials = expand(spec, source, max_trials=n)
     ledger = Ledger(spec.name)
     before = len(ledger.records())
     t0 = time.perf_counter()

@@ -9,11 +9,13 @@ import sys
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from models.config import ModelConfig, format_config_error
 from models.sizes import SIZES
 from models.variants import all_variants, variant_fields
+from orchestrator.spec import DEFAULT_MAX_TRIALS
 
 app = typer.Typer(
     help="scalelab: scaling experiments for efficient Transformers "
@@ -27,7 +29,9 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 
 def fail(message: str) -> typer.Exit:
     """Print a clean error (no traceback) and return the exit to raise."""
-    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    Console(stderr=True, soft_wrap=True).print(
+        f"[bold red]error:[/] {escape(message)}", highlight=False
+    )
     return typer.Exit(code=2)
 
 
@@ -121,38 +125,55 @@ def train(
         None, "--trial", help="With a sweep YAML: the trial id (or a unique prefix) to run."
     ),
     run_id: str = typer.Option(None, "--run-id", help="Log into this existing MLflow run."),
+    max_trials: int = typer.Option(
+        DEFAULT_MAX_TRIALS, "--max-trials", min=1, help="With --trial: the sweep's size limit."
+    ),
 ) -> None:
     """Run one training job here (under torchrun / deepspeed / srun for several ranks).
     Exit code 0 finished, 1 failed, 75 preempted (requeue me)."""
     from pathlib import Path
 
+    from orchestrator.spec import SpecError
+
     if not Path(config).is_file():
         raise fail(f"{config}: no such file")
     try:
-        from jobs.train import EXIT_REQUEUE, load_job, run
+        job = _job_file(config) if trial is None else _sweep_trial(config, trial, max_trials)
+    except SpecError as e:
+        raise fail("\n".join(e.problems)) from None
+    from jobs.train import EXIT_REQUEUE, run
 
-        job = load_job(config) if trial is None else _sweep_trial(Path(config), trial)
+    try:
         result = run(job, run_id)
-    except ValidationError as e:
-        raise fail(format_config_error(e, config)) from None
-    except ValueError as e:
+    except ValueError as e:  # the job's checks: devices, batch split, data
         raise fail(f"{config}: {e}") from None
     print(json.dumps(result.__dict__))
     raise typer.Exit({"FINISHED": 0, "FAILED": 1, "PREEMPTED": EXIT_REQUEUE}[result.status])
 
 
-def _sweep_trial(path: object, selector: str) -> object:
+def _job_file(path: str) -> object:
+    """A JobConfig from a YAML or JSON file, read like a sweep (errors name file:line)."""
+    from jobs.config import JobConfig
+    from orchestrator.spec import SpecError, load_yaml, located_errors, read_sweep
+
+    data, source = load_yaml(read_sweep(path), path)
+    try:
+        return JobConfig.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(located_errors(e, source)) from None
+
+
+def _sweep_trial(path: str, selector: str, max_trials: int) -> object:
     from orchestrator.expand import expand
     from orchestrator.spec import SpecError, load_spec
 
-    try:
-        trials = expand(*load_spec(path))
-    except SpecError as e:
-        raise fail(f"{path}: invalid sweep:\n" + "\n".join(e.problems)) from None
+    trials = expand(*load_spec(path), max_trials=max_trials)
     found = [t for t in trials if t.trial_id.startswith(selector)]
     if len(found) != 1:
         ids = ", ".join(t.trial_id for t in trials)
-        raise fail(f"--trial {selector!r} matches {len(found)} of the sweep's trials ({ids})")
+        raise SpecError(
+            [f"--trial {selector!r} matches {len(found)} of the sweep's trials ({ids})"]
+        )
     return found[0].job
 
 

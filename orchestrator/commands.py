@@ -13,28 +13,73 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.backends import DEFAULT_JOB
-from orchestrator.expand import Trial, expand, plan_rows
-from orchestrator.spec import SpecError, SweepSpec, load_spec, parse_spec
+from orchestrator.expand import Trial, check_size, expand, plan_rows
+from orchestrator.job_checks import check_trials
+from orchestrator.spec import (
+    DEFAULT_MAX_TRIALS,
+    SourceMap,
+    SpecError,
+    SweepSpec,
+    load_spec,
+    parse_spec,
+    read_sweep,
+)
 
 err = Console(stderr=True, soft_wrap=True)
 out = Console(width=None if sys.stdout.isatty() else 160)
 
 
+MAX_TRIALS = typer.Option(
+    DEFAULT_MAX_TRIALS,
+    "--max-trials",
+    min=1,
+    help="Refuse a sweep with more axis combinations than this (checked before expanding).",
+)
+PROGRESS_FROM = 20_000  # combinations: from here on, expanding shows its progress
+
+
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True)
     return typer.Exit(code=code)
 
 
-def _load(path: Path) -> tuple[SweepSpec, list[Trial], str]:
+def _invalid(problems: list[str]) -> typer.Exit:
+    if len(problems) == 1:
+        return _fail(f"{problems[0]} (invalid sweep, nothing submitted)")
+    return _fail("invalid sweep, nothing submitted:\n" + "\n".join(problems))
+
+
+def _load(path: Path, max_trials: int) -> tuple[SweepSpec, list[Trial], str]:
+    """Read, validate, expand and check a sweep file (exit 2 on any problem)."""
     try:
-        spec, source = load_spec(path)
-        trials = expand(spec, source)
+        text = read_sweep(path)
+        spec, source = parse_spec(text, str(path))
+        trials = _expand(spec, source, max_trials)
+        check_trials(spec, trials, source)
     except SpecError as e:
-        raise _fail("invalid sweep, nothing submitted:\n" + "\n".join(e.problems)) from None
-    return spec, trials, path.read_text()
+        raise _invalid(e.problems) from None
+    return spec, trials, text
+
+
+def _expand(spec: SweepSpec, source: SourceMap, max_trials: int) -> list[Trial]:
+    """expand(), with a progress bar on stderr for a big sweep (it takes a while)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    check_size(spec, source, max_trials)  # before announcing anything
+    total = spec.combinations
+    if total < PROGRESS_FROM:
+        return expand(spec, source, max_trials)
+    err.print(f"sweep {spec.name}: expanding {total:,} combinations ...", highlight=False)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task("expanding", total=total)
+        trials = expand(spec, source, max_trials, lambda n: bar.update(task, completed=n))
+    err.print(f"sweep {spec.name}: {len(trials):,} trials", highlight=False)
+    return trials
 
 
 def _ledger(spec_name: str, experiment: str | None, create: bool = True) -> Any:
@@ -96,9 +141,10 @@ def submit(
         help="When every trial is done: sync the results, fit "
         "the scaling laws, write plots and a report, and print the gains.",
     ),
+    max_trials: int = MAX_TRIALS,
 ) -> None:
     """Validate a sweep YAML, record its trials in MLflow and run them (FINISHED ones are skipped)."""
-    spec, trials, text = _load(sweep)
+    spec, trials, text = _load(sweep, max_trials)
     if dry_run:
         rows = plan_rows(spec, trials, _read_statuses(spec))
         if as_json:
@@ -122,7 +168,7 @@ def submit(
         from orchestrator.detach import submit_detached
 
         try:
-            job_id, address = submit_detached(sweep.resolve(), job)
+            job_id, address = submit_detached(sweep.resolve(), job, max_trials)
         except RuntimeError as e:
             raise _fail(str(e)) from None
         out.print(f"submitted sweep {spec.name} as Ray job {job_id} on {address}")
@@ -182,6 +228,10 @@ def _drive(spec: SweepSpec, trials: list[Trial], text: str, path: str, job: str)
     )
     out.print(f"sweep {spec.name}: {summary}")
     if result.failed:
+        records = {r.trial_id: r for r in ledger.records().values()}
+        for trial_id in result.failed:
+            reason = records[trial_id].tags.get("scalelab.error", "") if trial_id in records else ""
+            out.print(f"  {trial_id} failed: {reason or 'no reason recorded'}", highlight=False)
         raise typer.Exit(code=1)
 
 
@@ -189,7 +239,10 @@ def _find(sweep: str) -> Any:
     from orchestrator.ledger import LedgerUnavailable, find_sweep
 
     if sweep.endswith((".yaml", ".yml")) and Path(sweep).exists():
-        spec, _ = load_spec(sweep)
+        try:
+            spec, _ = load_spec(sweep)
+        except SpecError as e:
+            raise _invalid(e.problems) from None
         sweep = spec.name
     try:
         return find_sweep(sweep)
@@ -294,22 +347,24 @@ def cancel(
 def resume(
     sweep: str = typer.Argument(..., help="Sweep name."),
     job: str = typer.Option(DEFAULT_JOB, "--job", help="The job function, module:function."),
+    max_trials: int = MAX_TRIALS,
 ) -> None:
     """Drive a sweep again from the YAML recorded in MLflow (unfinished trials only)."""
     ledger = _find(sweep)
     tags = ledger.parent_tags()
+    path = tags.get("scalelab.spec_path", "")
     text = tags.get("scalelab.spec_yaml")
-    if text is None:
-        path = tags.get("scalelab.spec_path")
-        if not path or not Path(path).exists():
-            raise _fail(f"sweep {sweep}: its YAML is not recorded; submit the file again")
-        text = Path(path).read_text()
     try:
-        spec, source = parse_spec(text, tags.get("scalelab.spec_path", "<recorded sweep>"))
-        trials = expand(spec, source)
+        if text is None:
+            if not path or not Path(path).exists():
+                raise _fail(f"sweep {sweep}: its YAML is not recorded; submit the file again")
+            text = read_sweep(path)
+        spec, source = parse_spec(text, path or "<recorded sweep>")
+        trials = _expand(spec, source, max_trials)
+        check_trials(spec, trials, source)
     except SpecError as e:
-        raise _fail("\n".join(e.problems)) from None
-    _drive(spec, trials, text, tags.get("scalelab.spec_path", ""), job)
+        raise _invalid(e.problems) from None
+    _drive(spec, trials, text, path, job)
 
 
 def ui(

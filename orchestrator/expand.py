@@ -10,16 +10,26 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from jobs.config import JobConfig
+from jobs.config import JobCheckError, JobConfig
 from models.flops import count_params, train_flops_per_token
-from orchestrator.spec import SourceMap, SpecError, SweepSpec, key_path, located_errors
+from orchestrator.spec import (
+    DEFAULT_MAX_TRIALS,
+    SourceMap,
+    SpecError,
+    SweepSpec,
+    checked_key,
+    key_path,
+    located_errors,
+)
 
 MAX_PROBLEMS = 20
+PROGRESS_EVERY = 256  # combinations between two progress calls
 
 # (dotted key, value, YAML key path the value came from)
 Setting = tuple[str, Any, tuple[Any, ...]]
@@ -38,6 +48,8 @@ class Trial:
     tokens: int
     flops: float  # training FLOPs (forward + backward) of the whole run
     axes: dict[str, Any] = field(default_factory=dict)  # what the axes set, for display
+    # (dotted key, value, YAML key path) of each setting: where a later check's error points
+    settings: tuple[Setting, ...] = field(default=(), repr=False, compare=False)
 
 
 def resolve_tokens(job: JobConfig, n_params: int | None = None) -> int:
@@ -202,14 +214,40 @@ class _Validator:
         return JobConfig.model_validate(resolved)
 
 
-def expand(spec: SweepSpec, source: SourceMap | None = None) -> list[Trial]:
-    """All trials of a sweep, smallest training compute first; bad values raise SpecError."""
+def check_size(spec: SweepSpec, source: SourceMap, max_trials: int | None) -> None:
+    """Refuse a sweep with more axis combinations than `max_trials`, from the axes' lengths
+    alone (before anything is expanded)."""
+    n = spec.combinations
+    if max_trials is None or n <= max_trials:
+        return
+    sizes = spec.axis_sizes()
+    largest = max(sizes, key=lambda k: sizes[k])
+    factors = " x ".join(f"{key_path(k)} {v:,}" for k, v in sizes.items())
+    raise SpecError(
+        [
+            f"{source.where(largest)}: {n:,} trial combinations ({factors}) are more than the "
+            f"limit of {max_trials:,}; check the axes, or pass --max-trials {n} to run them all"
+        ]
+    )
+
+
+def iter_trials(
+    spec: SweepSpec,
+    source: SourceMap | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[Trial]:
+    """The sweep's distinct trials one at a time, in axis order; `progress(n)` hears how
+    many combinations have been looked at. Invalid combinations are collected and raised
+    as one SpecError at the end (or at MAX_PROBLEMS): a consumer must not act on the
+    trials before the iteration has finished."""
     source = source or SourceMap("<sweep>", None)
     problems: list[str] = []
-    trials: dict[str, Trial] = {}
+    seen: set[str] = set()
     validate = _Validator()
     sizes: dict[tuple[int, int], tuple[Any, int, int, float]] = {}  # per shared model instance
-    for combo in itertools.product(*_axes(spec)):
+    for n, combo in enumerate(itertools.product(*_axes(spec)), 1):
+        if progress is not None and n % PROGRESS_EVERY == 0:
+            progress(n)
         settings = _without_switched_off([s for option in combo for s in option])
         try:
             job = validate(spec.base, settings)
@@ -224,8 +262,9 @@ def expand(spec: SweepSpec, source: SourceMap | None = None) -> list[Trial]:
                 break
             continue
         trial_id = job.trial_id
-        if trial_id in trials:
+        if trial_id in seen:
             continue  # two axis combinations that mean the same computation
+        seen.add(trial_id)
         size_key = (id(job.model), job.data.seq_len)
         if size_key not in sizes or sizes[size_key][0] is not job.model:
             sizes[size_key] = (
@@ -236,7 +275,7 @@ def expand(spec: SweepSpec, source: SourceMap | None = None) -> list[Trial]:
             )
         _, n_params, n_nonembed, flops_per_token = sizes[size_key]
         tokens = resolve_tokens(job, n_params)
-        trials[trial_id] = Trial(
+        yield Trial(
             job=job,
             trial_id=trial_id,
             variant=job.model.variant,
@@ -246,12 +285,35 @@ def expand(spec: SweepSpec, source: SourceMap | None = None) -> list[Trial]:
             tokens=tokens,
             flops=tokens * flops_per_token,
             axes={k: v for k, v, _ in settings if v is not None},
+            settings=tuple(settings),
         )
     if problems:
         raise SpecError(problems)
+
+
+def expand(
+    spec: SweepSpec,
+    source: SourceMap | None = None,
+    max_trials: int | None = DEFAULT_MAX_TRIALS,
+    progress: Callable[[int], None] | None = None,
+) -> list[Trial]:
+    """All trials of a sweep, smallest training compute first; bad values, and more axis
+    combinations than `max_trials` (None: no limit), raise SpecError."""
+    source = source or SourceMap("<sweep>", None)
+    check_size(spec, source, max_trials)
+    trials = list(iter_trials(spec, source, progress))
     if not trials:
         raise SpecError([f"{source.path}: the sweep has no trials"])
-    return sorted(trials.values(), key=lambda t: (t.flops, t.trial_id))
+    return sorted(trials, key=lambda t: (t.flops, t.trial_id))
+
+
+def trial_problem(trial: Trial, error: JobCheckError, source: SourceMap) -> str:
+    """'file:line: key: message' for a check that failed on one trial: the line of the
+    value (an axis's, or base's) that the check names. The message names the values it is
+    about, so trials that fail the same way give the same line."""
+    relocate = functools.partial(_locate, settings=list(trial.settings))
+    loc = relocate(checked_key(error, (), relocate))
+    return f"{source.where(loc)}: {key_path(loc)}: {error}"
 
 
 def gpu_hours(flops: float, mfu: float, peak_flops: float) -> float:

@@ -10,11 +10,11 @@ mapping pydantic's error locations back onto the YAML nodes.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -25,21 +25,15 @@ from pydantic import (
     model_validator,
 )
 
-from jobs.config import JobConfig
+from jobs.config import JobCheckError, JobConfig
 from models.config import FrozenConfig, format_config_error, register_config
 from models.sizes import get_size
 from models.variants import canonical_variant
+from orchestrator.sweep_file import SourceMap, SpecError, load_yaml, read_sweep
 
-MAX_EXPANDED_NODES = 100_000  # a YAML bomb (nested aliases) expands past this
-MAX_DEPTH = 64
+__all__ = ["SourceMap", "SpecError", "SweepSpec", "load_spec", "parse_spec"]
 
-
-class SpecError(ValueError):
-    """Bad sweep input; `problems` holds one 'file:line: key: message' line each."""
-
-    def __init__(self, problems: list[str]):
-        self.problems = problems
-        super().__init__("\n".join(problems))
+DEFAULT_MAX_TRIALS = 1_000  # more trials than this need --max-trials (docs/sweep-yaml.md)
 
 
 # ---------------------------------------------------------------- the schema
@@ -135,6 +129,21 @@ class BackendConfig(FrozenConfig):
     def ranks(self) -> int:
         return self.ranks_per_trial or max(1, int(self.gpus_per_trial))
 
+    @property
+    def world_size(self) -> int:
+        """Training processes per trial (SLURM: one per task)."""
+        if self.kind == "slurm" and self.slurm is not None:
+            return self.slurm.nodes * self.slurm.tasks_per_node
+        return self.ranks
+
+    @property
+    def device(self) -> str | None:
+        """'cuda' or 'cpu' for the trials, where the config decides it: Ray hides the GPUs
+        from a task that asks for none; under SLURM the node decides (None)."""
+        if self.kind == "slurm":
+            return None
+        return "cuda" if self.gpus_per_trial > 0 else "cpu"
+
     @model_validator(mode="after")
     def _options_match_kind(self) -> BackendConfig:
         if self.slurm is not None and self.kind != "slurm":
@@ -159,7 +168,12 @@ class SweepSpec(FrozenConfig):
     """One sweep YAML."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)
-    experiment: str | None = Field(None, description="MLflow experiment; default: name")
+    experiment: str | None = Field(
+        None,
+        min_length=1,
+        max_length=256,  # MLflow's experiments.name column
+        description="MLflow experiment; default: name",
+    )
     description: str = ""
     base: Base = Field(description="a (partial) JobConfig the axes fill in")
     variants: list[Annotated[str, AfterValidator(canonical_variant)]] = Field(
@@ -178,6 +192,24 @@ class SweepSpec(FrozenConfig):
     @property
     def experiment_name(self) -> str:
         return self.experiment or self.name
+
+    def axis_sizes(self) -> dict[tuple[Any, ...], int]:
+        """The number of options of each axis, by its YAML key path (in expansion order)."""
+        sizes: dict[tuple[Any, ...], int] = {}
+        if self.variants:
+            sizes[("variants",)] = len(self.variants)
+        sizes.update({("grid", key): len(values) for key, values in self.grid.items()})
+        if self.zip:
+            sizes[("zip",)] = len(next(iter(self.zip.values())))
+        if self.isoflop is not None:
+            sizes[("isoflop",)] = len(self.isoflop.flops) * len(self.isoflop.sizes)
+        return sizes
+
+    @property
+    def combinations(self) -> int:
+        """Axis combinations, known without expanding: the trials are at most this many
+        (combinations that mean the same computation are kept once)."""
+        return math.prod(self.axis_sizes().values())
 
     @field_validator("variants")
     @classmethod
@@ -235,96 +267,7 @@ def check_dotted_key(key: str) -> None:
         cls = _config_class_of(cls.model_fields[part].annotation)
 
 
-# ---------------------------------------------------------------- YAML with line numbers
-
-
-class SourceMap:
-    """The composed YAML tree of one file, to turn key paths into line numbers."""
-
-    def __init__(self, path: str, root: yaml.Node | None):
-        self.path, self.root = path, root
-
-    def line(self, keys: tuple[Any, ...]) -> int | None:
-        """1-based line of the deepest node along `keys` that exists."""
-        node, line = self.root, None
-        for key in keys:
-            if node is None:
-                break
-            line = node.start_mark.line + 1
-            node = _child(node, key)
-        if node is not None:
-            line = node.start_mark.line + 1
-        return line
-
-    def where(self, keys: tuple[Any, ...]) -> str:
-        line = self.line(keys)
-        return f"{self.path}:{line}" if line else self.path
-
-
-def _child(node: yaml.Node, key: Any) -> yaml.Node | None:
-    if isinstance(node, yaml.MappingNode):
-        for k, v in node.value:
-            if str(k.value) == str(key):
-                return v
-    elif isinstance(node, yaml.SequenceNode) and isinstance(key, int):
-        if 0 <= key < len(node.value):
-            return node.value[key]
-    return None
-
-
-def _check_tree(node: yaml.Node, path: str) -> None:
-    """Reject YAML bombs (aliases expanding past a limit), deep nesting, duplicate keys."""
-    sizes: dict[int, int] = {}
-
-    def size(n: yaml.Node, depth: int) -> int:
-        if depth > MAX_DEPTH:
-            raise SpecError([f"{path}:{n.start_mark.line + 1}: nested deeper than {MAX_DEPTH}"])
-        if id(n) in sizes:  # an alias: count its expansion again, but compute it once
-            return sizes[id(n)]
-        total = 1
-        if isinstance(n, yaml.MappingNode):
-            seen: set[str] = set()
-            for k, v in n.value:
-                if isinstance(k, yaml.ScalarNode):
-                    if k.value in seen and k.value != "<<":
-                        raise SpecError(
-                            [f"{path}:{k.start_mark.line + 1}: duplicate key {k.value!r}"]
-                        )
-                    seen.add(k.value)
-                total += size(k, depth + 1) + size(v, depth + 1)
-        elif isinstance(n, yaml.SequenceNode):
-            total += sum(size(v, depth + 1) for v in n.value)
-        sizes[id(n)] = total
-        if total > MAX_EXPANDED_NODES:
-            raise SpecError(
-                [
-                    f"{path}:{n.start_mark.line + 1}: the document expands to more than "
-                    f"{MAX_EXPANDED_NODES:,} nodes (nested aliases: a YAML bomb?); refused"
-                ]
-            )
-        return total
-
-    size(node, 0)
-
-
-def load_yaml(text: str, path: str = "<sweep>") -> tuple[Any, SourceMap]:
-    """Safe-load one YAML document; returns (data, source map)."""
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            raise SpecError([f"{path}: the file is empty"])
-        _check_tree(node, path)
-        data = loader.construct_document(node)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line = f":{mark.line + 1}" if mark else ""
-        raise SpecError([f"{path}{line}: malformed YAML: {e.problem or e}"]) from None
-    except yaml.YAMLError as e:
-        raise SpecError([f"{path}: malformed YAML: {e}"]) from None
-    finally:
-        loader.dispose()
-    return data, SourceMap(path, node)
+# ---------------------------------------------------------------- the file
 
 
 def parse_spec(text: str, path: str = "<sweep>") -> tuple[SweepSpec, SourceMap]:
@@ -340,12 +283,7 @@ def parse_spec(text: str, path: str = "<sweep>") -> tuple[SweepSpec, SourceMap]:
 
 def load_spec(path: str | Path) -> tuple[SweepSpec, SourceMap]:
     """Read, parse and validate a sweep file (axes are checked later, by expand)."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise SpecError([f"{p}: cannot read: {e.strerror}"]) from None
-    return parse_spec(text, str(p))
+    return parse_spec(read_sweep(path), str(path))
 
 
 def key_path(loc: tuple[Any, ...]) -> str:
@@ -367,8 +305,21 @@ def located_errors(
     messages = format_config_error(error, "").splitlines()
     out = []
     for item, message in zip(error.errors(), messages, strict=True):
-        loc = relocate(tuple(item["loc"]))
-        key = key_path(loc)
+        at = tuple(item["loc"])
+        cause = (item.get("ctx") or {}).get("error")
+        if isinstance(cause, JobCheckError):  # a check across sections names its keys
+            at = checked_key(cause, at, relocate)
+        loc = relocate(at)
         text = message.split(": ", 2)[-1] if message.startswith(": ") else message
-        out.append(f"{source.where(loc)}: {key}: {text}{context(tuple(item['loc']))}")
+        out.append(f"{source.where(loc)}: {key_path(loc)}: {text}{context(at)}")
     return out
+
+
+def checked_key(
+    error: JobCheckError,
+    at: tuple[Any, ...],
+    relocate: Callable[[tuple[Any, ...]], tuple[Any, ...]],
+) -> tuple[Any, ...]:
+    """The location (under `at`) of the key a check names that an axis set, else its first."""
+    candidates = [(*at, *key.split(".")) for key in error.keys]
+    return next((c for c in candidates if relocate(c)[:1] != ("base",)), candidates[0])

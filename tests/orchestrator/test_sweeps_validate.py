@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from models.config import ModelConfig
 from models.flops import count_params
 from models.sizes import get_size
-from orchestrator.expand import Trial, expand
+from orchestrator.expand import Trial, expand, plan_rows
 from orchestrator.spec import load_spec
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
@@ -114,21 +114,47 @@ def test_hadamard_cpu_is_the_same_comparison_at_cpu_sizes():
     assert sum(t.flops for t in trials) < 1e13
 
 
-def test_submit_dry_run_prints_the_hadamard_plan(tmp_path, monkeypatch):
-    monkeypatch.setenv("SCALELAB_HOME", str(tmp_path))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    from orchestrator.cli import app
-
-    result = CliRunner().invoke(
-        app, ["submit", str(SWEEPS / "hadamard.yaml"), "--dry-run", "--json"]
-    )
-    assert result.exit_code == 0, result.output
-    plan = json.loads(result.output)
-    assert plan["sweep"] == "hadamard"
-    rows = plan["trials"]
+def test_the_hadamard_plan_prices_every_ladder_size():
+    spec, source = load_spec(SWEEPS / "hadamard.yaml")
+    rows = plan_rows(spec, expand(spec, source))
     assert len(rows) == 12 and {r["status"] for r in rows} == {"NEW"}
     big = [r for r in rows if r["size"] == "5.6B"]
     assert {r["variant"] for r in big} == {"dense", "hadamard"}
     dense_5b = next(r for r in big if r["variant"] == "dense")
     assert dense_5b["params"] == count_params(ModelConfig(size="5.6B"))
+    assert all(r["gpu_hours"] > 0 for r in rows)
+
+
+def test_submit_dry_run_prints_the_plan_as_json(tmp_path, monkeypatch):
+    monkeypatch.setenv("SCALELAB_HOME", str(tmp_path))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    from orchestrator.cli import app
+
+    result = CliRunner().invoke(
+        app, ["submit", str(SWEEPS / "hadamard_cpu.yaml"), "--dry-run", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert plan["sweep"] == "hadamard_cpu"
+    assert [r["trial_id"] for r in plan["trials"]] == [
+        t.trial_id for t in trials_of("hadamard_cpu.yaml")
+    ]
+    assert {r["status"] for r in plan["trials"]} == {"NEW"}
     assert not any(tmp_path.iterdir())  # a dry run creates no tracking store
+
+
+def test_submit_dry_run_refuses_a_tokenizer_this_machine_cannot_load(tmp_path, monkeypatch):
+    """hadamard.yaml trains on GPT-2 BPE: offline with an empty tiktoken cache, its trials
+    could not start here, so even the plan is refused, at the line of the data section."""
+    monkeypatch.setenv("SCALELAB_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")  # the download must fail
+    from orchestrator.cli import app
+
+    path = SWEEPS / "hadamard.yaml"
+    result = CliRunner().invoke(app, ["submit", str(path), "--dry-run"])
+    assert result.exit_code == 2, result.output
+    data_line = path.read_text().splitlines().index("  data:") + 1  # the key, not its block
+    assert f"{path}:{data_line}: base.data: tokenizer 'gpt2' could not be loaded" in result.stderr
+    assert not (tmp_path / "home").exists()
