@@ -28,6 +28,8 @@ from orchestrator.ledger import (
 )
 from orchestrator.spec import SweepSpec
 
+MAX_ERROR_LINES = 20
+
 
 @dataclass
 class SweepOutcome:
@@ -53,8 +55,17 @@ class _Live:
 
 
 def _error_text(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return "\n".join(text[-20:]) or type(exc).__name__
+    """What a failed attempt records as `scalelab.error`: the job's own exception, not Ray's
+    wrapper (`ray::scalelab-trial() (pid=..., ip=...)` and the remote traceback). Input
+    errors (ValueError) are their message; anything else is named by its type too."""
+    from ray.exceptions import RayTaskError
+
+    while isinstance(exc, RayTaskError) and exc.cause is not None and exc.cause is not exc:
+        exc = exc.cause
+    text = "\n".join(str(exc).strip().splitlines()[:MAX_ERROR_LINES])
+    if not text:
+        return type(exc).__name__
+    return text if isinstance(exc, ValueError) else f"{type(exc).__name__}: {text}"
 
 
 def run_sweep(
