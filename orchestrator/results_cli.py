@@ -12,6 +12,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 app = typer.Typer(
     help="Aggregated results of a sweep: Parquet tables, queries, scaling fits, plots, report.",
@@ -30,7 +31,9 @@ RESAMPLES = typer.Option(1000, "--resamples", help="Bootstrap resamples for the 
 
 
 def _fail(message: str) -> typer.Exit:
-    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    Console(stderr=True, soft_wrap=True).print(
+        f"[bold red]error:[/] {escape(message)}", highlight=False
+    )
     return typer.Exit(code=2)
 
 
@@ -113,7 +116,10 @@ def query_cmd(
         return result
 
     result = _guard(run)
-    _emit(result, fmt, output)
+    try:
+        _emit(result, fmt, output)
+    except OSError as e:  # --output in a missing folder, a folder, no permission
+        raise _fail(f"--output {output}: cannot write ({e.strerror or e})") from None
 
 
 def _emit(result, fmt: str, output: Path | None) -> None:  # noqa: ANN001

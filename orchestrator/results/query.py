@@ -30,6 +30,10 @@ AT_AXES = ("flops", "tokens", "step")
 DEFAULT_METRIC = "val/loss"
 TRIAL_AGGREGATES = ("final_val_loss", "best_val_loss", "n_params", "tokens", "flops", "wall_time_s")
 
+MAX_WHERE_CHARS = 10_000
+MAX_WHERE_DEPTH = 100
+TOO_DEEP = f"--where: nested deeper than {MAX_WHERE_DEPTH} levels of not / and / or / parentheses"
+
 _COMPARE = {
     ast.Eq: "equal",
     ast.NotEq: "not_equal",
@@ -40,25 +44,34 @@ _COMPARE = {
 }
 
 
-def parse_where(text: str, columns: list[str]) -> pc.Expression:
-    """`text` -> a pyarrow compute expression over `columns` (ResultsError when invalid)."""
+def _parse(text: str) -> ast.Expression:
+    """Python's parser on a bounded input: its recursion and memory grow with nesting."""
+    if len(text) > MAX_WHERE_CHARS:
+        raise ResultsError(f"--where: longer than {MAX_WHERE_CHARS:,} characters")
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        return ast.parse(text.strip(), mode="eval")
     except SyntaxError as e:
         raise ResultsError(f"--where {text!r}: not a valid expression ({e.msg})") from None
-    return _expr(tree.body, text, columns)
+    except (RecursionError, MemoryError):
+        raise ResultsError(TOO_DEEP) from None
 
 
-def _expr(node: ast.AST, text: str, columns: list[str]) -> pc.Expression:
+def parse_where(text: str, columns: list[str]) -> pc.Expression:
+    """`text` -> a pyarrow compute expression over `columns` (ResultsError when invalid)."""
+    return _expr(_parse(text).body, text, columns)
 
+
+def _expr(node: ast.AST, text: str, columns: list[str], depth: int = 0) -> pc.Expression:
+    if depth > MAX_WHERE_DEPTH:
+        raise ResultsError(TOO_DEEP)
     if isinstance(node, ast.BoolOp):
-        parts = [_expr(v, text, columns) for v in node.values]
+        parts = [_expr(v, text, columns, depth + 1) for v in node.values]
         out = parts[0]
         for p in parts[1:]:
             out = (out & p) if isinstance(node.op, ast.And) else (out | p)
         return out
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        return ~_expr(node.operand, text, columns)
+        return ~_expr(node.operand, text, columns, depth + 1)
     if isinstance(node, ast.Compare):
         terms = [node.left, *node.comparators]
         out = None
@@ -281,9 +294,7 @@ def _curves_rows(
         raise ResultsError("--at applies to the trials table; curves rows are every point")
     wanted = set(group_by)
     if where:
-        wanted |= {
-            n.id for n in ast.walk(ast.parse(where.strip(), mode="eval")) if isinstance(n, ast.Name)
-        }
+        wanted |= {n.id for n in ast.walk(_parse(where)) if isinstance(n, ast.Name)}
     curve_cols = store.curves_schema().names
     joined = sorted((wanted & set(trials.column_names)) - set(curve_cols))
     columns = None  # all, for plain row listings
