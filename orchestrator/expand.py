@@ -69,7 +69,8 @@ def _axes(spec: SweepSpec) -> list[list[list[Setting]]]:
     model.tsa.lambda_depth) refine the variant that switched it on."""
     axes: list[list[list[Setting]]] = []
     if spec.variants:
-        base_model = spec.base.get("model") or {}
+        base_model = spec.base.get("model")
+        base_model = base_model if isinstance(base_model, dict) else {}  # else: base's error
         options = []
         for i, name in enumerate(spec.variants):
             on = set(name.split("+"))
@@ -120,8 +121,10 @@ def _set(tree: dict[str, Any], key: str, value: Any) -> None:
     *parents, last = key.split(".")
     for part in parents:
         child = tree.get(part)
-        if not isinstance(child, dict):
+        if child is None:
             child = tree[part] = {}
+        elif not isinstance(child, dict):
+            return  # base has a non-mapping here (model: "x"): validation reports it there
         tree = child
     if value is None:
         tree.pop(last, None)  # None = leave the field to its default (e.g. the other budgets)

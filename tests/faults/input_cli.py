@@ -36,6 +36,21 @@ def runs_in(home: Path) -> int:
         return con.execute("select count(*) from runs").fetchone()[0] if "runs" in tables else 0
 
 
+def problem_lines(result: Result) -> list[str]:
+    """The problems of a clean refusal (exit 2, no traceback), one per line."""
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(
+        result.exception
+    )
+    assert result.exit_code == 2, result.output[-3000:]
+    assert "Traceback" not in result.output
+    lines = result.stderr.rstrip("\n").splitlines()
+    assert lines and lines[0].startswith("error: "), result.stderr
+    if lines[0] == "error: invalid sweep, nothing submitted:":
+        return lines[1:]
+    assert len(lines) == 1 and lines[0].endswith(REFUSED), result.stderr
+    return [lines[0].removeprefix("error: ").removesuffix(REFUSED)]
+
+
 def one_line_error(result: Result) -> str:
     """The single problem of a clean refusal (exit 2, one line, no traceback)."""
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(

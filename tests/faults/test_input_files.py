@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from faults.input_cli import deadline, one_line_error, runs_in, scalelab
+from faults.input_cli import deadline, one_line_error, problem_lines, runs_in, scalelab
 
 SWEEP = """name: files
 base:
@@ -152,3 +152,20 @@ def test_an_output_file_that_cannot_be_written_is_one_line(synced, tmp_path):
         result = scalelab(synced, "results", "query", "w", "-f", "csv", "-o", target)
         assert result.exit_code == 2 and "Traceback" not in result.output
         assert result.stderr.startswith(f"error: --output {target}: cannot write ("), result.stderr
+
+
+@pytest.mark.parametrize("section", ["model", "data", "train"])
+def test_a_section_that_is_not_a_mapping_is_reported_even_when_an_axis_sets_a_key_in_it(
+    tmp_path, section
+):
+    """Found by the fuzz at 3,000 cases: `model: 'a string'` with variants raised
+    AttributeError; with an axis inside it, the string was silently replaced."""
+    key = {"model": "model.size", "data": "data.seq_len", "train": "train.lr"}[section]
+    value = {"model": "nano", "data": 64, "train": 0.001}[section]
+    lines = SWEEP.splitlines()
+    row = next(i for i, r in enumerate(lines) if r.startswith(f"  {section}:"))
+    lines[row] = f"  {section}: a string"
+    path = tmp_path / "sweep.yaml"
+    path.write_text("\n".join(lines) + f"\nvariants: [dense, tsa]\ngrid: {{{key}: [{value}]}}\n")
+    for line in problem_lines(scalelab(tmp_path / "home", "submit", path, "--dry-run")):
+        assert line.startswith(f"{path}:{row + 1}: base.{section}: Input should be a valid")
