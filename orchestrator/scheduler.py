@@ -81,8 +81,6 @@ def run_sweep(
     spec_path: str = "",
 ) -> SweepOutcome:
     """Run every live trial of the sweep to a terminal state (or until cancelled)."""
-    import ray
-
     cfg = spec.backend
     out = SweepOutcome()
     records = ledger.sync(spec, trials, spec_yaml=spec_yaml, spec_path=spec_path)
@@ -109,6 +107,8 @@ def run_sweep(
 
     backend = make_backend(cfg, ledger, job)
     backend.start()
+    import ray  # only after start(), which must import Ray first (backends/embedded.py)
+
     inflight: dict[Any, _Live] = {}
     killing: set[Any] = set()  # handles cancelled on request
     last_beat = last_cancel_check = time.monotonic()

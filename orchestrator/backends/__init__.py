@@ -2,7 +2,7 @@
 to an outcome dict ({'status': 'FINISHED'|'FAILED'|'PREEMPTED', 'reason': str|None}), so the
 scheduler waits on all of them the same way (`ray.wait`).
 
-  local : an embedded Ray on this machine (ray.init(address='local'))
+  local : an embedded Ray on this machine (ray.init(address='local')), on 127.0.0.1 only
   ray   : an existing Ray cluster by address (cloud GPUs through its autoscaler)
   slurm : submitit -> sbatch; a Ray task with a fraction of a CPU watches each SLURM job
 """
@@ -10,9 +10,11 @@ scheduler waits on all of them the same way (`ray.wait`).
 from __future__ import annotations
 
 import importlib
+import ipaddress
 import os
 import sys
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -93,14 +95,18 @@ def run_ranks(job: Any, run_id: str | None, ranks: int) -> dict[str, Any]:
 
 def ray_init(address: str, *, embedded: bool) -> bool:
     """Connect to (or start) Ray once per process, quietly and without telemetry; True when
-    this call connected (so the caller should disconnect when done)."""
-    import ray
+    this call connected (so the caller should disconnect when done, with `ray_shutdown`).
+
+    A cluster started here (embedded, address 'local') listens on 127.0.0.1 only, requires a
+    token and ends with this process (orchestrator.backends.embedded). Joining a cluster
+    changes nothing of it: not its address, not its authentication."""
+    from orchestrator.backends.embedded import SINGLE_NODE, driver_session, scoped_environ
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if embedded:
-        # Ray 2.60 turns token auth on when a token file exists; the embedded cluster only
-        # listens on 127.0.0.1, so say explicitly that it is off unless the user chose.
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    starts = embedded and address == "local"
+    with scoped_environ(SINGLE_NODE if starts else {}):
+        import ray  # Ray reads single-node mode once, on its first import
+
     if ray.is_initialized():
         return False
     # Workers must import what the driver imports (the job function's module, tests' helpers).
@@ -111,11 +117,35 @@ def ray_init(address: str, *, embedded: bool) -> bool:
         kwargs["runtime_env"] = {"env_vars": env}
     if embedded:
         kwargs.update(include_dashboard=False, logging_level="WARNING")
+    session = driver_session() if starts else None
+    if session:
+        kwargs["_temp_dir"] = str(session.temp_dir)
     try:
-        ray.init(**kwargs)
+        with session.starting_cluster() if session else nullcontext():
+            ray.init(**kwargs)
     except (ConnectionError, RuntimeError, ValueError) as e:
+        if session:
+            ray_shutdown()  # whatever it had started
         raise BackendError(f"cannot connect to Ray at {address!r}: {e}") from None
+    if session and not ipaddress.ip_address(ray.util.get_node_ip_address()).is_loopback:
+        node_ip = ray.util.get_node_ip_address()
+        ray_shutdown()  # fail closed
+        raise BackendError(
+            f"the embedded Ray came up on {node_ip}, not on 127.0.0.1 (Ray was imported before "
+            "scalelab could choose its single-node mode); set "
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 in the environment"
+        )
     return True
+
+
+def ray_shutdown() -> None:
+    """Disconnect from Ray; the processes of clusters this process started are all ended."""
+    import ray
+
+    from orchestrator.backends.embedded import end_embedded_clusters
+
+    ray.shutdown()
+    end_embedded_clusters()
 
 
 class Backend:
@@ -156,7 +186,7 @@ class Backend:
         import ray
 
         if self.owns_ray and ray.is_initialized():
-            ray.shutdown()
+            ray_shutdown()
 
 
 def preflight(cfg: BackendConfig) -> None:

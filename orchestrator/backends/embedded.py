@@ -1,0 +1,128 @@
+"""The boundary of the Ray that scalelab starts on this machine: the embedded cluster of the
+`local` and `slurm` backends (`ray.init(address="local")`) and the head of `submit --detach`.
+docs/reliability.md ("Security: what listens, who is let in") says what it guarantees.
+
+- Loopback only. Ray's single-node mode (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, its default on
+  macOS and Windows) makes the node's address 127.0.0.1, and every server of the cluster
+  follows the node's address: GCS, raylet and object manager, the workers' gRPC servers, the
+  dashboard and runtime-env agents, the metrics exporters; no other machine can join.
+  `ray.init(_node_ip_address="127.0.0.1")` or `ray start --node-ip-address=127.0.0.1` alone
+  does not do it: in cluster mode Ray swaps a loopback address for the host's network address.
+  Ray reads the mode once, when it is first imported.
+- A token. Loopback is open to every user of the machine, so the cluster also requires a
+  token: Ray >= 2.59 turns token authentication on for a cluster `ray.init` starts, and reads
+  the token from RAY_AUTH_TOKEN_PATH, here a random one in a file only this user can read,
+  instead of generating ~/.ray/auth_token (whose mere presence turns token auth on for the
+  user's other Ray clusters). RAY_AUTH_MODE, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH set by the
+  user win.
+- Private files. The clusters' Ray temp dir (sessions, logs, sockets) is a directory only
+  this user can enter, next to the token, instead of the shared /tmp/ray.
+- Fate sharing. A watchdog process (orchestrator.backends.watchdog) ends every process of the
+  driver's clusters when the driver exits: those carrying SCALELAB_RAY_SESSION=<mark>, or
+  holding a file open in that temp dir.
+
+The variables are set only while `ray.init` starts the cluster, so what the driver starts
+afterwards (sbatch jobs inherit the submitting environment) carries none of them.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psutil
+
+from orchestrator.backends.watchdog import SESSION_VAR, end_clusters
+
+SINGLE_NODE = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+TOKEN_FILE = "auth_token"
+
+
+@contextmanager
+def scoped_environ(values: dict[str, str], restore: tuple[str, ...] = ()) -> Iterator[None]:
+    """os.environ with `values` set; those and the `restore` variables are put back after."""
+    saved = {key: os.environ.get(key) for key in (*values, *restore)}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+def write_token(path: Path) -> Path:
+    """A new 256-bit token (the kind `ray get-auth-token --generate` makes) in a file only
+    this user can read; an existing file is kept as it is."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    return path
+
+
+def user_chose_auth() -> bool:
+    return any(var in os.environ for var in AUTH_VARS)
+
+
+class DriverSession:
+    """What the embedded clusters of one driver process share: the mark on their processes,
+    a private Ray temp dir holding the token, and the watchdog that ends them when the driver
+    exits. One per process: Ray caches the token it read, so every cluster the process
+    starts must use the same one."""
+
+    def __init__(self) -> None:
+        self.mark = uuid.uuid4().hex
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="scalelab-ray-"))  # mode 0700
+        token = self.temp_dir / TOKEN_FILE
+        self.auth = {} if user_chose_auth() else {"RAY_AUTH_TOKEN_PATH": str(write_token(token))}
+        path = [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]
+        cmd = [sys.executable, "-m", "orchestrator.backends.watchdog",
+               "--driver", str(os.getpid()), "--started", repr(psutil.Process().create_time()),
+               "--mark", self.mark, "--dir", str(self.temp_dir), "--token", str(token)]  # fmt: skip
+        self.watchdog = subprocess.Popen(
+            cmd, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path))},
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C and a closed terminal are for the driver only
+        )  # fmt: skip
+
+    @contextmanager
+    def starting_cluster(self) -> Iterator[None]:
+        """Around `ray.init(address="local")`: what the processes it starts inherit. Ray sets
+        RAY_AUTH_MODE=token in this process when it turns auth on; that is put back too."""
+        with scoped_environ({**SINGLE_NODE, SESSION_VAR: self.mark, **self.auth}, AUTH_VARS):
+            yield
+
+    def end_clusters(self) -> int:
+        """Stop what is left of this driver's clusters (after ray.shutdown); how many."""
+        return end_clusters(self.mark, str(self.temp_dir))
+
+
+_session: DriverSession | None = None
+
+
+def driver_session() -> DriverSession:
+    """This process's session, started with its first embedded cluster."""
+    global _session
+    if _session is None:
+        _session = DriverSession()
+    return _session
+
+
+def end_embedded_clusters() -> None:
+    """Stop what is left of the clusters this process started, if it started any."""
+    if _session is not None:
+        _session.end_clusters()
