@@ -1,8 +1,11 @@
 """`scalelab submit --detach`: run the sweep driver as a Ray job, so the terminal can close.
 
-Uses a Ray head on this machine (started with `ray start --head` on 127.0.0.1 when none
-answers) and the Job Submission API; the driver inside the job joins that cluster through
-RAY_ADDRESS and writes to the same tracking store as this shell would.
+Uses a Ray head on this machine (started with `ray start --head` when none answers) and the
+Job Submission API; the driver inside the job joins that cluster through RAY_ADDRESS and
+writes to the same tracking store as this shell would. The head started here listens on
+127.0.0.1 only and requires the token in $SCALELAB_HOME/ray/auth_token (made once, mode 0600)
+from every client, this one included (orchestrator.backends.embedded). It outlives this
+command on purpose: stop it with `ray stop` or by its processes.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ import shlex
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
 
 from jobs import paths
+from orchestrator.backends.embedded import SINGLE_NODE, TOKEN_FILE, user_chose_auth, write_token
 
 DASHBOARD = os.environ.get("SCALELAB_RAY_DASHBOARD", "http://127.0.0.1:8265")
 HEAD_PORT = os.environ.get("SCALELAB_RAY_PORT", "6379")
@@ -25,21 +30,51 @@ HEAD_PORT = os.environ.get("SCALELAB_RAY_PORT", "6379")
 START_ARGS = shlex.split(os.environ.get("SCALELAB_RAY_START_ARGS", ""))
 
 
-def _answers(url: str) -> bool:
+def head_token() -> Path | None:
+    """The token file of the head this home starts (None: the user set Ray's auth vars)."""
+    return None if user_chose_auth() else write_token(paths.scalelab_home() / "ray" / TOKEN_FILE)
+
+
+def _headers(token: Path | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token.read_text().strip()}"} if token else {}
+
+
+def _answer(url: str, headers: dict[str, str]) -> int | None:
+    """The HTTP status of the head's job server, or None when nothing answers."""
+    request = urllib.request.Request(url + "/api/version", headers=headers)
     try:
-        with urllib.request.urlopen(url + "/api/version", timeout=2) as r:
-            return r.status == 200
+        with urllib.request.urlopen(request, timeout=2) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
     except OSError:
-        return False
+        return None
+
+
+def _usable(url: str, headers: dict[str, str]) -> bool:
+    """Whether a head answers at `url`; one that refuses this home's token is an error. With
+    the user's own RAY_AUTH_* settings (no headers here), Ray's client sends their token."""
+    status = _answer(url, headers)
+    if status in (401, 403) and headers:
+        raise RuntimeError(
+            f"a Ray head answers at {url} but refuses this home's token "
+            f"({paths.scalelab_home() / 'ray' / TOKEN_FILE}): it was started by someone else "
+            "or from another SCALELAB_HOME; stop it, or set SCALELAB_RAY_DASHBOARD to "
+            "another port"
+        )
+    return status == 200 or (status is not None and not headers)
 
 
 def ensure_head(timeout_s: float = 90.0) -> str:
     """The dashboard address of a running Ray head, starting one on 127.0.0.1 if needed."""
-    if _answers(DASHBOARD):
+    token = head_token()
+    headers = _headers(token)
+    if _usable(DASHBOARD, headers):
         return DASHBOARD
     port = DASHBOARD.rsplit(":", 1)[-1]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    env.setdefault("RAY_AUTH_MODE", "disabled")
+    env = {**os.environ, **SINGLE_NODE, "RAY_USAGE_STATS_ENABLED": "0"}
+    if token:
+        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
     cmd = [
         sys.executable, "-m", "ray.scripts.scripts", "start", "--head",
         "--node-ip-address=127.0.0.1", f"--port={HEAD_PORT}",
@@ -52,7 +87,7 @@ def ensure_head(timeout_s: float = 90.0) -> str:
         raise RuntimeError(f"could not start a Ray head: {started.stderr.strip()[-800:]}")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if _answers(DASHBOARD):
+        if _usable(DASHBOARD, headers):
             return DASHBOARD
         time.sleep(1)
     raise RuntimeError(f"the Ray head started but its job server at {DASHBOARD} does not answer")
@@ -62,7 +97,6 @@ def submit_detached(sweep: Path, job: str, max_trials: int) -> tuple[str, str]:
     """Submit `scalelab submit SWEEP` as a Ray job; returns (submission id, dashboard)."""
     from ray.job_submission import JobSubmissionClient
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     address = ensure_head()
     env = {
         "SCALELAB_HOME": str(paths.scalelab_home()),
@@ -73,7 +107,7 @@ def submit_detached(sweep: Path, job: str, max_trials: int) -> tuple[str, str]:
     }
     entry = [sys.executable, "-m", "orchestrator.cli", "submit", str(sweep), "--job", job,
              "--max-trials", str(max_trials)]  # fmt: skip
-    client = JobSubmissionClient(address)
+    client = JobSubmissionClient(address, headers=_headers(head_token()))
     job_id = client.submit_job(
         entrypoint=shlex.join(entry),
         submission_id=f"scalelab-{sweep.stem}-{uuid.uuid4().hex[:8]}",

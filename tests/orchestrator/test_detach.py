@@ -118,5 +118,6 @@ def test_detached_submit_returns_then_the_ray_job_runs_the_sweep(
         _stop_head(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
     assert not _head_processes(temp_dir)
-    with socket.socket() as s:  # the head's GCS port is free again
+    with socket.socket() as s:  # nothing listens on the head's GCS port any more
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # its TIME_WAITs don't count
         s.bind(("127.0.0.1", gcs))
