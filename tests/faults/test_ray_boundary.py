@@ -1,0 +1,345 @@
+"""The Ray that scalelab starts, as a user runs it: the embedded cluster of a real
+`scalelab submit` (a subprocess), and the head of `submit --detach`. Every socket their
+processes listen on is a loopback one, a client without the cluster's token is turned away,
+and nothing of an embedded cluster outlives a driver killed with SIGKILL.
+
+Only the processes of the cluster each test starts are looked at (the driver's process tree,
+recorded while it runs; the head's temp dir): other people's Ray on the machine is none of
+its business.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.slow  # each test starts a Ray: 10-60 s on 2 busy cores
+
+REPO = Path(__file__).resolve().parents[2]
+TEST_JOBS = REPO / "tests" / "orchestrator"  # jobs_for_tests.sleepy
+TRIALS = 2
+
+
+def _is_loopback(ip: str) -> bool:
+    addr = ipaddress.ip_address(ip.split("%")[0])
+    mapped = getattr(addr, "ipv4_mapped", None)  # ::ffff:127.0.0.1 on a dual-stack socket
+    return (mapped or addr).is_loopback
+
+
+class Driver:
+    """`scalelab submit` of a sweep whose trials sleep, and the processes it started."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.seen: dict[int, psutil.Process] = {}  # every process of its tree, ever
+
+    def tree(self) -> list[psutil.Process]:
+        try:
+            root = psutil.Process(self.proc.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+        for p in procs:
+            self.seen.setdefault(p.pid, p)
+        return procs
+
+    def trials_running(self) -> int:
+        return sum(_cmdline(p).startswith("ray::scalelab-trial") for p in self.tree())
+
+    def wait_for_trials(self, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.trials_running() < TRIALS:
+            assert self.proc.poll() is None, f"the driver exited: {self.proc.returncode}"
+            assert time.monotonic() < deadline, "the trials did not start"
+            time.sleep(0.3)
+
+    def alive(self) -> list[psutil.Process]:
+        return _running(self.seen.values())
+
+
+def _running(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
+    """Those still running (psutil.Process notices a reused pid), zombies aside."""
+    out = []
+    for p in procs:
+        with suppress(psutil.NoSuchProcess):
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+    return out
+
+
+def _cmdline(p: psutil.Process) -> str:
+    try:
+        return " ".join(arg.strip() for arg in p.cmdline() if arg.strip())  # Ray pads titles
+    except psutil.Error:
+        return ""
+
+
+@contextmanager
+def submitted(tmp_path: Path) -> Iterator[Driver]:
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("""
+name: ray-boundary
+base:
+  model: {size: nano, vocab_size: 256, block_size: 64}
+  data: {source: "builtin:pydoc", tokenizer: byte, seq_len: 64}
+  train: {tokens: 4096, global_batch_tokens: 512}
+grid:
+  seed: [0, 1]
+backend: {concurrency: 2, max_retries: 0, cpus_per_trial: 0.5}
+""")
+    env = {
+        **os.environ,
+        "SCALELAB_HOME": str(tmp_path / "home"),
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(TEST_JOBS)]),
+        "SCALELAB_TEST_SLEEP": "60",  # the trials outlive the test's look at them
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "OMP_NUM_THREADS": "1",
+    }
+    for var in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN",
+                "RAY_AUTH_TOKEN_PATH"):  # fmt: skip
+        env.pop(var, None)
+    cmd = [sys.executable, "-m", "orchestrator.cli", "submit", str(sweep),
+           "--job", "jobs_for_tests:sleepy", "--no-summary"]  # fmt: skip
+    log = open(tmp_path / "driver.log", "w")  # closed in the finally below
+    driver = Driver(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
+    try:
+        yield driver
+    finally:
+        driver.tree()
+        if driver.proc.poll() is None:
+            driver.proc.send_signal(signal.SIGINT)  # Ctrl-C: Ray shuts its cluster down
+            try:
+                driver.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                driver.proc.kill()
+        for p in driver.alive():  # whatever is left: this test's processes only
+            p.kill()
+        log.close()
+
+
+def _listeners(procs: list[psutil.Process]) -> dict[tuple[int, str], set[tuple[str, int]]]:
+    out: dict[tuple[int, str], set[tuple[str, int]]] = {}
+    for p in procs:
+        try:
+            socks = {
+                (c.laddr.ip, c.laddr.port)
+                for c in p.net_connections(kind="inet")
+                if c.status == psutil.CONN_LISTEN
+            }
+            name = _cmdline(p).split(" ")[0].rsplit("/", 1)[-1] or p.name()
+        except psutil.Error:
+            continue
+        if socks:
+            out[(p.pid, name)] = socks
+    return out
+
+
+def _off_loopback(listening: dict[tuple[int, str], set[tuple[str, int]]]) -> str:
+    """'' when every socket is a loopback one, else which are not."""
+    exposed = {
+        f"{name} (pid {pid})": sorted(f"{ip}:{port}" for ip, port in socks if not _is_loopback(ip))
+        for (pid, name), socks in listening.items()
+    }
+    exposed = {k: v for k, v in exposed.items() if v}
+    if not exposed:
+        return ""
+    total = sum(len(s) for s in listening.values())
+    return f"{sum(map(len, exposed.values()))} of {total} sockets off loopback: {exposed}"
+
+
+def test_every_socket_of_the_embedded_ray_listens_on_loopback_only(tmp_path: Path):
+    with submitted(tmp_path) as driver:
+        driver.wait_for_trials()
+        listening: dict[tuple[int, str], set[tuple[str, int]]] = {}
+        for _ in range(4):  # agents and workers open their servers as they come up
+            for key, socks in _listeners(driver.tree()).items():
+                listening.setdefault(key, set()).update(socks)
+            time.sleep(0.5)
+    names = {name for _, name in listening}
+    # not vacuous: the GCS, the raylet, the agents and the trials' workers were all seen
+    for expected in ("gcs_server", "raylet", "ray::DashboardAgent", "ray::scalelab-trial"):
+        assert expected in names, f"no listening {expected} among {sorted(names)}"
+    assert not _off_loopback(listening), _off_loopback(listening)
+
+
+def _session_dir(driver: Driver) -> Path:
+    for p in driver.tree():
+        for arg in p.cmdline() if p.name() == "gcs_server" else []:
+            if arg.startswith("--session-dir="):
+                return Path(arg.split("=", 1)[1])
+    raise AssertionError("no gcs_server with --session-dir in the driver's tree")
+
+
+def _port(session: Path, name: str) -> int:
+    (path,) = session.glob(f"{name}_*")  # Ray writes one file per port and node
+    return int(path.read_text())
+
+
+def _http_status(url: str) -> int:
+    request = urllib.request.Request(url, data=b"{}", headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_a_client_without_the_clusters_token_is_turned_away(tmp_path: Path):
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    with submitted(tmp_path) as driver:
+        driver.wait_for_trials()
+        session = _session_dir(driver)
+        gcs = _port(session, "gcs_server_port")
+        with grpc.insecure_channel(f"127.0.0.1:{gcs}") as channel:
+            kv = gcs_service_pb2_grpc.InternalKVGcsServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as refused:
+                kv.InternalKVKeys(gcs_service_pb2.InternalKVKeysRequest(prefix=b""), timeout=10)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, refused.value
+        # the job agent runs any entrypoint it is sent; the runtime-env agent installs packages
+        agent = _port(session, "dashboard_agent_listen_port")
+        assert _http_status(f"http://127.0.0.1:{agent}/api/job_agent/jobs/") == 401
+        env_agent = _port(session, "runtime_env_agent_port")
+        assert _http_status(f"http://127.0.0.1:{env_agent}/get_or_create_runtime_env") == 401
+        assert driver.trials_running() == TRIALS  # the cluster itself kept working
+
+
+def test_no_process_of_the_cluster_outlives_a_driver_killed_with_sigkill(tmp_path: Path):
+    # a bystander carrying another cluster's mark: whoever cleans up must leave it alone
+    bystander = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"],
+        env={**os.environ, "SCALELAB_RAY_SESSION": "someone-elses-cluster"},
+    )
+    try:
+        with submitted(tmp_path) as driver:
+            driver.wait_for_trials()
+            time.sleep(1)  # let the agents settle into their servers
+            before = {p.pid: _cmdline(p) or p.name() for p in driver.tree()}
+            driver.proc.kill()
+            driver.proc.wait()
+            deadline = time.monotonic() + 10
+            while driver.alive() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            left = {p.pid: before.get(p.pid, p.name()) for p in driver.alive()}
+            assert len(before) > 5, before  # GCS, raylet, agents, workers: a real cluster
+            assert not left, f"{len(left)} of {len(before)} processes alive 10 s later: {left}"
+        assert bystander.poll() is None, "a process of another cluster was killed"
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_an_embedded_ray_that_would_listen_off_loopback_is_refused(tmp_path: Path):
+    """Ray decides single-node mode when first imported: a process that imported it before
+    scalelab could choose gets an error, not a cluster on the network (and none is left)."""
+    code = """
+import ray  # imported first, in cluster mode
+from orchestrator.backends import BackendError, ray_init
+try:
+    ray_init("local", embedded=True)
+except BackendError as e:
+    print("REFUSED:", e)
+print("INITIALIZED:", ray.is_initialized())
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SCALELAB_HOME": str(tmp_path)}
+    for var in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
+        env.pop(var, None)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    children: dict[int, psutil.Process] = {}
+    while proc.poll() is None:  # what it starts, to check that nothing of it is left
+        with suppress(psutil.Error):
+            children.update({c.pid: c for c in psutil.Process(proc.pid).children(recursive=True)})
+        time.sleep(0.2)
+    out = proc.stdout.read()
+    assert "REFUSED: the embedded Ray came up on" in out and "not on 127.0.0.1" in out, out
+    assert "INITIALIZED: False" in out, out
+    deadline = time.monotonic() + 10  # its watchdog too, once it has found nothing to end
+    while (left := _running(children.values())) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, [c.name() for c in left]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _processes_under(temp_dir: str) -> list[psutil.Process]:
+    """A detached head's processes: those naming its temp dir, and their descendants."""
+    found: dict[int, psutil.Process] = {}
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(temp_dir in arg for arg in proc.info["cmdline"] or []):
+            found[proc.pid] = proc
+            with suppress(psutil.NoSuchProcess):
+                found.update({c.pid: c for c in proc.children(recursive=True)})
+    return list(found.values())
+
+
+def _get_status(url: str, headers: dict[str, str]) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_the_head_of_submit_detach_listens_on_loopback_and_wants_its_token(tmp_path: Path):
+    temp_dir = tempfile.mkdtemp(prefix="slr-", dir="/tmp")  # short: Ray's socket paths
+    dashboard = f"http://127.0.0.1:{_free_port()}"
+    env = {
+        **os.environ,
+        "SCALELAB_HOME": str(tmp_path / "home"),
+        "PYTHONPATH": str(REPO),
+        "SCALELAB_RAY_DASHBOARD": dashboard,
+        "SCALELAB_RAY_PORT": str(_free_port()),
+        "SCALELAB_RAY_START_ARGS": f"--temp-dir={temp_dir} --num-cpus=1 "
+        f"--dashboard-agent-listen-port={_free_port()}",
+    }
+    for var in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        env.pop(var, None)
+    code = "from orchestrator.detach import ensure_head; print(ensure_head())"
+    try:
+        started = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180
+        )
+        assert started.returncode == 0, started.stderr[-2000:]
+        time.sleep(2)  # the agents open their servers after the job server answers
+        listening = _listeners(_processes_under(temp_dir))
+        names = {name for _, name in listening}
+        for expected in ("gcs_server", "raylet", "ray::DashboardAgent"):
+            assert expected in names, f"no listening {expected} among {sorted(names)}"
+        assert not _off_loopback(listening), _off_loopback(listening)
+
+        token = tmp_path / "home" / "ray" / "auth_token"
+        assert token.stat().st_mode & 0o777 == 0o600
+        version = f"{dashboard}/api/version"
+        assert _get_status(version, {}) == 401  # the Jobs API runs any entrypoint it is sent
+        bearer = {"Authorization": f"Bearer {token.read_text().strip()}"}
+        assert _get_status(version, bearer) == 200
+    finally:
+        procs = _processes_under(temp_dir)
+        for proc in procs:
+            with suppress(psutil.NoSuchProcess):
+                proc.kill()
+        psutil.wait_procs(procs, timeout=10)
+        shutil.rmtree(temp_dir, ignore_errors=True)
