@@ -372,12 +372,34 @@ def ui(
     host: str = typer.Option("127.0.0.1", help="Interface (127.0.0.1: this machine only)."),
 ) -> None:
     """Start the MLflow UI on this machine's tracking store."""
+    import ipaddress
+    import socket
+
     from jobs.paths import tracking_uri
 
     uri = tracking_uri()
     if uri.startswith("http"):
         out.print(f"the tracking server is already a UI: open {uri}")
         return
+    # mlflow only logs a busy port and exits 0: bind it here first, as its server would
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as e:
+        why = e.strerror or str(e)
+        raise _fail(
+            f"cannot serve the MLflow UI on {host}:{port}: {why}; pick another --port"
+        ) from None
+    if not ipaddress.ip_address(address[0]).is_loopback:
+        err.print(
+            f"warning: the MLflow UI has no login: anyone who can reach {host}:{port} can read, "
+            "change and delete every run (docs/reliability.md, Security)",
+            highlight=False,
+        )
+    # MLflow's job runner (7 huey processes, left behind by a SIGTERM) serves no scalelab need
+    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     cmd = [
         sys.executable,
         "-m",
