@@ -150,7 +150,12 @@ def init(env: DistEnv) -> None:
     else:
         torch.cuda.set_device(env.local_rank)
     if env.owns_process_group and not dist.is_initialized():
-        dist.init_process_group(backend=env.backend, rank=env.rank, world_size=env.world_size)
+        # A world of one has no one to meet: an in-process store, not env://'s TCPStore,
+        # which listens on every interface whatever MASTER_ADDR says.
+        store = dist.HashStore() if env.world_size == 1 else None
+        dist.init_process_group(
+            backend=env.backend, store=store, rank=env.rank, world_size=env.world_size
+        )
     import deepspeed
 
     deepspeed.init_distributed(dist_backend=env.backend)

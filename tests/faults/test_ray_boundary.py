@@ -90,7 +90,7 @@ def _cmdline(p: psutil.Process) -> str:
 
 
 @contextmanager
-def submitted(tmp_path: Path) -> Iterator[Driver]:
+def submitted(tmp_path: Path, job: str = "jobs_for_tests:sleepy") -> Iterator[Driver]:
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text("""
 name: ray-boundary
@@ -114,7 +114,7 @@ backend: {concurrency: 2, max_retries: 0, cpus_per_trial: 0.5}
                 "RAY_AUTH_TOKEN_PATH"):  # fmt: skip
         env.pop(var, None)
     cmd = [sys.executable, "-m", "orchestrator.cli", "submit", str(sweep),
-           "--job", "jobs_for_tests:sleepy", "--no-summary"]  # fmt: skip
+           "--job", job, "--no-summary"]  # fmt: skip
     log = open(tmp_path / "driver.log", "w")  # closed in the finally below
     driver = Driver(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
     try:
@@ -162,14 +162,18 @@ def _off_loopback(listening: dict[tuple[int, str], set[tuple[str, int]]]) -> str
     return f"{sum(map(len, exposed.values()))} of {total} sockets off loopback: {exposed}"
 
 
-def test_every_socket_of_the_embedded_ray_listens_on_loopback_only(tmp_path: Path):
-    with submitted(tmp_path) as driver:
-        driver.wait_for_trials()
-        listening: dict[tuple[int, str], set[tuple[str, int]]] = {}
-        for _ in range(4):  # agents and workers open their servers as they come up
+def test_every_socket_of_a_real_sweep_listens_on_loopback_only(tmp_path: Path):
+    """The default job (DeepSpeed training) on the embedded Ray: Ray's servers and the
+    trials' own (the process group's store, gloo) are all on loopback, from start to end."""
+    listening: dict[tuple[int, str], set[tuple[str, int]]] = {}
+    with submitted(tmp_path, job="jobs.train:run") as driver:
+        deadline = time.monotonic() + 300
+        while driver.proc.poll() is None:  # agents, workers and trials come and go
             for key, socks in _listeners(driver.tree()).items():
                 listening.setdefault(key, set()).update(socks)
-            time.sleep(0.5)
+            assert time.monotonic() < deadline, "the sweep did not finish"
+            time.sleep(0.3)
+        assert driver.proc.returncode == 0, (tmp_path / "driver.log").read_text()[-2000:]
     names = {name for _, name in listening}
     # not vacuous: the GCS, the raylet, the agents and the trials' workers were all seen
     for expected in ("gcs_server", "raylet", "ray::DashboardAgent", "ray::scalelab-trial"):
