@@ -47,6 +47,7 @@ class Driver:
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc
         self.seen: dict[int, psutil.Process] = {}  # every process of its tree, ever
+        self.cmdlines: dict[int, str] = {}  # theirs, read while they ran
 
     def tree(self) -> list[psutil.Process]:
         try:
@@ -55,7 +56,9 @@ class Driver:
         except psutil.NoSuchProcess:
             return []
         for p in procs:
-            self.seen.setdefault(p.pid, p)
+            if p.pid not in self.seen:
+                self.seen[p.pid] = p
+                self.cmdlines[p.pid] = _cmdline(p)
         return procs
 
     def trials_running(self) -> int:
@@ -70,6 +73,14 @@ class Driver:
 
     def alive(self) -> list[psutil.Process]:
         return _running(self.seen.values())
+
+
+def _remove_ray_dirs(cmdlines: Iterable[str]) -> None:
+    """Delete the private Ray temp dirs (their logs) that watchdogs among these were given."""
+    for cmdline in cmdlines:
+        args = cmdline.split(" ")
+        if "orchestrator.backends.watchdog" in args and "--dir" in args:
+            shutil.rmtree(args[args.index("--dir") + 1], ignore_errors=True)
 
 
 def _running(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
@@ -127,8 +138,12 @@ backend: {concurrency: 2, max_retries: 0, cpus_per_trial: 0.5}
                 driver.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 driver.proc.kill()
+        deadline = time.monotonic() + 15  # the watchdog ends the rest, then itself
+        while driver.alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
         for p in driver.alive():  # whatever is left: this test's processes only
             p.kill()
+        _remove_ray_dirs(driver.cmdlines.values())
         log.close()
 
 
@@ -269,9 +284,12 @@ print("INITIALIZED:", ray.is_initialized())
         text=True,
     )  # fmt: skip
     children: dict[int, psutil.Process] = {}
+    cmdlines: dict[int, str] = {}
     while proc.poll() is None:  # what it starts, to check that nothing of it is left
         with suppress(psutil.Error):
-            children.update({c.pid: c for c in psutil.Process(proc.pid).children(recursive=True)})
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                children.setdefault(child.pid, child)
+                cmdlines.setdefault(child.pid, _cmdline(child))
         time.sleep(0.2)
     out = proc.stdout.read()
     assert "REFUSED: the embedded Ray came up on" in out and "not on 127.0.0.1" in out, out
@@ -279,6 +297,7 @@ print("INITIALIZED:", ray.is_initialized())
     deadline = time.monotonic() + 10  # its watchdog too, once it has found nothing to end
     while (left := _running(children.values())) and time.monotonic() < deadline:
         time.sleep(0.2)
+    _remove_ray_dirs(cmdlines.values())
     assert not left, [c.name() for c in left]
 
 
