@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from jobs.batch import Batch
 from jobs.config import DataConfig
 from jobs.paths import data_dir
 from jobs.tokenizers import Tokenizer
@@ -340,9 +341,7 @@ class LabelledData:
     def n(self, split: str) -> int:
         return len(self.split[split][2])
 
-    def get(self, split: str, indices: np.ndarray) -> Any:
-        from jobs.data import Batch
-
+    def get(self, split: str, indices: np.ndarray) -> Batch:
         tokens, lengths, labels = self.split[split]
         x = tokens[indices].astype(np.int64)
         mask = np.arange(x.shape[1])[None, :] < lengths[indices].astype(np.int64)[:, None]

@@ -16,7 +16,10 @@ from pydantic import Field, field_validator, model_validator
 from models.config import FrozenConfig, ModelConfig, register_config
 
 # Bumped whenever a mechanism's semantics change, so old results are not mistaken for new.
-VARIANT_SEMANTICS_VERSION = 1
+# 2: text from shared token shards, a validation split fixed per (source, tokenizer) and a
+#    global sample order (issue 12); version 1 trials saw per-seed windows.
+VARIANT_SEMANTICS_VERSION = 2
+DATA_PLACEMENT = {"tokenizer_file"}  # DataConfig fields that say where, not what
 MAX_SEED = 2**32 - 1  # numpy's and most libraries' seed range
 
 
@@ -62,11 +65,24 @@ class DataConfig(FrozenConfig):
     )
     tokenizer: str = Field(
         "byte",
-        description="byte (vocab 256), gpt2 (tiktoken BPE), or a path to a "
+        description="byte (vocab 256), gpt2 (GPT-2 BPE, offline), or a path to a "
         ".tiktoken file or a tokenizers JSON",
     )
+    # Placement, not science: where GPT-2's vocabulary is on this machine (JobConfig.science).
+    tokenizer_file: str | None = Field(
+        None,
+        description="for tokenizer gpt2 when its vocabulary is not installed: "
+        "r50k_base.tiktoken, or a folder with GPT-2's vocab.bpe and encoder.json",
+    )
     seq_len: int = Field(256, ge=2)
-    val_fraction: float = Field(0.05, gt=0.0, lt=0.5)
+    val_fraction: float = Field(
+        0.05,
+        gt=0.0,
+        lt=0.5,
+        description="classification data without a validation split: the seeded fraction "
+        "of train held out (language-model text has a validation split fixed per source "
+        "and tokenizer)",
+    )
     val_tokens: int = Field(
         65_536, ge=1, description="validation loss is measured on this many tokens"
     )
@@ -176,7 +192,7 @@ class JobConfig(FrozenConfig):
         """The fields that define what is computed (and so the trial's identity)."""
         return {
             "model": self.model.model_dump(mode="json"),
-            "data": self.data.model_dump(mode="json"),
+            "data": self.data.model_dump(mode="json", exclude=DATA_PLACEMENT),
             "train": self.train.model_dump(mode="json"),
             "seed": self.seed,
             "semantics": VARIANT_SEMANTICS_VERSION,

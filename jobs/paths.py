@@ -4,7 +4,8 @@ $SCALELAB_HOME (default ./scalelab-runs)
   mlflow.db               sqlite tracking store (absolute URI)
   artifacts/              MLflow artifacts
   trials/<trial_id>/      job.json, ckpt/, curves.jsonl, result.json, logs
-  data/                   tokenised shards, keyed by (source, tokenizer, split)
+  data/                   token shards, one folder per (source, tokenizer), shared by
+                          every trial ($SCALELAB_DATA moves it, e.g. to a cluster filesystem)
   results/                Parquet tables, plots, reports
 """
 
@@ -41,7 +42,10 @@ def trial_dir(trial_id: str) -> Path:
 
 
 def data_dir() -> Path:
-    return scalelab_home() / "data"
+    """Prepared data: $SCALELAB_DATA when set (a filesystem every node sees), else
+    $SCALELAB_HOME/data."""
+    override = os.environ.get("SCALELAB_DATA")
+    return Path(override).expanduser().resolve() if override else scalelab_home() / "data"
 
 
 def results_dir() -> Path:

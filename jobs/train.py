@@ -2,10 +2,12 @@
 
 Order of work: read the launcher's environment and check every input (devices, batch
 division, data source, tokenizer) before any process group, file or MLflow run exists; then
-tokenise (rank 0), build the model, wrap it in a DeepSpeed engine, resume from the newest
-checkpoint that verifies, on any rank count (jobs.checkpoint), and train with logging,
-validation, checkpoints, divergence checks and preemption handling. trials/<trial_id>/ gets
-job.json, deepspeed.json, curves.jsonl, ckpt/ and result.json (written last).
+make the data ready (every rank, before the process group: the first to take the data's
+file lock tokenises, the others wait on the lock, never in a collective), build the model,
+wrap it in a DeepSpeed engine, resume from the newest checkpoint that verifies, on any rank
+count (jobs.checkpoint), and train with logging, validation, checkpoints, divergence checks
+and preemption handling. trials/<trial_id>/ gets job.json, deepspeed.json, curves.jsonl,
+ckpt/ and result.json (written last).
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ from jobs import checkpoint, distributed, universal
 from jobs.accounting import device_peak_flops, mfu
 from jobs.checks import preflight
 from jobs.config import JobConfig
-from jobs.data import TrainStream, open_data, prepare, val_batches
+from jobs.data import TrainStream, open_data, prepare, train_windows, val_batches
 from jobs.distributed import DistEnv
 from jobs.ds_config import BatchPlan, deepspeed_config
 from jobs.evaluate import evaluate, evaluate_early_exit, model_inputs
-from jobs.optim import adamw, lr_at, total_steps
+from jobs.optim import adamw, lr_at, total_steps, total_tokens
 from jobs.paths import JOB_FILE, RESULT_FILE, trial_dir
 from jobs.provenance import code_version, mlflow_params
 from jobs.tracking import VAL_LOSS_AT_GFLOP, Tracker
@@ -70,10 +72,15 @@ def run(job: JobConfig, run_id: str | None = None) -> TrainResult:
     env = distributed.read_environment()
     try:
         plan = check_job(job, env)
+        data_root = prepare(job.data, job.seed, job.model, _train_windows(job))
         distributed.init(env)
-        return _Trainer(job, env, plan, t0).train(run_id)
+        return _Trainer(job, env, plan, t0, data_root).train(run_id)
     finally:
         distributed.shutdown(env)
+
+
+def _train_windows(job: JobConfig) -> int:
+    return train_windows(total_tokens(job), job.train.global_batch_tokens, job.data.seq_len)
 
 
 def _checkpointed(fn: Any) -> Any:
@@ -83,8 +90,10 @@ def _checkpointed(fn: Any) -> Any:
 
 
 class _Trainer:
-    def __init__(self, job: JobConfig, env: DistEnv, plan: BatchPlan, t0: float) -> None:
-        self.job, self.env, self.plan, self.t0 = job, env, plan, t0
+    def __init__(
+        self, job: JobConfig, env: DistEnv, plan: BatchPlan, t0: float, data_root: Path | None
+    ) -> None:
+        self.job, self.env, self.plan, self.t0, self.data_root = job, env, plan, t0, data_root
         self.dir = trial_dir(job.trial_id)
         self.ckpt_dir = self.dir / "ckpt"
         self.steps = total_steps(job)
@@ -95,21 +104,10 @@ class _Trainer:
         self.tracker = Tracker(self.dir, enabled=env.is_main)
 
     # -- set-up -----------------------------------------------------------------------
-    def _prepare_data(self) -> None:
+    def _open_data(self) -> None:
+        """Memory-map the prepared data (run() made it ready) and this rank's streams."""
         job, env = self.job, self.env
-        root, error = None, None
-        if env.is_main:
-            try:
-                root = prepare(job.data, job.seed, job.model)
-            except Exception as e:  # tell the other ranks instead of leaving them waiting
-                error = f"{type(e).__name__}: {e}"
-        if env.world_size > 1:
-            box = [root, error]
-            dist.broadcast_object_list(box, src=0)
-            root, error = box
-        if error:
-            raise ValueError(f"preparing data.source {job.data.source!r} failed: {error}")
-        self.data = open_data(job.data, job.seed, root, job.model)
+        self.data = open_data(job.data, job.seed, self.data_root, job.model, _train_windows(job))
         self.stream = TrainStream(
             self.data, job.seed, self.plan.micro_batch, self.plan.accum, env.rank, env.world_size
         )
@@ -186,7 +184,7 @@ class _Trainer:
 
     # -- the loop ---------------------------------------------------------------------
     def train(self, run_id: str | None) -> TrainResult:
-        self._prepare_data()
+        self._open_data()
         self._build_engine()
         state = self._resume()
         run_id = run_id or state.get("run_id")

@@ -186,6 +186,10 @@ from orchestrator.results_cli import app as results_app  # noqa: E402
 
 app.add_typer(results_app, name="results")
 
+from orchestrator.data_cli import app as data_app  # noqa: E402
+
+app.add_typer(data_app, name="data")
+
 
 def main() -> None:
     try:

@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.backends import DEFAULT_JOB
+from orchestrator.data_cli import data_plan
 from orchestrator.expand import Trial, check_size, expand, plan_rows
 from orchestrator.job_checks import check_trials
 from orchestrator.spec import (
@@ -107,6 +108,8 @@ def _plan_table(spec: SweepSpec, rows: list[dict[str, Any]]) -> Table:
         table.add_column(
             col, justify="left" if col in ("trial_id", "variant", "size", "status") else "right"
         )
+    table.add_column("data")  # orchestrator/data_cli.py: readiness, tokens needed / prepared
+    table.add_column("data tokens", justify="right")
     for r in rows:
         table.add_row(
             r["trial_id"],
@@ -117,6 +120,8 @@ def _plan_table(spec: SweepSpec, rows: list[dict[str, Any]]) -> Table:
             f"{r['flops']:.3e}",
             f"{r['gpu_hours']:.3g}",
             "FINISHED (skip)" if r["status"] == "FINISHED" else r["status"],
+            r["data"],
+            _data_tokens(r),
         )
     live = [r for r in rows if r["status"] != "FINISHED"]
     table.caption = (
@@ -125,6 +130,11 @@ def _plan_table(spec: SweepSpec, rows: list[dict[str, Any]]) -> Table:
         f"{spec.estimate.peak_flops:.3g} FLOP/s; already finished: {len(rows) - len(live)}"
     )
     return table
+
+
+def _data_tokens(r: dict[str, Any]) -> str:
+    need, have = r["tokens_needed"], r["tokens_available"]
+    return "" if need is None else f"{need:,} / " + ("?" if have is None else f"{have:,}")
 
 
 def submit(
@@ -147,6 +157,8 @@ def submit(
     spec, trials, text = _load(sweep, max_trials)
     if dry_run:
         rows = plan_rows(spec, trials, _read_statuses(spec))
+        data_rows, prepare_commands = data_plan(trials)
+        rows = [r | d for r, d in zip(rows, data_rows, strict=True)]
         if as_json:
             keys = (
                 "trial_id",
@@ -157,12 +169,17 @@ def submit(
                 "flops",
                 "gpu_hours",
                 "status",
+                "data",
+                "tokens_needed",
+                "tokens_available",
             )
             print(
                 json.dumps({"sweep": spec.name, "trials": [{k: r[k] for k in keys} for r in rows]})
             )
         else:
             out.print(_plan_table(spec, rows))
+            for command in prepare_commands:  # data that trials would otherwise prepare
+                out.print(f"prepare the data first (or the first trial does): {command}")
         return
     if detach:
         from orchestrator.detach import submit_detached

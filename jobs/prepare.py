@@ -1,0 +1,451 @@
+"""Tokenise a text source into token shards once per (source, tokenizer).
+
+`prepare_source` streams the source's documents in order, tokenises batches of them in a pool of
+worker processes (results are taken back in submission order, with a bounded number in
+flight, so memory stays a few batches), and appends each document's tokens plus the
+tokenizer's separator to the validation split or to the current train shard
+(jobs/shards.py). Documents 0, 20, 40, ... are validation documents until that split holds
+VAL_MAX_TOKENS tokens; every other document is training text. Each full shard is
+committed with the manifest, which records where the next shard starts (document, token
+offset), so a run that is interrupted, killed or stopped at `max_tokens` continues there
+and the files come out byte-identical to one uninterrupted run.
+
+Writers hold a file lock on the dataset folder: concurrent trials wait for the first one
+instead of tokenising the same text twice. Nothing here runs inside a distributed wait.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from jobs.shards import (
+    DEFAULT_SHARD_TOKENS,
+    FORMAT,
+    PIECE_CHARS,
+    VAL_EVERY,
+    VAL_MAX_TOKENS,
+    Manifest,
+    Position,
+    ShardWriter,
+    Validation,
+    dataset_dir,
+    dataset_key,
+    dtype_for,
+    read_manifest,
+    remove_unlisted,
+    write_atomic,
+    write_manifest,
+)  # fmt: skip
+from jobs.sources import READ_BATCH, TextSource
+from jobs.tokenizers import Tokenizer, load_tokenizer, tokenizer_fingerprint
+
+INLINE_BELOW_BYTES = 32 << 20  # smaller sources are tokenised in this process (no spawn cost)
+BATCH_CHARS = 1 << 20  # characters per batch handed to a worker (or READ_BATCH pieces)
+
+
+def dataset_root(source: TextSource, tokenizer: str) -> Path:
+    key = dataset_key(source.fingerprint(), source.text_field, tokenizer_fingerprint(tokenizer))
+    return dataset_dir(source.spec, tokenizer, key)
+
+
+def enough(m: Manifest | None, train_tokens: int | None, val_tokens: int = 0) -> bool:
+    """Whether `m` holds `train_tokens` training tokens (None: the whole source) and
+    `val_tokens` validation tokens, or all the source has."""
+    if m is None:
+        return False
+    if m.complete:
+        return True
+    val_ok = m.validation.complete or m.validation.tokens >= val_tokens
+    return train_tokens is not None and m.train_tokens >= train_tokens and val_ok
+
+
+def default_workers(source: TextSource) -> int:
+    size = source.size_bytes()
+    if size is not None and size < INLINE_BELOW_BYTES:
+        return 0
+    return len(os.sched_getaffinity(0))
+
+
+def prepare_source(
+    source: TextSource,
+    tokenizer: str,
+    tokenizer_file: str | None = None,
+    *,
+    max_tokens: int | None = None,
+    val_tokens: int = 0,
+    workers: int | None = None,
+    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    report: Report | None = None,
+) -> tuple[Path, Manifest]:
+    """Prepare (or continue preparing) `source` until it holds `max_tokens` training tokens
+    and `val_tokens` validation tokens (or the source ends). Returns the folder and manifest."""
+    from filelock import FileLock, Timeout
+
+    root = dataset_root(source, tokenizer)
+    created = not root.exists()
+    root.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(root / "lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(f"waiting for another process preparing {root} ...", file=sys.stderr, flush=True)
+        lock.acquire()
+    try:
+        manifest = read_manifest(root)
+        remove_unlisted(root, manifest)
+        if enough(manifest, max_tokens, val_tokens):
+            return root, manifest  # type: ignore[return-value]
+        tok = load_tokenizer(tokenizer, tokenizer_file)
+        if manifest is None:
+            manifest = _empty_manifest(source, tok, shard_tokens)
+        workers = default_workers(source) if workers is None else workers
+        build = _Build(root, source, manifest, max_tokens, val_tokens, report or Report(None))
+        items = _item_batches(source, manifest.next)
+        manifest = build.run(_encoded(items, workers, (tokenizer, tokenizer_file, manifest.dtype)))
+    except BaseException:
+        if created and read_manifest(root) is None:  # nothing usable was made: leave no trace
+            lock.release()
+            _remove_tree(root)
+        raise
+    finally:
+        if lock.is_locked:
+            lock.release()
+    return root, manifest
+
+
+def _empty_manifest(source: TextSource, tok: Tokenizer, shard_tokens: int) -> Manifest:
+    rule = (f"pieces whose index is a multiple of {VAL_EVERY} (documents in source order, "
+            f"cut at a line break into pieces of at most {PIECE_CHARS:,} characters), until "
+            f"the split holds {VAL_MAX_TOKENS:,} tokens")  # fmt: skip
+    return Manifest(
+        format=FORMAT, source=source.spec, source_fingerprint=source.fingerprint(),
+        text_field=source.text_field, tokenizer=tok.name, tokenizer_fingerprint=tok.fingerprint,
+        vocab_size=tok.vocab_size, separator=tok.separator, dtype=dtype_for(tok.vocab_size),
+        shard_tokens=shard_tokens,
+        validation=Validation(rule=rule, every=VAL_EVERY, max_tokens=VAL_MAX_TOKENS,
+                              file="val.bin", tokens=0, documents=0, sha256="", complete=False),
+        train=[], next=Position(document=0, piece=0, item=0, offset=0), complete=False,
+    )  # fmt: skip
+
+
+class _Build:
+    """Routes documents to the validation split or the current train shard and commits."""
+
+    def __init__(self, root: Path, source: TextSource, m: Manifest, max_tokens: int | None,
+                 val_tokens: int, report: Report) -> None:  # fmt: skip
+        self.root, self.source, self.m, self.report = root, source, m, report
+        self.max_tokens, self.val_tokens = max_tokens, val_tokens
+        val_path = root / m.validation.file
+        on_disk = val_path.is_file()
+        self.val = [np.fromfile(val_path, dtype=m.dtype) if on_disk else np.zeros(0, m.dtype)]
+        self.val_len, self.val_docs = m.validation.tokens, m.validation.documents
+        self.val_on_disk = m.validation.tokens if on_disk else -1
+        self.end = (m.next.document, m.next.piece, m.next.item)  # after the last item read
+        self.writer: ShardWriter | None = None
+
+    def run(self, encoded: Iterator[tuple[_Items, np.ndarray, np.ndarray]]) -> Manifest:
+        """Consume the encoded items until enough is prepared or the source ends."""
+        start = self.m.next
+        self.report.start(self.source, self.max_tokens, start.document)
+        try:
+            for items, tokens, lengths in encoded:
+                ends = np.cumsum(lengths)
+                for j, length in enumerate(lengths):
+                    here, self.end = items.position(j), items.position(j + 1)
+                    skip = start.offset if here[2] == start.item else 0
+                    if self._add(here, tokens[ends[j] - length : ends[j]], skip):
+                        return self.m
+                self.report.advance(int(ends[-1]) if len(ends) else 0, items.documents)
+            return self._finish()
+        finally:
+            encoded.close()  # type: ignore[attr-defined]  # stops the worker pool now
+            if self.writer is not None:
+                self.writer.abort()
+            self.report.stop()
+
+    def _add(self, at: tuple[int, int, int], t: np.ndarray, skip: int) -> bool:
+        """Add the tokens of the item at `at` (`skip` of them are already in a shard);
+        True when enough is prepared."""
+        starts_document = at[1] == 0 and len(t) > 0 and skip == 0
+        if at[2] % VAL_EVERY == 0 and not self.m.validation.complete:
+            self.val.append(t)
+            self.val_len += len(t)
+            self.val_docs += starts_document
+            if self.val_len >= VAL_MAX_TOKENS:
+                self.m = self.m.model_copy(update={"validation": self._validation(True)})
+            return False
+        t = t[skip:]
+        if starts_document:
+            self._writer().documents += 1
+        consumed = skip
+        while len(t):
+            w = self._writer()
+            room = self.m.shard_tokens - w.tokens
+            w.write(t[:room])
+            consumed += min(room, len(t))
+            t = t[room:]
+            if w.tokens == self.m.shard_tokens:
+                self._commit((*at, consumed) if len(t) else (*self.end, 0))
+                if enough(self.m, self.max_tokens, self.val_tokens):
+                    return True
+        return False
+
+    def _writer(self) -> ShardWriter:
+        if self.writer is None:
+            name = f"train-{len(self.m.train):06d}.bin"
+            self.writer = ShardWriter(self.root / name, self.m.dtype)
+        return self.writer
+
+    def _finish(self) -> Manifest:
+        """The source is exhausted: commit the last (shorter) shard and the split."""
+        if self.writer is not None and self.writer.tokens == 0:
+            self.writer.abort()
+            self.writer = None
+        if not self.m.train and self.writer is None:
+            raise ValueError(
+                f"data.source {self.source.spec!r} has no training text: "
+                f"{self.end[0]} documents gave {self.val_len} tokens (validation takes "
+                f"every {VAL_EVERY}th piece); check data.text_field "
+                f"{self.source.text_field!r} and the files"
+            )
+        self._commit((*self.end, 0), complete=True)
+        return self.m
+
+    def _validation(self, complete: bool) -> Validation:
+        return self.m.validation.model_copy(update={
+            "tokens": self.val_len, "documents": self.val_docs, "complete": complete})  # fmt: skip
+
+    def _commit(self, nxt: tuple[int, int, int, int], complete: bool = False) -> None:
+        """Commit the current shard (the next starts at `nxt`), the split and the manifest."""
+        shards = list(self.m.train)
+        if self.writer is not None:
+            shards.append(self.writer.commit())
+            self.writer = None
+        validation = self._validation(self.m.validation.complete or complete)
+        if self.val_on_disk != self.val_len:
+            little = np.dtype(self.m.dtype).newbyteorder("<")
+            data = np.concatenate(self.val).astype(little).tobytes()
+            write_atomic(self.root / validation.file, data)
+            self.val = [np.frombuffer(data, dtype=little)]
+            self.val_on_disk = self.val_len
+            validation = validation.model_copy(update={"sha256": hashlib.sha256(data).hexdigest()})
+        self.m = self.m.model_copy(update={
+            "train": shards, "validation": validation, "complete": complete,
+            "next": Position(document=nxt[0], piece=nxt[1], item=nxt[2], offset=nxt[3])})  # fmt: skip
+        write_manifest(self.root, self.m)
+
+
+def _remove_tree(root: Path) -> None:
+    import shutil
+
+    shutil.rmtree(root, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- workers
+
+_worker_tokenizer: Tokenizer | None = None
+_worker_dtype = np.dtype("uint32")
+_worker_separator = np.zeros(0, np.uint32)
+
+
+def _init_worker(spec: str, tokenizer_file: str | None, dtype: str, parent: int) -> None:
+    global _worker_tokenizer, _worker_dtype, _worker_separator
+    if parent:  # a pool worker: the main process handles Ctrl-C; exit if it is killed
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+    _worker_tokenizer, _worker_dtype = load_tokenizer(spec, tokenizer_file), np.dtype(dtype)
+    _worker_separator = np.asarray(_worker_tokenizer.separator, dtype=np.uint32)
+
+
+def _exit_with_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
+
+
+def _encode(texts: list[str], last: list[bool]) -> tuple[np.ndarray, np.ndarray]:
+    """(every item's tokens, plus the separator after a document's last piece, concatenated
+    in the shard dtype; each item's length)."""
+    tok, sep = _worker_tokenizer, _worker_separator
+    assert tok is not None
+    parts, lengths = [], np.zeros(len(texts), dtype=np.int64)
+    for i, ids in enumerate(tok.encode_arrays(texts)):
+        if len(ids):
+            parts += [ids, sep] if last[i] else [ids]
+            lengths[i] = len(ids) + (len(sep) if last[i] else 0)
+    flat = np.concatenate(parts, dtype=np.uint32) if parts else np.zeros(0, np.uint32)
+    limit = np.iinfo(_worker_dtype).max
+    if flat.size and int(flat.max()) > limit:
+        raise ValueError(
+            f"tokenizer {tok.name!r} produced token id {int(flat.max())}, which does not fit "
+            f"{_worker_dtype.name} shards (max {limit}): its vocabulary is larger than the "
+            f"{tok.vocab_size} tokens it reports"
+        )
+    return flat.astype(_worker_dtype), lengths
+
+
+@dataclass(frozen=True)
+class _Items:
+    """A batch of pieces of documents, and where each one is in the source."""
+
+    texts: list[str]
+    last: list[bool]  # the piece ends its document
+    docs: list[int]
+    pieces: list[int]
+    first_item: int
+
+    def position(self, j: int) -> tuple[int, int, int]:
+        """(document, piece, item) of piece j; j = len: the position after the batch."""
+        if j < len(self.texts):
+            return self.docs[j], self.pieces[j], self.first_item + j
+        doc, piece, item = self.docs[-1], self.pieces[-1], self.first_item + j
+        return (doc + 1, 0, item) if self.last[-1] else (doc, piece + 1, item)
+
+    @property
+    def documents(self) -> int:
+        return sum(self.last)
+
+
+def split_pieces(text: str) -> list[str]:
+    """Pieces of at most PIECE_CHARS characters, cut after a line break where one is in the
+    second half of the piece (a document of one huge text still gets a validation part)."""
+    pieces, i = [], 0
+    while len(text) - i > PIECE_CHARS:
+        cut = text.rfind("\n", i + PIECE_CHARS // 2, i + PIECE_CHARS)
+        cut = cut + 1 if cut >= 0 else i + PIECE_CHARS
+        pieces.append(text[i:cut])
+        i = cut
+    pieces.append(text[i:])
+    return pieces
+
+
+def _item_batches(source: TextSource, start: Position) -> Iterator[_Items]:
+    doc, item = start.document, start.item
+    batch = _Items([], [], [], [], item)
+    chars = 0
+    for texts in source.batches(start.document):
+        for text in texts:
+            pieces = split_pieces(text or "")
+            for k in range(start.piece if doc == start.document else 0, len(pieces)):
+                batch.texts.append(pieces[k])
+                batch.last.append(k == len(pieces) - 1)
+                batch.docs.append(doc)
+                batch.pieces.append(k)
+                chars += len(pieces[k])
+                item += 1
+                if len(batch.texts) >= READ_BATCH or chars >= BATCH_CHARS:
+                    yield batch
+                    batch, chars = _Items([], [], [], [], item), 0
+            doc += 1
+    if batch.texts:
+        yield batch
+
+
+def _encoded(
+    items: Iterator[_Items], workers: int, tok_args: tuple[str, str | None, str]
+) -> Iterator[tuple[_Items, np.ndarray, np.ndarray]]:
+    """(items, their tokens, their lengths), batch by batch in source order."""
+    if workers == 0:
+        _init_worker(*tok_args, parent=0)
+        for batch in items:
+            yield (batch, *_encode(batch.texts, batch.last))
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(
+        workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
+        initargs=(*tok_args, os.getpid()),
+    )  # fmt: skip
+    pending: deque = deque()
+    try:
+        for batch in items:
+            pending.append((batch, pool.submit(_encode, batch.texts, batch.last)))
+            if len(pending) >= 3 * workers:  # a bounded number in flight: memory stays flat
+                done, future = pending.popleft()
+                yield (done, *future.result())
+        while pending:
+            done, future = pending.popleft()
+            yield (done, *future.result())
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+# ----------------------------------------------------------------------------- progress
+
+
+class Report:
+    """Progress with tokens/s and an ETA: a rich bar on a terminal, else a line every
+    `interval` seconds (trial logs)."""
+
+    def __init__(self, title: str | None, interval: float = 30.0) -> None:
+        self.title, self.interval = title, interval
+        self.bar = None
+
+    def start(self, source: TextSource, max_tokens: int | None, first_doc: int) -> None:
+        self.t0 = self.last = time.monotonic()
+        self.tokens = self.docs = 0
+        self.total_docs = source.documents()
+        self.max_tokens, self.first_doc = max_tokens, first_doc
+        if self.title is not None and sys.stderr.isatty():
+            from rich.progress import (
+                BarColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,  # fmt: skip
+            )
+
+            self.bar = Progress(
+                TextColumn("{task.description}"), BarColumn(),
+                TextColumn("{task.completed:,.0f} tokens"),
+                TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"),
+                TimeRemainingColumn(), transient=False,
+            )  # fmt: skip
+            self.bar.start()
+            self.task = self.bar.add_task(self.title, total=None, rate="")
+
+    def _estimate(self) -> int | None:
+        """Tokens this run will have made at the end: max_tokens, or extrapolated from the
+        documents done when the source says how many it has."""
+        if self.max_tokens is not None:
+            return self.max_tokens
+        if self.total_docs and self.docs:
+            return int(self.tokens * (self.total_docs - self.first_doc) / self.docs)
+        return None
+
+    def advance(self, tokens: int, docs: int) -> None:
+        self.tokens += tokens
+        self.docs += docs
+        now = time.monotonic()
+        rate = self.tokens / max(now - self.t0, 1e-9)
+        if self.bar is not None:
+            self.bar.update(self.task, completed=self.tokens, total=self._estimate(),
+                            rate=f"{rate / 1e6:.2f}M tok/s")  # fmt: skip
+        elif now - self.last >= self.interval:
+            self.last = now
+            total = self._estimate()
+            eta = f", ETA {(total - self.tokens) / rate:.0f} s" if total and rate else ""
+            print(f"data: {self.tokens:,} tokens, {rate / 1e6:.2f}M tokens/s{eta}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / max(time.monotonic() - self.t0, 1e-9)

@@ -1,0 +1,158 @@
+"""`scalelab data`: tokenise a source once per (source, tokenizer) into shared token shards
+(jobs/prepare.py), list what is prepared, and the data columns of `submit --dry-run`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from jobs.shards import DEFAULT_SHARD_TOKENS
+
+app = typer.Typer(
+    help="Training text, tokenised once per (source, tokenizer) and shared by every trial.",
+    no_args_is_help=True,
+)
+out = Console(width=None if sys.stdout.isatty() else 160)
+
+
+def _fail(message: str) -> typer.Exit:
+    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code=2)
+
+
+@app.command()
+def prepare(
+    source: str = typer.Argument(
+        ...,
+        help="builtin:pydoc, a local .parquet/.jsonl/.json/.csv/.txt file, folder or glob "
+        "(quote it), or hf:<owner>/<name>[/<config>] (streamed)",
+    ),  # fmt: skip
+    tokenizer: str = typer.Option("byte", "--tokenizer", "-t", help="byte, gpt2, or a file."),
+    tokenizer_file: str = typer.Option(
+        None, help="Where GPT-2's vocabulary is, when not installed (data.tokenizer_file)."
+    ),
+    text_field: str = typer.Option("text", help="The column holding the text."),
+    max_tokens: int = typer.Option(
+        None,
+        min=1,
+        help="Stop once this many training tokens are prepared (a later run "
+        "with a larger number continues). Default: the whole source.",
+    ),  # fmt: skip
+    workers: int = typer.Option(
+        None, min=0, help="Tokeniser processes (0: in this process). Default: one per CPU."
+    ),
+    shard_tokens: int = typer.Option(
+        DEFAULT_SHARD_TOKENS, min=1024, help="Tokens per shard (for a new dataset)."
+    ),
+) -> None:
+    """Tokenise SOURCE into token shards under $SCALELAB_DATA (default
+    $SCALELAB_HOME/data). Interrupted, it continues from the last complete shard."""
+    from jobs.prepare import Report, dataset_root, prepare_source
+    from jobs.shards import read_manifest
+    from jobs.sources import TextSource
+
+    try:
+        text = TextSource.open(source, text_field)
+        root = dataset_root(text, tokenizer)
+        report = Report(f"{source} ({tokenizer})")
+        root, m = prepare_source(
+            text, tokenizer, tokenizer_file, max_tokens=max_tokens, workers=workers,
+            shard_tokens=shard_tokens, report=report,
+        )  # fmt: skip
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    except KeyboardInterrupt:
+        m = read_manifest(root)
+        kept = f"{len(m.train)} shards ({m.train_tokens:,} tokens)" if m else "nothing"
+        print(f"interrupted: {kept} kept in {root}; run the same command to continue",
+              file=sys.stderr)  # fmt: skip
+        raise typer.Exit(130) from None
+    state = "the whole source" if m.complete else f"stopped at --max-tokens {max_tokens:,}"
+    out.print(
+        f"{root}\n  {m.train_tokens:,} training tokens in {len(m.train)} shards, "
+        f"{m.validation.tokens:,} validation tokens, {m.documents:,} documents, {m.dtype}; "
+        f"{state}" + (f"; {report.rate / 1e6:.2f}M tokens/s" if report.tokens else ""),
+        highlight=False,
+    )
+
+
+@app.command("list")
+def list_(as_json: bool = typer.Option(False, "--json", help="A JSON list.")) -> None:
+    """What is prepared: source, tokenizer, tokens, bytes, and whether it is the whole source."""
+    from jobs.paths import data_dir
+    from jobs.shards import list_prepared
+
+    rows = []
+    for root, m in list_prepared():
+        size = sum(p.stat().st_size for p in root.iterdir() if p.is_file())
+        rows.append({"folder": root.name, "source": m.source, "tokenizer": m.tokenizer,
+                     "dtype": m.dtype, "train_tokens": m.train_tokens,
+                     "val_tokens": m.validation.tokens, "shards": len(m.train), "bytes": size,
+                     "complete": m.complete})  # fmt: skip
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title=f"prepared data in {data_dir()}")
+    for col in ("source", "tokenizer", "train tokens", "val tokens", "shards", "size", "state"):
+        table.add_column(
+            col, justify="left" if col in ("source", "tokenizer", "state") else "right"
+        )
+    for r in rows:
+        table.add_row(r["source"], r["tokenizer"], f"{r['train_tokens']:,}",
+                      f"{r['val_tokens']:,}", str(r["shards"]), f"{r['bytes'] / 2**20:,.1f} MiB",
+                      "complete" if r["complete"] else "partial")  # fmt: skip
+    table.caption = "none yet: scalelab data prepare SOURCE --tokenizer NAME" if not rows else ""
+    out.print(table)
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+def data_plan(trials: list[Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Per trial: {'data': readiness, 'tokens_needed', 'tokens_available'}; and the
+    `scalelab data prepare` commands that would make the plan's text ready."""
+    from jobs.data import tokens_needed, train_windows
+    from jobs.prepare import dataset_root, enough
+    from jobs.shards import read_manifest
+    from jobs.sources import TextSource, resolve_source
+
+    rows, largest = [], {}
+    for t in trials:
+        cfg = t.job.data
+        kind, _ = resolve_source(cfg.source)
+        if kind not in ("pydoc", "local", "hub") or t.job.model.task == "classify":
+            rows.append({"data": "generated" if kind != "hub" and kind != "local" else
+                         "per trial", "tokens_needed": None, "tokens_available": None})  # fmt: skip
+            continue
+        need, val = tokens_needed(cfg, train_windows(t.tokens, t.job.train.global_batch_tokens,
+                                                     cfg.seq_len))  # fmt: skip
+        try:
+            root = dataset_root(TextSource.open(cfg.source, cfg.text_field), cfg.tokenizer)
+        except ValueError as e:  # a missing source or tokenizer file: say so in the plan
+            rows.append({"data": f"error: {e}", "tokens_needed": need, "tokens_available": None})
+            continue
+        m = read_manifest(root)
+        have = m.train_tokens if m else None
+        if m is None:
+            state = "not prepared"
+        elif m.complete and need > m.train_tokens:
+            state = f"ready, {need / m.train_tokens:.2f} epochs"
+        elif enough(m, need, val):
+            state = "ready"
+        else:
+            state = "partial"
+        if not enough(m, need, val):
+            key = (cfg.source, cfg.tokenizer, cfg.text_field)
+            largest[key] = max(largest.get(key, 0), need)
+        rows.append({"data": state, "tokens_needed": need, "tokens_available": have})
+    commands = [
+        f"scalelab data prepare {source} --tokenizer {tok}"
+        + (f" --text-field {field}" if field != "text" else "") + f" --max-tokens {n}"
+        for (source, tok, field), n in largest.items()
+    ]  # fmt: skip
+    return rows, commands
