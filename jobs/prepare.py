@@ -146,11 +146,13 @@ class _Build:
                  val_tokens: int, report: Report) -> None:  # fmt: skip
         self.root, self.source, self.m, self.report = root, source, m, report
         self.max_tokens, self.val_tokens = max_tokens, val_tokens
-        val_path = root / m.validation.file
-        on_disk = val_path.is_file()
-        self.val = [np.fromfile(val_path, dtype=m.dtype) if on_disk else np.zeros(0, m.dtype)]
+        # val.bin only grows; a writer killed between replacing it and the manifest leaves
+        # more tokens than the manifest lists: keep the listed prefix, rewrite at the next commit
+        path, little = root / m.validation.file, np.dtype(m.dtype).newbyteorder("<")
+        stored = np.fromfile(path, dtype=little) if path.is_file() else np.zeros(0, little)
+        self.val = [stored[: m.validation.tokens]]
         self.val_len, self.val_docs = m.validation.tokens, m.validation.documents
-        self.val_on_disk = m.validation.tokens if on_disk else -1
+        self.val_on_disk = len(stored) if path.is_file() else -1
         self.end = (m.next.document, m.next.piece, m.next.item)  # after the last item read
         self.writer: ShardWriter | None = None
 
@@ -393,6 +395,8 @@ class Report:
     def __init__(self, title: str | None, interval: float = 30.0) -> None:
         self.title, self.interval = title, interval
         self.bar = None
+        self.tokens = self.docs = 0
+        self.t0 = self.last = time.monotonic()
 
     def start(self, source: TextSource, max_tokens: int | None, first_doc: int) -> None:
         self.t0 = self.last = time.monotonic()
