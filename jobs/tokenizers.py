@@ -71,7 +71,11 @@ def load_tokenizer(spec: str, tokenizer_file: str | None = None) -> Tokenizer:
         return _tiktoken_file(path)
     if path.suffix == ".json":
         return _tokenizers_json(path)
-    raise ValueError(
+    raise _unknown(spec)
+
+
+def _unknown(spec: str) -> ValueError:
+    return ValueError(
         f"unknown tokenizer {spec!r}; allowed: 'byte', 'gpt2', a path to a .tiktoken file, "
         "or a path to a tokenizers .json file"
     )
@@ -82,6 +86,8 @@ def tokenizer_fingerprint(spec: str) -> str:
     if spec in ("byte", "gpt2"):
         return {"byte": "byte", "gpt2": "tiktoken:gpt2"}[spec]
     path = Path(spec).expanduser()
+    if path.suffix not in (".tiktoken", ".json"):
+        raise _unknown(spec)
     if not path.is_file():
         raise ValueError(f"tokenizer file {path} does not exist")
     kind = "tiktoken-file" if path.suffix == ".tiktoken" else "tokenizers"

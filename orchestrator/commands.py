@@ -179,7 +179,8 @@ def submit(
         else:
             out.print(_plan_table(spec, rows))
             for command in prepare_commands:  # data that trials would otherwise prepare
-                out.print(f"prepare the data first (or the first trial does): {command}")
+                out.print(f"prepare the data first (or the first trial does): {command}",
+                          soft_wrap=True, highlight=False)  # fmt: skip
         return
     if detach:
         from orchestrator.detach import submit_detached

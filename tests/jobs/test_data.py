@@ -149,3 +149,22 @@ def test_classification_source_needs_classify_model():
         prepare(
             DataConfig(source="builtin:classification"), 0, ModelConfig(size="nano", vocab_size=32)
         )
+
+
+@pytest.mark.slow
+def test_trials_of_other_seeds_and_seq_len_read_the_same_shards(home, tmp_path, tiny_job):
+    """Two real trials on one local corpus: the first prepares it, the second (another seed
+    and seq_len) reads the same shards without tokenising anything again."""
+    from jobs.train import run
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"line {i} of a small corpus. " * 8}) + "\n"
+                              for i in range(400)))  # fmt: skip
+    first = run(tiny_job(data__source=str(corpus)))
+    (root,) = list((home / "data").iterdir())
+    stamps = {p.name: p.stat().st_mtime_ns for p in root.iterdir()}
+    other = tiny_job(data__source=str(corpus), data__seq_len=16).model_copy(update={"seed": 3})
+    second = run(other)
+    assert first.status == second.status == "FINISHED"
+    assert [p.name for p in (home / "data").iterdir()] == [root.name]
+    assert {p.name: p.stat().st_mtime_ns for p in root.iterdir()} == stamps
