@@ -1,14 +1,15 @@
 """Tokenise a text source into token shards once per (source, tokenizer).
 
-`prepare_source` streams the source's documents in order, tokenises batches of them in a pool of
-worker processes (results are taken back in submission order, with a bounded number in
-flight, so memory stays a few batches), and appends each document's tokens plus the
-tokenizer's separator to the validation split or to the current train shard
-(jobs/shards.py). Documents 0, 20, 40, ... are validation documents until that split holds
-VAL_MAX_TOKENS tokens; every other document is training text. Each full shard is
-committed with the manifest, which records where the next shard starts (document, token
-offset), so a run that is interrupted, killed or stopped at `max_tokens` continues there
-and the files come out byte-identical to one uninterrupted run.
+`prepare_source` streams the source's documents in order, has them tokenised in a pool of
+worker processes (jobs/tokenise.py: results in source order, a bounded number in flight,
+so memory stays a few batches), and appends each piece's tokens (documents are cut into
+pieces of at most PIECE_CHARS characters; the separator follows a document's last piece)
+to the validation split or to the current train shard (jobs/shards.py). Pieces 0, 20,
+40, ... are validation text until that split holds VAL_MAX_TOKENS tokens; every other
+piece is training text. Each full shard is committed with the manifest, which records where
+the next shard starts (document, piece, token offset), so a run that is interrupted,
+killed or stopped at `max_tokens` continues there and the files come out byte-identical to
+one uninterrupted run.
 
 Writers hold a file lock on the dataset folder: concurrent trials wait for the first one
 instead of tokenising the same text twice. Nothing here runs inside a distributed wait.
@@ -18,13 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import sys
-import threading
 import time
-from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -47,11 +44,11 @@ from jobs.shards import (
     write_atomic,
     write_manifest,
 )  # fmt: skip
-from jobs.sources import READ_BATCH, TextSource
+from jobs.sources import TextSource
+from jobs.tokenise import DocBatch, Encoded, encoded
 from jobs.tokenizers import Tokenizer, load_tokenizer, tokenizer_fingerprint
 
 INLINE_BELOW_BYTES = 32 << 20  # smaller sources are tokenised in this process (no spawn cost)
-BATCH_CHARS = 1 << 20  # characters per batch handed to a worker (or READ_BATCH pieces)
 
 
 def dataset_root(source: TextSource, tokenizer: str) -> Path:
@@ -111,8 +108,9 @@ def prepare_source(
             manifest = _empty_manifest(source, tok, shard_tokens)
         workers = default_workers(source) if workers is None else workers
         build = _Build(root, source, manifest, max_tokens, val_tokens, report or Report(None))
-        items = _item_batches(source, manifest.next)
-        manifest = build.run(_encoded(items, workers, (tokenizer, tokenizer_file, manifest.dtype)))
+        batches = _doc_batches(source, manifest.next)
+        tok_args = (tokenizer, tokenizer_file, manifest.dtype)
+        manifest = build.run(encoded(batches, workers, tok_args))
     except BaseException:
         if created and read_manifest(root) is None:  # nothing usable was made: leave no trace
             lock.release()
@@ -156,22 +154,25 @@ class _Build:
         self.end = (m.next.document, m.next.piece, m.next.item)  # after the last item read
         self.writer: ShardWriter | None = None
 
-    def run(self, encoded: Iterator[tuple[_Items, np.ndarray, np.ndarray]]) -> Manifest:
-        """Consume the encoded items until enough is prepared or the source ends."""
+    def run(self, batches: Iterator[Encoded]) -> Manifest:
+        """Consume encoded batches until enough is prepared or the source ends."""
         start = self.m.next
+        item = start.item  # pieces are numbered across the source: the validation rule
         self.report.start(self.source, self.max_tokens, start.document)
         try:
-            for items, tokens, lengths in encoded:
-                ends = np.cumsum(lengths)
-                for j, length in enumerate(lengths):
-                    here, self.end = items.position(j), items.position(j + 1)
-                    skip = start.offset if here[2] == start.item else 0
-                    if self._add(here, tokens[ends[j] - length : ends[j]], skip):
+            for b in batches:
+                ends = np.cumsum(b.lengths)
+                for j, length in enumerate(b.lengths.tolist()):
+                    doc, piece, last = int(b.docs[j]), int(b.pieces[j]), bool(b.last[j])
+                    self.end = (doc + 1, 0, item + 1) if last else (doc, piece + 1, item + 1)
+                    skip = start.offset if item == start.item else 0
+                    if self._add((doc, piece, item), b.tokens[ends[j] - length : ends[j]], skip):
                         return self.m
-                self.report.advance(int(ends[-1]) if len(ends) else 0, items.documents)
+                    item += 1
+                self.report.advance(int(ends[-1]) if len(ends) else 0, int(b.last.sum()))
             return self._finish()
         finally:
-            encoded.close()  # type: ignore[attr-defined]  # stops the worker pool now
+            batches.close()  # type: ignore[attr-defined]  # stops the worker pool now
             if self.writer is not None:
                 self.writer.abort()
             self.report.stop()
@@ -254,135 +255,11 @@ def _remove_tree(root: Path) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
-# ----------------------------------------------------------------------------- workers
-
-_worker_tokenizer: Tokenizer | None = None
-_worker_dtype = np.dtype("uint32")
-_worker_separator = np.zeros(0, np.uint32)
-
-
-def _init_worker(spec: str, tokenizer_file: str | None, dtype: str, parent: int) -> None:
-    global _worker_tokenizer, _worker_dtype, _worker_separator
-    if parent:  # a pool worker: the main process handles Ctrl-C; exit if it is killed
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"
-        threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
-    _worker_tokenizer, _worker_dtype = load_tokenizer(spec, tokenizer_file), np.dtype(dtype)
-    _worker_separator = np.asarray(_worker_tokenizer.separator, dtype=np.uint32)
-
-
-def _exit_with_parent(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(1.0)
-    os._exit(1)
-
-
-def _encode(texts: list[str], last: list[bool]) -> tuple[np.ndarray, np.ndarray]:
-    """(every item's tokens, plus the separator after a document's last piece, concatenated
-    in the shard dtype; each item's length)."""
-    tok, sep = _worker_tokenizer, _worker_separator
-    assert tok is not None
-    parts, lengths = [], np.zeros(len(texts), dtype=np.int64)
-    for i, ids in enumerate(tok.encode_arrays(texts)):
-        if len(ids):
-            parts += [ids, sep] if last[i] else [ids]
-            lengths[i] = len(ids) + (len(sep) if last[i] else 0)
-    flat = np.concatenate(parts, dtype=np.uint32) if parts else np.zeros(0, np.uint32)
-    limit = np.iinfo(_worker_dtype).max
-    if flat.size and int(flat.max()) > limit:
-        raise ValueError(
-            f"tokenizer {tok.name!r} produced token id {int(flat.max())}, which does not fit "
-            f"{_worker_dtype.name} shards (max {limit}): its vocabulary is larger than the "
-            f"{tok.vocab_size} tokens it reports"
-        )
-    return flat.astype(_worker_dtype), lengths
-
-
-@dataclass(frozen=True)
-class _Items:
-    """A batch of pieces of documents, and where each one is in the source."""
-
-    texts: list[str]
-    last: list[bool]  # the piece ends its document
-    docs: list[int]
-    pieces: list[int]
-    first_item: int
-
-    def position(self, j: int) -> tuple[int, int, int]:
-        """(document, piece, item) of piece j; j = len: the position after the batch."""
-        if j < len(self.texts):
-            return self.docs[j], self.pieces[j], self.first_item + j
-        doc, piece, item = self.docs[-1], self.pieces[-1], self.first_item + j
-        return (doc + 1, 0, item) if self.last[-1] else (doc, piece + 1, item)
-
-    @property
-    def documents(self) -> int:
-        return sum(self.last)
-
-
-def split_pieces(text: str) -> list[str]:
-    """Pieces of at most PIECE_CHARS characters, cut after a line break where one is in the
-    second half of the piece (a document of one huge text still gets a validation part)."""
-    pieces, i = [], 0
-    while len(text) - i > PIECE_CHARS:
-        cut = text.rfind("\n", i + PIECE_CHARS // 2, i + PIECE_CHARS)
-        cut = cut + 1 if cut >= 0 else i + PIECE_CHARS
-        pieces.append(text[i:cut])
-        i = cut
-    pieces.append(text[i:])
-    return pieces
-
-
-def _item_batches(source: TextSource, start: Position) -> Iterator[_Items]:
-    doc, item = start.document, start.item
-    batch = _Items([], [], [], [], item)
-    chars = 0
+def _doc_batches(source: TextSource, start: Position) -> Iterator[DocBatch]:
+    doc = start.document
     for texts in source.batches(start.document):
-        for text in texts:
-            pieces = split_pieces(text or "")
-            for k in range(start.piece if doc == start.document else 0, len(pieces)):
-                batch.texts.append(pieces[k])
-                batch.last.append(k == len(pieces) - 1)
-                batch.docs.append(doc)
-                batch.pieces.append(k)
-                chars += len(pieces[k])
-                item += 1
-                if len(batch.texts) >= READ_BATCH or chars >= BATCH_CHARS:
-                    yield batch
-                    batch, chars = _Items([], [], [], [], item), 0
-            doc += 1
-    if batch.texts:
-        yield batch
-
-
-def _encoded(
-    items: Iterator[_Items], workers: int, tok_args: tuple[str, str | None, str]
-) -> Iterator[tuple[_Items, np.ndarray, np.ndarray]]:
-    """(items, their tokens, their lengths), batch by batch in source order."""
-    if workers == 0:
-        _init_worker(*tok_args, parent=0)
-        for batch in items:
-            yield (batch, *_encode(batch.texts, batch.last))
-        return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    pool = ProcessPoolExecutor(
-        workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
-        initargs=(*tok_args, os.getpid()),
-    )  # fmt: skip
-    pending: deque = deque()
-    try:
-        for batch in items:
-            pending.append((batch, pool.submit(_encode, batch.texts, batch.last)))
-            if len(pending) >= 3 * workers:  # a bounded number in flight: memory stays flat
-                done, future = pending.popleft()
-                yield (done, *future.result())
-        while pending:
-            done, future = pending.popleft()
-            yield (done, *future.result())
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        yield DocBatch(texts, doc, start.piece if doc == start.document else 0)
+        doc += len(texts)
 
 
 # ----------------------------------------------------------------------------- progress

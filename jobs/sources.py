@@ -13,7 +13,7 @@ from __future__ import annotations
 import glob
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -108,8 +108,9 @@ class TextSource:
             return sum(pq.ParquetFile(p).metadata.num_rows for p in self.files)
         return None
 
-    def batches(self, start: int = 0) -> Iterator[list[str | None]]:
-        """Lists of documents (None where a record has no text), from document `start` on."""
+    def batches(self, start: int = 0) -> Iterator[Sequence[str | None]]:
+        """Batches of documents (None where a record has no text) from document `start` on:
+        lists, or pyarrow string arrays for Arrow-read files (`.to_pylist()` gives a list)."""
         if self.kind == "pydoc":
             topics = _pydoc_topics()
             for i in range(start, len(topics), READ_BATCH):
@@ -130,7 +131,7 @@ def _pydoc_topics() -> list[str]:
 # ----------------------------------------------------------------------------- local files
 
 
-def _file_batches(path: Path, field: str, skip: int) -> Iterator[list[str | None]]:
+def _file_batches(path: Path, field: str, skip: int) -> Iterator[Sequence[str | None]]:
     """One file's documents after skipping `skip` of them; returns the skips left over."""
     if path.suffix == ".txt":
         if skip:
@@ -144,16 +145,18 @@ def _file_batches(path: Path, field: str, skip: int) -> Iterator[list[str | None
     else:
         reader = _json_reader(path, field) if path.suffix in (".jsonl", ".json") else None
         reader = reader or _csv_reader(path, field)
+    import pyarrow as pa
+
     for batch in reader:
         column = batch.column(batch.schema.get_field_index(field))
         _check_text_type(path, field, column.type)
         if skip >= len(column):
             skip -= len(column)
             continue
-        values = column.slice(skip).to_pylist()
+        for i in range(skip, len(column), READ_BATCH):
+            # an Arrow array, compacted: a slice would pickle its whole parent batch
+            yield pa.concat_arrays([column.slice(i, READ_BATCH)])
         skip = 0
-        for i in range(0, len(values), READ_BATCH):
-            yield values[i : i + READ_BATCH]
     return skip
 
 

@@ -114,8 +114,9 @@ def test_a_kill_between_the_validation_file_and_the_manifest_is_repaired(corpus,
     assert _files(killed) == _files(once)
 
 
-def _all_docs(source: TextSource):
-    return (d for batch in source.batches() for d in batch)
+def _all_docs(source: TextSource, start: int = 0):
+    for batch in source.batches(start):
+        yield from (batch.to_pylist() if hasattr(batch, "to_pylist") else batch)
 
 
 def test_a_second_writer_waits_for_the_first(corpus, tmp_path):
@@ -163,7 +164,7 @@ def test_token_ids_beyond_the_vocabulary_size_are_refused(tmp_path, monkeypatch)
     and ids that would not fit the shard dtype stop preparation instead of wrapping."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    import jobs.prepare as prep
+    from jobs import tokenise
 
     tok = Tokenizer(models.WordLevel({"[UNK]": 0, "small": 1, "huge": 70_000}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -175,9 +176,9 @@ def test_token_ids_beyond_the_vocabulary_size_are_refused(tmp_path, monkeypatch)
                              workers=0)  # fmt: skip
     assert m.dtype == "uint32" and m.vocab_size == 70_001
     assert 70_000 in np.fromfile(root / m.train[0].file, "<u4")
-    prep._init_worker(str(path), None, "uint16", parent=0)
+    tokenise.init_worker(str(path), None, "uint16")
     with pytest.raises(ValueError, match="produced token id 70000, which does not fit uint16"):
-        prep._encode(["small huge"], [True])
+        tokenise.encode(tokenise.DocBatch(["small huge"], 0, 0))
 
 
 def test_a_full_disk_mid_shard_keeps_only_complete_shards(tmp_path, monkeypatch):
@@ -212,7 +213,7 @@ def test_the_streaming_datasets_path_reads_what_the_arrow_reader_reads(corpus):
                                streaming=True)  # fmt: skip
     arrow = TextSource.open(str(corpus), "text")
     streamed = [d for b in stream_dataset(ds, "text", 1000, where="test") for d in b]
-    assert streamed == [d for b in arrow.batches(1000) for d in b]
+    assert streamed == list(_all_docs(arrow, 1000))
     with pytest.raises(ValueError, match="'body' is not a column of test"):
         next(stream_dataset(ds, "body", 0, where="test"))
 
