@@ -182,7 +182,7 @@ class ShardWriter:
         self.tmp = path.with_name(path.name + ".tmp")
         self.tokens, self.documents = 0, 0
         self.sha = hashlib.sha256()
-        self._file = self._guard(lambda: self.tmp.open("wb"))
+        self._file = self._guard(lambda: self.tmp.open("wb", buffering=1 << 22))
 
     def write(self, tokens: np.ndarray) -> None:
         data = np.ascontiguousarray(tokens, dtype=self.dtype.newbyteorder("<")).tobytes()
