@@ -99,6 +99,7 @@ def prepare_source(
         print(f"waiting for another process preparing {root} ...", file=sys.stderr, flush=True)
         lock.acquire()
     try:
+        root.mkdir(parents=True, exist_ok=True)  # the writer we waited for may have failed
         manifest = read_manifest(root)
         remove_unlisted(root, manifest)
         if enough(manifest, max_tokens, val_tokens):

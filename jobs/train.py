@@ -72,9 +72,9 @@ def run(job: JobConfig, run_id: str | None = None) -> TrainResult:
     env = distributed.read_environment()
     try:
         plan = check_job(job, env)
-        data_root = prepare(job.data, job.seed, job.model, _train_windows(job))
+        prepare(job.data, job.seed, job.model, _train_windows(job))  # before any collective
         distributed.init(env)
-        return _Trainer(job, env, plan, t0, data_root).train(run_id)
+        return _Trainer(job, env, plan, t0).train(run_id)
     finally:
         distributed.shutdown(env)
 
@@ -90,10 +90,8 @@ def _checkpointed(fn: Any) -> Any:
 
 
 class _Trainer:
-    def __init__(
-        self, job: JobConfig, env: DistEnv, plan: BatchPlan, t0: float, data_root: Path | None
-    ) -> None:
-        self.job, self.env, self.plan, self.t0, self.data_root = job, env, plan, t0, data_root
+    def __init__(self, job: JobConfig, env: DistEnv, plan: BatchPlan, t0: float) -> None:
+        self.job, self.env, self.plan, self.t0 = job, env, plan, t0
         self.dir = trial_dir(job.trial_id)
         self.ckpt_dir = self.dir / "ckpt"
         self.steps = total_steps(job)
@@ -105,9 +103,11 @@ class _Trainer:
 
     # -- set-up -----------------------------------------------------------------------
     def _open_data(self) -> None:
-        """Memory-map the prepared data (run() made it ready) and this rank's streams."""
-        job, env = self.job, self.env
-        self.data = open_data(job.data, job.seed, self.data_root, job.model, _train_windows(job))
+        """Memory-map the data and build this rank's streams. run() made the data ready before
+        the process group started; here prepare() only finds its folder (no lock, no work)."""
+        job, env, windows = self.job, self.env, _train_windows(self.job)
+        root = prepare(job.data, job.seed, job.model, windows)
+        self.data = open_data(job.data, job.seed, root, job.model, windows)
         self.stream = TrainStream(
             self.data, job.seed, self.plan.micro_batch, self.plan.accum, env.rank, env.world_size
         )
