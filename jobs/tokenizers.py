@@ -10,6 +10,7 @@ prepared with it is shared.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,7 +66,7 @@ def load_tokenizer(spec: str, tokenizer_file: str | None = None) -> Tokenizer:
             lambda texts: [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts],
         )
     if spec == "gpt2":
-        return _gpt2(tokenizer_file)
+        return _gpt2(tokenizer_file) if tokenizer_file is not None else _installed_gpt2()
     path = Path(spec).expanduser()
     if path.suffix == ".tiktoken":
         return _tiktoken_file(path)
@@ -92,6 +93,11 @@ def tokenizer_fingerprint(spec: str) -> str:
         raise ValueError(f"tokenizer file {path} does not exist")
     kind = "tiktoken-file" if path.suffix == ".tiktoken" else "tokenizers"
     return f"{kind}:{_sha(path)[:16]}"
+
+
+@functools.cache  # the installed files do not change; a sweep's checks load it per trial
+def _installed_gpt2() -> Tokenizer:
+    return _gpt2(None)
 
 
 def _gpt2(tokenizer_file: str | None) -> Tokenizer:
