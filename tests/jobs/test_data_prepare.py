@@ -119,18 +119,26 @@ def _all_docs(source: TextSource, start: int = 0):
         yield from (batch.to_pylist() if hasattr(batch, "to_pylist") else batch)
 
 
-def test_a_second_writer_waits_for_the_first(corpus, tmp_path):
+def test_a_second_writer_waits_for_the_first(corpus, tmp_path, monkeypatch):
+    """While another process holds the dataset's lock (here: this test), `prepare` waits on
+    it, then finds the folder and finishes the work."""
+    from filelock import FileLock
+
+    from jobs.prepare import dataset_root
+
     data = tmp_path / "data"
-    first = subprocess.Popen(_cli(corpus, data, 1), env=_env(data), stderr=subprocess.PIPE,
-                             stdout=subprocess.DEVNULL, text=True)  # fmt: skip
-    deadline = time.monotonic() + 240
-    while not list(data.glob("*/manifest.json")) and time.monotonic() < deadline:
-        time.sleep(0.01)  # the first has committed a shard and holds the lock
-    second = subprocess.run(_cli(corpus, data, 1), env=_env(data), capture_output=True,
-                            text=True, timeout=300)  # fmt: skip
-    assert first.wait(timeout=300) == 0 and second.returncode == 0, second.stderr
-    assert "waiting for another process preparing" in second.stderr
-    (root,) = list(data.iterdir())
+    monkeypatch.setenv("SCALELAB_DATA", str(data))
+    root = dataset_root(TextSource.open(str(corpus), "text"), "gpt2")
+    root.mkdir(parents=True)
+    with FileLock(str(root / "lock")):
+        waiting = subprocess.Popen(_cli(corpus, data, 1), env=_env(data), text=True,
+                                   stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)  # fmt: skip
+        line = waiting.stderr.readline()  # blocks until the CLI reports that it waits
+        assert line.startswith(f"waiting for another process preparing {root}"), line
+        time.sleep(0.5)
+        assert waiting.poll() is None and not (root / "manifest.json").exists()
+    _, err = waiting.communicate(timeout=300)
+    assert waiting.returncode == 0, err
     assert read_manifest(root).complete
 
 
