@@ -14,6 +14,7 @@ keeping the oldest run per trial and deleting the others, after a short settling
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -28,7 +29,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs import paths
+from jobs import paths, tracking_store
 from jobs.provenance import code_version, mlflow_params
 
 if TYPE_CHECKING:
@@ -52,7 +53,42 @@ MAX_TAG = 8000
 
 
 class LedgerUnavailable(RuntimeError):
-    """The tracking store cannot be reached (nothing was written)."""
+    """The tracking store cannot be reached, or failed (unreachable, disk full, locked);
+    the message is one line. MLflow keeps what was written before: a later submit of the
+    same sweep picks up from there."""
+
+
+class _GuardedClient:
+    """An MlflowClient whose store failures raise LedgerUnavailable with one line; its
+    refusals (a param already set, an experiment that exists) stay MlflowExceptions."""
+
+    def __init__(self, client: MlflowClient, uri: str) -> None:
+        self._client, self._uri = client, uri
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        @functools.wraps(attr)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attr(*args, **kwargs)
+            except Exception as e:
+                why = tracking_store.failure(e)
+                if why is None:
+                    raise
+                raise LedgerUnavailable(f"the tracking store {self._uri} failed: {why}") from None
+
+        return call
+
+
+def _client(uri: str) -> MlflowClient:
+    try:
+        client = tracking_store.client(uri)
+    except tracking_store.StoreError as e:
+        raise LedgerUnavailable(str(e)) from None
+    return _GuardedClient(client, uri)  # type: ignore[return-value]
 
 
 @dataclass
@@ -112,13 +148,11 @@ class Ledger:
         driver_id: str | None = None,
         lease_s: float = 60.0,
     ):
-        from mlflow import MlflowClient
-
         self.sweep = sweep
         self.experiment = experiment or sweep
         self.uri = tracking_uri or paths.tracking_uri()
         check_reachable(self.uri)
-        self.client: MlflowClient = MlflowClient(self.uri)
+        self.client: MlflowClient = _client(self.uri)
         self.driver_id = driver_id or new_driver_id()
         self.lease_s = lease_s
         self._experiment_id: str | None = None
@@ -144,8 +178,10 @@ class Ledger:
                     artifacts = paths.artifact_root().as_uri()
                     location = None if self.uri.startswith("http") else artifacts
                     self._experiment_id = self.client.create_experiment(self.experiment, location)
-                except MlflowException:  # another driver created it just now
+                except MlflowException:  # another driver created it just now (or a refusal)
                     exp = self.client.get_experiment_by_name(self.experiment)
+                    if exp is None:
+                        raise
             if exp is not None:
                 self._experiment_id = exp.experiment_id
         return self._experiment_id
@@ -394,11 +430,9 @@ def _pid_alive(pid: int) -> bool:
 
 def find_sweep(name: str, tracking_uri: str | None = None) -> Ledger:
     """The ledger of a sweep by name, whatever experiment it lives in."""
-    from mlflow import MlflowClient
-
     uri = tracking_uri or paths.tracking_uri()
     check_reachable(uri)
-    exp = sweep_experiment(MlflowClient(uri), name)
+    exp = sweep_experiment(_client(uri), name)
     if exp is None:
         raise LookupError(f"no sweep named {name!r} in {uri}")
     ledger = Ledger(name, exp.name, uri)
