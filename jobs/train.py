@@ -57,6 +57,7 @@ class TrainResult:
     n_nonembed: int
     wall_time_s: float
     final_metrics: dict[str, float] = field(default_factory=dict)  # e.g. early_exit/*
+    metrics_pending: int = 0  # MLflow writes still spooled (MLflow was unreachable)
 
 
 def check_job(job: JobConfig, env: DistEnv) -> BatchPlan:
@@ -143,7 +144,7 @@ class _Trainer:
         (self.dir / JOB_FILE).write_text(self.job.model_dump_json(indent=2))
         (self.dir / DS_CONFIG_FILE).write_text(json.dumps(self.ds_config, indent=2))
 
-    def _start_tracking(self, run_id: str | None) -> str | None:
+    def _start_tracking(self, run_id: str | None, resume_tokens: int) -> str | None:
         job = self.job
         tags = {
             "scalelab.trial_id": job.trial_id,
@@ -162,6 +163,7 @@ class _Trainer:
             run_name=f"{job.model.size}-{job.model.variant}-{job.trial_id}",
             tags=tags,
             params=params,
+            resume_tokens=resume_tokens,  # points logged after it are logged again
         )
         if self.env.world_size > 1:
             box = [run_id]
@@ -177,10 +179,7 @@ class _Trainer:
         self.skipped_checkpoints = resumed.skipped
         if resumed.state is None and resumed.engine_touched:
             self._build_engine()  # a failed load may have left part of its state behind
-        state = resumed.state or fresh
-        if self.env.is_main:  # points logged after this checkpoint are logged again
-            _truncate_curves(self.dir / "curves.jsonl", state["tokens"])
-        return state
+        return resumed.state or fresh
 
     # -- the loop ---------------------------------------------------------------------
     def train(self, run_id: str | None) -> TrainResult:
@@ -189,7 +188,7 @@ class _Trainer:
         state = self._resume()
         run_id = run_id or state.get("run_id")
         self._write_job_files()
-        run_id = self._start_tracking(run_id)
+        run_id = self._start_tracking(run_id, state["tokens"])
         state["run_id"] = run_id
         if self.skipped_checkpoints:
             self.tracker.set_tag(
@@ -218,6 +217,7 @@ class _Trainer:
             n_nonembed=self.n_nonembed,
             wall_time_s=time.time() - self.t0,
             final_metrics=final_metrics,
+            metrics_pending=self.tracker.pending(),
         )
         if self.env.is_main:
             tmp = self.dir / (RESULT_FILE + ".tmp")
@@ -344,13 +344,6 @@ class _Trainer:
 def _add(sums: dict[str, torch.Tensor], name: str, value: torch.Tensor) -> None:
     value = value.detach().float()
     sums[name] = sums[name] + value if name in sums else value
-
-
-def _truncate_curves(path: Path, tokens: int) -> None:
-    if not path.exists():
-        return
-    keep = [ln for ln in path.read_text().splitlines() if json.loads(ln)["tokens"] <= tokens]
-    path.write_text("".join(ln + "\n" for ln in keep))
 
 
 def load_job(path: str | Path) -> JobConfig:
