@@ -214,6 +214,7 @@ def _drive(spec: SweepSpec, trials: list[Trial], text: str, path: str, job: str)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from orchestrator.backends import BackendError, preflight
+    from orchestrator.ledger import LedgerUnavailable
     from orchestrator.scheduler import run_sweep
 
     try:
@@ -238,12 +239,21 @@ def _drive(spec: SweepSpec, trials: list[Trial], text: str, path: str, job: str)
             )
         except BackendError as e:
             raise _fail(str(e)) from None
+        except LedgerUnavailable as e:  # mid-sweep: what MLflow holds is the state to resume
+            raise _fail(f"{e}; stopped. Submit the sweep again once it is fixed", 1) from None
         progress.update(task, completed=len(trials) - len(result.elsewhere))
     summary = (
         f"{len(result.finished)} finished, {len(result.skipped)} skipped (already done), "
         f"{len(result.failed)} failed, {len(result.killed)} cancelled, "
         f"{len(result.elsewhere)} run by another driver"
     )
+    if result.reused:
+        summary += f", {len(result.reused)} trained before in another sweep (metrics copied)"
+    if result.undelivered:
+        summary += (
+            f", {len(result.undelivered)} trained but with metrics still spooled on the "
+            "machine that ran them (sent when the trial runs there again)"
+        )
     out.print(f"sweep {spec.name}: {summary}")
     if result.failed:
         records = {r.trial_id: r for r in ledger.records().values()}
@@ -272,20 +282,35 @@ TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
 
 def _status_rows(ledger: Any) -> list[dict[str, Any]]:
-    recs = sorted(ledger.records().values(), key=lambda r: r.start_time)
-    return [
-        {
-            "trial_id": r.trial_id,
-            "run_id": r.run_id,
-            "variant": r.tags.get("scalelab.variant", ""),
-            "size": r.tags.get("scalelab.size", ""),
-            "status": r.status,
-            "attempts": r.attempts,
-            "job_ref": r.tags.get("scalelab.job_ref", ""),
-            "error": r.tags.get("scalelab.error", "") if r.status != "FINISHED" else "",
-        }
-        for r in recs
-    ]
+    """The sweep's trials, after sending what finished trials' spools still hold (a run
+    turns FINISHED only when its spool is empty: orchestrator/delivery.py)."""
+    from orchestrator.delivery import send_owed
+
+    recs = ledger.records()
+    sent, owed = send_owed(recs.values(), ledger.uri)
+    if sent:
+        recs = ledger.records()
+    owing = {o.run_id: o for o in owed}
+    rows = []
+    for r in sorted(recs.values(), key=lambda r: r.start_time):
+        error = r.tags.get("scalelab.error", "") if r.status != "FINISHED" else ""
+        if r.run_id in owing:
+            o = owing[r.run_id]
+            error = f"{o.pending} MLflow writes spooled, not sent yet: {o.why}"
+        rows.append(
+            {
+                "trial_id": r.trial_id,
+                "run_id": r.run_id,
+                "variant": r.tags.get("scalelab.variant", ""),
+                "size": r.tags.get("scalelab.size", ""),
+                "status": r.status,
+                "attempts": r.attempts,
+                "job_ref": r.tags.get("scalelab.job_ref", ""),
+                "metrics_pending": owing[r.run_id].pending if r.run_id in owing else 0,
+                "error": error,
+            }
+        )
+    return rows
 
 
 def _status_table(ledger: Any, rows: list[dict[str, Any]]) -> Table:

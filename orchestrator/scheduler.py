@@ -5,6 +5,9 @@ Smallest training compute first, so the scaling picture fills in early; at most
 `retry_backoff_s * 2**(attempt-1)` seconds up to `max_retries` times, then the trial is
 FAILED with the error as the `scalelab.error` tag; a PREEMPTED trial is requeued under
 the same run id without using up a retry; `scalelab cancel` is honoured within a poll.
+A trial whose training is done (its `result.json`) is never trained again: the driver
+only sends what its run still lacks, and marks a run FINISHED only once its spool is
+empty (`orchestrator/delivery.py`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobs import paths
+from jobs.outbox import Outbox
+from orchestrator import delivery
 from orchestrator.backends import DEFAULT_JOB, JobRef, make_backend
 from orchestrator.expand import Trial
 from orchestrator.ledger import (
@@ -40,6 +46,10 @@ class SweepOutcome:
     killed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # already FINISHED (or out of retries)
     elsewhere: list[str] = field(default_factory=list)  # claimed by another live driver
+    reused: list[str] = field(default_factory=list)  # trained under another run: copied
+    # trained, but MLflow writes are spooled where this driver cannot send them (a cluster
+    # node's folder): left RUNNING, tagged scalelab.outbox_pending
+    undelivered: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -92,10 +102,14 @@ def run_sweep(
         rec = records[trial.trial_id]
         if rec.status == FINISHED:
             out.skipped.append(trial.trial_id)
-        elif rec.status == FAILED and rec.attempts > cfg.max_retries:
-            out.skipped.append(trial.trial_id)
         elif rec.status == KILLED and ledger.driver_alive(rec.claim[1], parent_tags):
             out.elsewhere.append(trial.trial_id)  # cancelled under a driver still running
+        elif (
+            rec.status == FAILED
+            and rec.attempts > cfg.max_retries
+            and not delivery.trained(trial.trial_id)
+        ):
+            out.skipped.append(trial.trial_id)
         else:
             if rec.cancelled:  # re-submitting a cancelled trial runs it again
                 ledger.set_tags(rec.run_id, {TAG + "cancel": "0"})
@@ -105,16 +119,15 @@ def run_sweep(
         _close_parent(ledger, out, {tid: rec.status for tid, rec in records.items()})
         return out
 
-    backend = make_backend(cfg, ledger, job)
-    backend.start()
-    import ray  # only after start(), which must import Ray first (backends/embedded.py)
-
+    backend = make_backend(cfg, ledger, job)  # started at the first launch
+    started = False
+    sends = delivery.Deliveries(ledger.uri)
     inflight: dict[Any, _Live] = {}
     killing: set[Any] = set()  # handles cancelled on request
     last_beat = last_cancel_check = time.monotonic()
     counts = {"done": len(out.skipped), "running": 0, "total": len(trials)}
     try:
-        while pending or inflight:
+        while pending or inflight or sends:
             now = time.monotonic()
             if now - last_beat > ledger.lease_s / 4:
                 ledger.heartbeat()
@@ -126,29 +139,40 @@ def run_sweep(
             free = cfg.concurrency - len(inflight)
             ready = [live for live in pending if live.not_before <= now][: max(free, 0)]
             if ready:
-                claimed = _claim(ledger, ready, pending, out)
-                if claimed:
-                    _launch(ledger, backend, claimed, inflight)
+                to_train = _adopt_trained(_claim(ledger, ready, pending, out), sends)
+                if to_train:
+                    if not started:
+                        backend.start()
+                        started = True
+                        import ray  # only after start(), which imports Ray in single-node mode
+                    _launch(ledger, backend, to_train, inflight)
+            for tid, run_id in sends.poll():
+                ledger.set_status(run_id, FINISHED)  # its spool is empty now
+                trained_in = (delivery.trained(tid) or {}).get("run_id")
+                (out.finished if trained_in in (None, run_id) else out.reused).append(tid)
             if not inflight:
-                if pending:
+                if pending or sends:
                     time.sleep(poll_s)
-                continue
-            refs = list(inflight)
-            done, _ = ray.wait(refs, num_returns=1, timeout=poll_s)
-            if done:  # take every result that is ready, not just the first
-                done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-            for handle in done:
-                live = inflight.pop(handle)
-                retries = -1 if handle in killing else cfg.max_retries
-                _settle(ledger, live, handle, pending, out, retries, cfg.retry_backoff_s)
+            else:
+                refs = list(inflight)
+                done, _ = ray.wait(refs, num_returns=1, timeout=poll_s)
+                if done:  # take every result that is ready, not just the first
+                    done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+                for handle in done:
+                    live = inflight.pop(handle)
+                    retries = -1 if handle in killing else cfg.max_retries
+                    _settle(ledger, live, handle, pending, out, retries, cfg.retry_backoff_s, sends)
+            finished = out.finished + out.reused + out.undelivered
             counts.update(
-                done=len(out.skipped) + len(out.finished) + len(out.failed) + len(out.killed),
-                running=len(inflight),
+                done=len(out.skipped) + len(finished) + len(out.failed) + len(out.killed),
+                running=len(inflight) + len(sends),
             )
             if on_update:
                 on_update(counts)
     finally:
-        backend.stop()
+        sends.close()
+        if started:
+            backend.stop()
     _close_parent(ledger, out)
     return out
 
@@ -176,6 +200,18 @@ def _claim(
     return [live for live, ok in zip(candidates, won, strict=True) if ok]
 
 
+def _adopt_trained(claimed: list[_Live], sends: delivery.Deliveries) -> list[_Live]:
+    """The claimed trials to train. Those whose training is done (their result.json) are
+    never trained again: their runs are only sent what they lack."""
+    to_train = []
+    for live in claimed:
+        if delivery.trained(live.trial.trial_id):
+            sends.add(live.trial.trial_id, live.rec.run_id, adopt=True)
+        else:
+            to_train.append(live)
+    return to_train
+
+
 def _launch(ledger: Ledger, backend: Any, claimed: list[_Live], inflight: dict) -> None:
     items = [(live.trial, live.rec) for live in claimed]
     writes = []
@@ -198,6 +234,7 @@ def _settle(
     out: SweepOutcome,
     max_retries: int,
     backoff_s: float,
+    sends: delivery.Deliveries,
 ) -> None:
     import ray
 
@@ -212,8 +249,16 @@ def _settle(
     if max_retries < 0 and status != FINISHED:  # cancelled on request, however it ended
         status = KILLED
     if status == FINISHED:
-        ledger.set_status(run_id, FINISHED)
-        out.finished.append(tid)
+        outbox = Outbox(paths.trial_dir(tid), run_id)
+        spooled = outbox.pending() or outcome.get("metrics_pending") or 0
+        if not spooled:
+            ledger.set_status(run_id, FINISHED)
+            out.finished.append(tid)
+        elif outbox.exists():  # MLflow was unreachable when the job ended: send the rest
+            sends.add(tid, run_id)
+        else:  # spooled in a folder this driver cannot see: the next job there sends it
+            ledger.set_tags(run_id, {TAG + "outbox_pending": str(spooled)})
+            out.undelivered.append(tid)
     elif status == "PREEMPTED":
         ledger.set_tags(run_id, {TAG + "preempted": str(int(time.time()))})
         live.not_before, live.requeued = 0.0, True

@@ -44,14 +44,15 @@ def resolve_job(ref: JobRef) -> Callable[..., Any]:
 
 
 def outcome_of(result: Any) -> dict[str, Any]:
-    """A job's return value (TrainResult, dict, None) -> {'status', 'reason'}."""
+    """A job's return value (TrainResult, dict, None) -> {'status', 'reason',
+    'metrics_pending'} (MLflow writes the job left spooled in its trial folder)."""
     if result is None:
-        return {"status": "FINISHED", "reason": None}
-    if isinstance(result, dict):
-        return {"status": result.get("status", "FINISHED"), "reason": result.get("reason")}
+        return {"status": "FINISHED", "reason": None, "metrics_pending": 0}
+    get = result.get if isinstance(result, dict) else lambda k, d: getattr(result, k, d)
     return {
-        "status": getattr(result, "status", "FINISHED"),
-        "reason": getattr(result, "reason", None),
+        "status": get("status", "FINISHED"),
+        "reason": get("reason", None),
+        "metrics_pending": get("metrics_pending", 0),
     }
 
 

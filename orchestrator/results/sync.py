@@ -117,8 +117,12 @@ def sync(
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from orchestrator.delivery import send_owed
+
     t0 = time.perf_counter()
     runs = find_sweep_runs(sweep, tracking_uri)
+    if send_owed(runs.trials, runs.uri)[0]:  # finished trials' spooled points, first
+        runs = find_sweep_runs(sweep, tracking_uri)
     state = store.load_state(sweep, root)
     old_trials = store.read_table(store.TRIALS, sweep, root)
     old_ids = set(old_trials.column("trial_id").to_pylist()) if old_trials is not None else set()

@@ -113,15 +113,15 @@ def finished_job(job: JobConfig, run_id: str | None = None) -> dict:
     return {"status": "FINISHED"}
 
 
-def sweep_yaml(name: str, seeds: int = 2, **backend: object) -> str:
-    """A tiny sweep of nano models, one trial per seed."""
+def sweep_yaml(name: str, seeds: int = 2, steps: int = 12, **backend: object) -> str:
+    """A tiny sweep of nano models (`steps` steps of 256 tokens), one trial per seed."""
     cfg = {"concurrency": 1, "max_retries": 0, "cpus_per_trial": 1} | backend
     return f"""
 name: {name}
 base:
   model: {{size: nano, vocab_size: 256, block_size: 32}}
   data: {{source: "builtin:pydoc", tokenizer: byte, seq_len: 32, val_tokens: 256}}
-  train: {{tokens: {256 * 12}, global_batch_tokens: 256, log_interval: 1, eval_interval: 4}}
+  train: {{tokens: {256 * steps}, global_batch_tokens: 256, log_interval: 1, eval_interval: 4}}
 grid:
   seed: {list(range(seeds))}
 backend: {json.dumps(cfg)}

@@ -1,0 +1,136 @@
+"""Metrics a trial still owes MLflow, and who sends them.
+
+A run turns FINISHED in MLflow only once its spool (`jobs/outbox.py`) is sent to the end:
+the job's last spooled write is its final status, and the driver marks a run FINISHED only
+when nothing is left in it. A trial that finished training while MLflow was unreachable
+therefore stays RUNNING in MLflow while its folder's `result.json` says the training is
+done, and whoever touches it next sends the rest: a later driver (which never trains it
+again), `scalelab status`, `scalelab results sync`. A trial trained under another run (two
+sweeps sharing a trial in one work directory) is *adopted*: the trial's curve is copied
+into this run's spool, then sent like any other.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from jobs import paths, tracking_store
+from jobs.outbox import Busy, Outbox
+from jobs.tracking import read_curve
+
+FINISHED = "FINISHED"
+
+
+class RunOfTrial(Protocol):
+    run_id: str
+    trial_id: str
+    status: str
+
+
+def trained(trial_id: str) -> dict[str, Any] | None:
+    """The trial's result.json when it says the training finished (under any run), else
+    None (not finished, or its folder is not on this machine)."""
+    path = paths.trial_dir(trial_id) / paths.RESULT_FILE
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return result if result.get("status") == FINISHED else None
+
+
+def adopt(trial_id: str, run_id: str) -> Outbox:
+    """Make run `run_id` record the trial's finished training: spool the curve points it
+    lacks and then FINISHED (nothing when they are spooled already). Idempotent."""
+    outbox = Outbox(paths.trial_dir(trial_id), run_id)
+    result = trained(trial_id) or {}
+    if result.get("run_id") not in (None, run_id) and not outbox.exists():
+        outbox.append(
+            [{"kind": "tag", "key": "scalelab.trained_in_run", "value": result["run_id"]}]
+        )
+    outbox.copy_curve(read_curve(paths.trial_dir(trial_id)), then_status=FINISHED)
+    return outbox
+
+
+@dataclass(frozen=True)
+class Owed:
+    """A run whose spool still holds writes after an attempt to send them."""
+
+    trial_id: str
+    run_id: str
+    pending: int
+    why: str
+
+
+def send_owed(runs: Iterable[RunOfTrial], uri: str | None = None) -> tuple[int, list[Owed]]:
+    """Send what the spools of these runs (those not FINISHED) still hold, without waiting
+    for a spool another process is sending. Returns (writes sent, runs still owing)."""
+    sent, owed = 0, []
+    for run in runs:
+        if run.status == FINISHED:
+            continue
+        outbox = Outbox(paths.trial_dir(run.trial_id), run.run_id)
+        if not outbox.pending():
+            continue
+        why = ""
+        try:
+            sent += outbox.deliver(uri, wait=False)
+        except Busy:
+            why = "being sent by its job or another scalelab command"
+        except Exception as e:
+            why = f"MLflow unreachable: {tracking_store.failure(e) or e}"
+        if left := outbox.pending():
+            owed.append(Owed(run.trial_id, run.run_id, left, why))
+    return sent, owed
+
+
+@dataclass
+class _Send:
+    trial_id: str
+    adopt: bool
+    future: Future | None = None
+    not_before: float = 0.0
+
+
+class Deliveries:
+    """The driver's sends of finished trials' spools: in a background thread (an outage
+    never stalls the scheduler), retried every `retry_s` until nothing is left."""
+
+    def __init__(self, uri: str | None = None, retry_s: float = 5.0) -> None:
+        self.uri, self.retry_s = uri, retry_s
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="scalelab-outbox")
+        self._owed: dict[str, _Send] = {}  # by run id
+
+    def add(self, trial_id: str, run_id: str, adopt: bool = False) -> None:
+        self._owed[run_id] = _Send(trial_id, adopt)
+
+    def __len__(self) -> int:
+        return len(self._owed)
+
+    def _send(self, trial_id: str, run_id: str, adopt_first: bool) -> int:
+        outbox = (
+            adopt(trial_id, run_id) if adopt_first else Outbox(paths.trial_dir(trial_id), run_id)
+        )
+        outbox.deliver(self.uri)
+        return outbox.pending()
+
+    def poll(self) -> list[tuple[str, str]]:
+        """(trial id, run id) of the runs whose spool is now sent to the end."""
+        done, now = [], time.monotonic()
+        for run_id, send in list(self._owed.items()):
+            if send.future is not None and send.future.done():
+                if send.future.exception() is None and send.future.result() == 0:
+                    del self._owed[run_id]
+                    done.append((send.trial_id, run_id))
+                    continue
+                send.future, send.not_before = None, now + self.retry_s
+            if send.future is None and now >= send.not_before:
+                send.future = self._pool.submit(self._send, send.trial_id, run_id, send.adopt)
+        return done
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,169 @@
+"""A trial that finishes while MLflow is unreachable: every point arrives later, sent by
+whoever touches the trial next, and its run turns FINISHED only once they have arrived."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from faults.mlflow_kit import (
+    MlflowServer,
+    curve_points,
+    env,
+    mlflow_points,
+    repeated,
+    scalelab,
+    sweep_yaml,
+)
+
+from orchestrator.expand import expand
+from orchestrator.ledger import Ledger
+from orchestrator.spec import parse_spec
+
+OUTAGE_S = 60
+STEPS = 40
+
+
+def _expected(home: Path, trial_id: str) -> dict[str, list[tuple[int, float]]]:
+    """What MLflow must hold: every finite point of curves.jsonl, once."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    for p in curve_points(home, trial_id):
+        if p["value"] == p["value"]:
+            out.setdefault(p["metric"], []).append((p["step"], p["value"]))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _result(home: Path, trial_id: str) -> dict:
+    return json.loads((home / "trials" / trial_id / "result.json").read_text())
+
+
+def _wait_for(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.time() + timeout_s
+    while not predicate():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_a_driver_sends_what_an_outage_held_back_then_marks_finished(tmp_path):
+    """`scalelab submit` on a real `mlflow server`, stopped for 60 s while the trial ends."""
+    home = tmp_path / "home"
+    server = MlflowServer(f"sqlite:///{tmp_path / 'server.db'}").start()
+    try:
+        sweep = tmp_path / "sweep.yaml"
+        sweep.write_text(sweep_yaml("outage", seeds=1, steps=STEPS))
+        (trial,) = expand(*parse_spec(sweep.read_text(), str(sweep)))
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "submit", str(sweep), "--no-summary"],
+            env=env(home, server.uri), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        curves = home / "trials" / trial.trial_id / "curves.jsonl"
+        _wait_for(lambda: curves.exists() and '"step": 2,' in curves.read_text(), 600, "step 2")
+        server.stop()
+        stopped = time.time()
+        # training ends, then the job waits 30 s for MLflow and leaves the rest spooled
+        last = f'"step": {STEPS}, "tokens": {256 * STEPS}, "flops": '
+        _wait_for(lambda: last in curves.read_text(), OUTAGE_S - 35, "the end of training")
+        time.sleep(max(0.0, stopped + OUTAGE_S - time.time()))
+        server.start()
+
+        total = len(_expected(home, trial.trial_id)["train/loss"])
+        ledger = Ledger("outage", tracking_uri=server.uri)
+        run_id = ledger.records()[trial.trial_id].run_id
+        seen = []
+        while driver.poll() is None:  # FINISHED never shows while points are missing
+            status = ledger.client.get_run(run_id).info.status
+            n = len(mlflow_points(server.uri, run_id).get("train/loss", []))
+            seen.append((status, n))
+            assert status != "FINISHED" or n == total, seen
+            time.sleep(0.2)
+        out, err = driver.communicate()
+        assert driver.returncode == 0, err[-3000:]
+        assert _result(home, trial.trial_id)["metrics_pending"] > 0  # the outage was real
+
+        sent = mlflow_points(server.uri, run_id)
+        assert sent == _expected(home, trial.trial_id)
+        assert all(repeated(points) == [] for k, points in sent.items() if "gflop" not in k)
+        assert sent["val/loss"][-1][1] == _result(home, trial.trial_id)["final_val_loss"]
+        assert ledger.client.get_run(run_id).info.status == "FINISHED"
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def spooled_home(tmp_path_factory) -> tuple[Path, str, str]:
+    """A work directory whose one trial trained to the end while its job could not reach
+    MLflow (a closed port): everything it logged waits in the run's spool. Returns
+    (home, trial id, run id); the sweep's ledger is the home's sqlite store."""
+    root = tmp_path_factory.mktemp("spooled")
+    home = root / "home"
+    home.mkdir()
+    text = sweep_yaml("spooled", seeds=1)
+    (root / "sweep.yaml").write_text(text)
+    spec, source = parse_spec(text)
+    (trial,) = expand(spec, source)
+    ledger = Ledger("spooled", tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    run_id = ledger.sync(spec, [trial])[trial.trial_id].run_id
+    (root / "job.json").write_text(trial.job.model_dump_json())
+    job = subprocess.run(
+        [sys.executable, "-m", "jobs.train", str(root / "job.json"), run_id],
+        env=env(home, "http://127.0.0.1:9"), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert ledger.client.get_run(run_id).info.status == "SCHEDULED"  # MLflow saw nothing
+    assert mlflow_points(ledger.uri, run_id) == {}
+    return home, trial.trial_id, run_id
+
+
+def _copy(spooled: tuple[Path, str, str], tmp_path: Path) -> tuple[Path, Ledger]:
+    home = tmp_path / "home"
+    shutil.copytree(spooled[0], home)
+    shutil.copy(spooled[0].parent / "sweep.yaml", tmp_path / "sweep.yaml")
+    return home, Ledger("spooled", tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+
+
+def _assert_delivered(home: Path, ledger: Ledger, trial_id: str, run_id: str) -> None:
+    sent = mlflow_points(ledger.uri, run_id)
+    assert sent == _expected(home, trial_id)
+    assert sent["val/loss"][-1][1] == _result(home, trial_id)["final_val_loss"]
+    assert ledger.client.get_run(run_id).info.status == "FINISHED"
+
+
+@pytest.mark.slow
+def test_status_sends_the_spool(spooled_home, tmp_path):
+    home, ledger = _copy(spooled_home, tmp_path)
+    _, trial_id, run_id = spooled_home
+    shown = scalelab("status", "spooled", "--json", home=home)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert json.loads(shown.stdout)["trials"][0]["status"] == "FINISHED"
+    _assert_delivered(home, ledger, trial_id, run_id)
+
+
+@pytest.mark.slow
+def test_results_sync_sends_the_spool(spooled_home, tmp_path):
+    home, ledger = _copy(spooled_home, tmp_path)
+    _, trial_id, run_id = spooled_home
+    synced = scalelab("results", "sync", "spooled", home=home)
+    assert synced.returncode == 0, synced.stderr[-3000:]
+    _assert_delivered(home, ledger, trial_id, run_id)
+
+
+@pytest.mark.slow
+def test_a_later_driver_sends_the_spool_and_does_not_train_again(spooled_home, tmp_path):
+    home, ledger = _copy(spooled_home, tmp_path)
+    _, trial_id, run_id = spooled_home
+    trial_files = sorted(
+        p for p in (home / "trials" / trial_id).rglob("*") if "outbox" not in str(p)
+    )
+    before = {p: p.read_bytes() for p in trial_files if p.is_file()}
+    again = scalelab("submit", str(tmp_path / "sweep.yaml"), "--no-summary", home=home)
+    assert again.returncode == 0, again.stderr[-3000:]
+    _assert_delivered(home, ledger, trial_id, run_id)
+    after = {p: p.read_bytes() for p in trial_files if p.is_file()}
+    assert after == before  # no checkpoint, curve point or result written: not trained again
+    assert ledger.record(run_id).attempts == 0
