@@ -3,7 +3,7 @@
 $SCALELAB_HOME (default ./scalelab-runs)
   mlflow.db               sqlite tracking store (absolute URI)
   artifacts/              MLflow artifacts
-  trials/<trial_id>/      job.json, ckpt/, curves.jsonl, result.json, logs
+  trials/<trial_id>/      job.json, ckpt/, curves.jsonl, result.json, outbox/<run_id>/, logs
   data/                   token shards, one folder per (source, tokenizer), shared by
                           every trial ($SCALELAB_DATA moves it, e.g. to a cluster filesystem)
   results/                Parquet tables, plots, reports
