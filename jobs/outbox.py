@@ -91,13 +91,13 @@ class Outbox:
         return (path.read_text() or None) if path.exists() else None
 
     def items(self) -> Iterator[dict[str, Any]]:
-        """Every complete write in the spool, sent or not."""
+        """Every complete write in the spool, sent or not (a damaged line is skipped)."""
         if not self.path.exists():
             return
         with open(self.path, "rb") as f:
             for raw in f:
-                if raw.endswith(b"\n"):
-                    yield json.loads(raw)
+                if raw.endswith(b"\n") and (item := _decode(raw)) is not None:
+                    yield item
 
     def positions(self) -> dict[str, int]:
         """For each metric, the furthest position (tokens trained) the spool holds."""
@@ -200,7 +200,11 @@ class Outbox:
                 self._commit(done)
 
         for line, end in lines:
-            item = json.loads(line)
+            item = _decode(line)
+            if item is None:  # damaged on disk: set it aside rather than block the rest
+                self._set_aside({"error": "not a spool line", "line": line[:1000]})
+                done = end
+                continue
             kind = item["kind"]
             if kind == "metric":
                 metrics.append(Metric(item["key"], item["value"], item["ts"], item["step"]))
@@ -226,14 +230,14 @@ class Outbox:
         return len(lines)
 
 
+def _decode(line: str | bytes) -> dict[str, Any] | None:
+    try:
+        item = json.loads(line)
+    except ValueError:
+        return None
+    return item if isinstance(item, dict) and "kind" in item else None
+
+
 def metric(key: str, value: float, step: int, tokens: int, ts: int) -> dict[str, Any]:
     """A metric write: `step` is MLflow's x-axis, `tokens` the position in training."""
     return {"kind": "metric", "key": key, "value": value, "step": step, "tokens": tokens, "ts": ts}
-
-
-def runs_with_unsent(trial_dir: Path) -> list[str]:
-    """Run ids whose spool in this trial folder still holds unsent writes."""
-    root = Path(trial_dir) / OUTBOX_DIR
-    if not root.is_dir():
-        return []
-    return sorted(d.name for d in root.iterdir() if Outbox(trial_dir, d.name).pending())

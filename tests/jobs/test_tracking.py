@@ -79,6 +79,23 @@ def test_a_refused_param_never_costs_the_points(home, mlflow_uri, tmp_path, monk
     assert run.data.params["model.bias"] == "True"  # MLflow keeps the first value
 
 
+def test_a_damaged_spool_line_is_set_aside_and_the_rest_delivered(home, mlflow_uri, tmp_path):
+    from jobs.outbox import Outbox
+
+    run_id = _new_run(mlflow_uri)
+    outbox = Outbox(tmp_path / "trial", run_id)
+    point = {"kind": "metric", "key": "train/loss", "value": 1.0, "tokens": 1, "ts": 1}
+    outbox.append([point | {"step": 1}])
+    with open(outbox.path, "a") as f:
+        f.write('{"kind": "metric", "key": \x00\n')  # e.g. a bad sector
+    outbox.append([point | {"step": 2, "tokens": 2}, {"kind": "status", "status": "FINISHED"}])
+    assert outbox.deliver() == 4 and outbox.pending() == 0
+    assert _steps(mlflow_uri, run_id, "train/loss") == [1, 2]
+    assert MlflowClient(mlflow_uri).get_run(run_id).info.status == "FINISHED"
+    assert "not a spool line" in (outbox.dir / "rejected.jsonl").read_text()
+    assert outbox.positions() == {"train/loss": 2}
+
+
 def test_params_are_flattened_with_json_leaves():
     from jobs.config import JobConfig
     from jobs.provenance import mlflow_params
