@@ -1,15 +1,13 @@
 """The DeepSpeed config of one trial, generated from DeepSpeedConfig + TrainConfig
-(torch-free: the orchestrator plans each trial's batch before anything runs)."""
+(torch-free: the orchestrator plans each trial's batch and its memory from the same config
+before anything runs)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jobs.config import JobCheckError, JobConfig
-
-if TYPE_CHECKING:
-    from jobs.distributed import DistEnv
 
 
 @dataclass(frozen=True)
@@ -52,11 +50,12 @@ def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def deepspeed_config(job: JobConfig, plan: BatchPlan, env: DistEnv) -> dict[str, Any]:
+def deepspeed_config(job: JobConfig, plan: BatchPlan, device: str) -> dict[str, Any]:
+    """`device`: 'cpu' or 'cuda[:i]' (pinned host buffers only for a GPU)."""
     ds, t = job.deepspeed, job.train
     zero: dict[str, Any] = {"stage": ds.zero_stage}
     if ds.offload_optimizer:
-        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": env.device != "cpu"}
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": device != "cpu"}
     cfg: dict[str, Any] = {
         "train_batch_size": plan.global_seqs,
         "train_micro_batch_size_per_gpu": plan.micro_batch,

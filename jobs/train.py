@@ -131,7 +131,7 @@ class _Trainer:
                 block.attn_update = _checkpointed(block.attn_update)
         universal.record_info(model)  # lets a checkpoint be resumed on another rank count
         self.optimizer = adamw(model, job.train)
-        self.ds_config = deepspeed_config(job, self.plan, self.env)
+        self.ds_config = deepspeed_config(job, self.plan, self.env.device)
         self.engine, *_ = deepspeed.initialize(
             model=model, optimizer=self.optimizer, config=self.ds_config, dist_init_required=False
         )
