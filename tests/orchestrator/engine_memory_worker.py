@@ -1,0 +1,93 @@
+"""One rank of test_memory_engines.py, started by torchrun: what real DeepSpeed engines hold.
+
+Usage: torchrun --nproc_per_node N engine_memory_worker.py SPEC.json
+SPEC: {"jobs": [JobConfig, ...], "dir": "...", "out": "results.json"}
+
+Each job's engine is built the way jobs/train.py builds it, takes two optimizer steps on
+random tokens, and right after the last backward pass (parameters, gradients and optimizer
+states all exist then) every tensor storage reachable from the engine is summed once; the
+ones DeepSpeed keeps in its gradient buckets (`ipg_*`) are summed apart. Then a checkpoint
+is saved with jobs.checkpoint.save and its files summed. Rank 0 writes, per job, each
+rank's numbers.
+"""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from jobs import checkpoint, distributed
+from jobs.config import JobConfig
+from jobs.ds_config import plan_batch
+from jobs.train import _Trainer
+
+OWNERS = ("deepspeed", "torch", "jobs", "models")  # objects whose attributes are followed
+
+
+def storages(root: object) -> dict[int, tuple[int, str]]:
+    """data_ptr -> (bytes, path of the first reference found) of every reachable storage."""
+    seen: set[int] = set()
+    found: dict[int, tuple[int, str]] = {}
+    stack: list[tuple[object, str]] = [(root, "engine")]
+    while stack:
+        obj, path = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            storage = obj.untyped_storage()
+            if storage.data_ptr() and storage.data_ptr() not in found:
+                found[storage.data_ptr()] = (storage.nbytes(), path)
+            if obj.is_leaf and obj.grad is not None:
+                stack.append((obj.grad, path + ".grad"))
+            stack.extend((v, f"{path}.{k}") for k, v in vars(obj).items())  # ZeRO-3's ds_tensor
+        elif isinstance(obj, dict):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(obj.values()))
+            stack.extend((k, f"{path}[key]") for k in obj if torch.is_tensor(k))
+        elif isinstance(obj, (list, tuple, set)):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(obj))
+        elif type(obj).__module__.split(".")[0] in OWNERS and hasattr(obj, "__dict__"):
+            stack.extend((v, f"{path}.{k}") for k, v in vars(obj).items())
+    return found
+
+
+def measure(job: JobConfig, env: distributed.DistEnv, ckpt_dir: Path) -> dict:
+    trainer = _Trainer(job, env, plan_batch(job, env.world_size), time.time())
+    trainer._build_engine()
+    engine, plan = trainer.engine, trainer.plan
+    torch.manual_seed(env.rank)
+    held = None
+    for step in range(2):
+        for micro in range(plan.accum):
+            x = torch.randint(0, job.model.vocab_size, (plan.micro_batch, job.data.seq_len))
+            engine.backward(engine(x, x).loss)
+            if step == 1 and micro == plan.accum - 1:
+                held = storages(engine)
+            engine.step()
+    buckets = sum(b for b, path in held.values() if ".ipg_" in path)
+    states = sum(b for b, path in held.values() if ".ipg_" not in path)
+    tag = checkpoint.save(engine, env, ckpt_dir, {"step": 2}, keep=1)
+    files = sum(p.stat().st_size for p in tag.iterdir() if p.is_file())
+    return {"states": states, "buckets": buckets, "checkpoint": files}
+
+
+def main() -> None:
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    env = distributed.read_environment()
+    distributed.init(env)
+    results = []
+    for i, raw in enumerate(spec["jobs"]):
+        numbers = measure(JobConfig.model_validate(raw), env, Path(spec["dir"]) / f"job{i}")
+        gathered = [None] * env.world_size
+        dist.all_gather_object(gathered, numbers)
+        results.append(gathered)
+    if env.is_main:
+        Path(spec["out"]).write_text(json.dumps(results))
+    distributed.shutdown(env)
+
+
+if __name__ == "__main__":
+    main()

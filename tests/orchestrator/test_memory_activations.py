@@ -1,0 +1,89 @@
+"""The planner's activation bytes per token and layer (orchestrator/memory.py) against what
+autograd really keeps: every tensor a forward pass saves for backward, seen through
+`torch.autograd.graph.saved_tensors_hooks`, counted once per storage, parameters left out.
+
+Per layer = the difference between an L+2-layer and an L-layer model of the same width,
+divided by 2 layers and the tokens; what is left at L layers is the embedding and LM head.
+"""
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from jobs.train import _checkpointed
+from models.build import build
+from models.config import ModelConfig
+from orchestrator.memory import activation_model
+
+B, T = 2, 64
+
+
+def _saved_bytes(cfg: ModelConfig, checkpointing: bool, dtype: torch.dtype) -> int:
+    torch.manual_seed(0)
+    model = build(cfg).to(dtype).train()
+    if checkpointing:  # as jobs/train.py wraps the blocks
+        for block in model.blocks:
+            block.mlp_update = _checkpointed(block.mlp_update)
+            block.attn_update = _checkpointed(block.attn_update)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    idx = torch.randint(0, cfg.vocab_size, (B, T))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(idx, idx)
+    return sum(saved.values())
+
+
+def _measured(model: dict, checkpointing: bool = False, dtype=torch.float32):
+    """Saved bytes per token of the 2- and the 4-layer model, and the two configs."""
+    cfgs = [ModelConfig(size="micro", n_layer=n, vocab_size=256, block_size=T, **model)
+            for n in (2, 4)]  # fmt: skip
+    return [_saved_bytes(c, checkpointing, dtype) / (B * T) for c in cfgs], cfgs
+
+
+def _check(model: dict, checkpointing: bool, attention: str, dtype=torch.float32) -> float:
+    """Per token-layer and whole-model saved bytes within 10% of the estimate; returns the
+    measured bytes per token and layer."""
+    (two, four), cfgs = _measured(model, checkpointing, dtype)
+    act_bytes = torch.finfo(dtype).bits // 8
+    est = [activation_model(c, T, act_bytes, checkpointing, attention, "cpu") for c in cfgs]
+    per_layer = (four - two) / 2  # both added blocks are routed when TSA is on
+    assert per_layer == pytest.approx(est[1].layer + est[1].gated, rel=0.10)
+    assert two == pytest.approx(est[0].saved_per_token(), rel=0.10)
+    assert four == pytest.approx(est[1].saved_per_token(), rel=0.10)
+    return per_layer
+
+
+CASES = [
+    ({}, False),
+    ({}, True),
+    ({"attn_out": "hadamard"}, False),
+    ({"budget": {}}, False),
+    ({"budget": {}, "n_head": 8}, False),
+    ({"budget": {}}, True),
+    ({"tsa": {}}, False),
+    ({"tsa": {}}, True),
+    ({"attn_out": "hadamard", "budget": {}, "tsa": {}}, False),
+]
+
+
+@pytest.mark.parametrize(("model", "checkpointing"), CASES)
+def test_activation_bytes_per_token_layer_match_saved_tensors(model, checkpointing):
+    _check(model, checkpointing, "flash")
+
+
+def test_math_attention_keeps_the_softmax_and_dropout_masks():
+    with sdpa_kernel(SDPBackend.MATH):
+        plain = _check({}, False, "math")
+        _check({"dropout": 0.1}, False, "math")
+    assert plain > 1.1 * _check({}, False, "flash")  # the T x T scores cost at this size
+
+
+def test_bf16_halves_the_activations_but_not_the_fp32_statistics():
+    assert _check({}, False, "flash", torch.bfloat16) < 0.55 * _check({}, False, "flash")

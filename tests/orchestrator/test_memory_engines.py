@@ -1,0 +1,121 @@
+"""The planner's parameter + gradient + optimizer bytes per rank (orchestrator/memory.py)
+against real DeepSpeed engines on CPU: 1 and 2 gloo ranks, ZeRO 0-3, bf16 and fp32, with and
+without optimizer offload, at two model sizes. Each engine is measured by
+engine_memory_worker.py; the estimate must be within 10% of what the engine holds, DeepSpeed's
+ZeRO-3 gradient bucket must be exactly the estimate's, and a checkpoint's files within 10%
+of the estimated checkpoint size."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobs.config import JobConfig
+from jobs.ds_config import deepspeed_config, plan_batch
+from orchestrator.memory import (
+    ZeroSettings,
+    checkpoint_bytes,
+    model_state_bytes,
+    parameter_sizes,
+)
+
+WORKER = Path(__file__).with_name("engine_memory_worker.py")
+
+
+def _job(size: str, stage: int, dtype: str = "bf16", offload: bool = False) -> JobConfig:
+    return JobConfig.model_validate(
+        {
+            "model": {"size": size, "vocab_size": 256, "block_size": 32},
+            "data": {"seq_len": 32},
+            "train": {"tokens": 1024, "global_batch_tokens": 256, "dtype": dtype},
+            "deepspeed": {"zero_stage": stage, "offload_optimizer": offload},
+        }
+    )
+
+
+TWO_RANKS = [
+    *(_job("micro", stage) for stage in (0, 1, 2, 3)),
+    *(_job("mini", stage) for stage in (2, 3)),
+    _job("micro", 2, "fp32"),
+    _job("mini", 1, "bf16", offload=True),
+    _job("mini", 3, "bf16", offload=True),
+]
+ONE_RANK = [_job("micro", 0, "fp32"), _job("mini", 3)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _on_two_ranks(jobs: list[JobConfig], tmp_path: Path) -> list[list[dict]]:
+    spec, out = tmp_path / "spec.json", tmp_path / "out.json"
+    raw = [json.loads(j.model_dump_json()) for j in jobs]
+    spec.write_text(json.dumps({"jobs": raw, "dir": str(tmp_path / "ckpt"), "out": str(out)}))
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+         "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), str(WORKER),
+         str(spec)],
+        env={**env, "OMP_NUM_THREADS": "1", "SCALELAB_HOME": str(tmp_path / "home")},
+        capture_output=True, text=True, timeout=500,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+def _on_one_rank(jobs: list[JobConfig], tmp_path: Path, monkeypatch) -> list[list[dict]]:
+    """In this process (no launcher: one rank on 127.0.0.1)."""
+    from engine_memory_worker import measure
+
+    from jobs import distributed
+
+    monkeypatch.setenv("SCALELAB_HOME", str(tmp_path / "home"))
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+    env = distributed.read_environment()
+    distributed.init(env)
+    try:
+        return [[measure(job, env, tmp_path / f"ckpt{i}")] for i, job in enumerate(jobs)]
+    finally:
+        distributed.shutdown(env)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_model_state_bytes_per_rank_match_deepspeed_engines(ranks, tmp_path, monkeypatch):
+    if ranks == 2:
+        jobs, measured = TWO_RANKS, _on_two_ranks(TWO_RANKS, tmp_path)
+    else:
+        jobs, measured = ONE_RANK, _on_one_rank(ONE_RANK, tmp_path, monkeypatch)
+    for job, per_rank in zip(jobs, measured, strict=True):
+        ds = job.deepspeed
+        case = f"{job.model.size} ZeRO-{ds.zero_stage} {job.train.dtype} offload={ds.offload_optimizer} x{ranks}"
+        z = ZeroSettings.from_ds_config(deepspeed_config(job, plan_batch(job, ranks), "cpu"))
+        sizes = parameter_sizes(job.model)
+        est = model_state_bytes(sizes, z, ranks)
+        for rank, m in enumerate(per_rank):
+            assert m["states"] == pytest.approx(est.resident + est.staging, rel=0.10), (case, rank)
+            # ZeRO-3 keeps its bucket; ZeRO-1/2 free theirs at the end of each backward
+            assert m["buckets"] == (est.buckets if ds.zero_stage == 3 else 0), (case, rank)
+        ckpt = per_rank[0]["checkpoint"]  # every rank sees the whole (shared) folder
+        assert ckpt == pytest.approx(checkpoint_bytes(sum(sizes), z), rel=0.10), case
+
+
+def test_zero_settings_defaults_are_deepspeeds():
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    for stage in (1, 3):
+        theirs = DeepSpeedZeroConfig(stage=stage)
+        ours = ZeroSettings.from_ds_config({"zero_optimization": {"stage": stage}})
+        assert ours.reduce_bucket_size == theirs.reduce_bucket_size
+        assert ours.overlap_comm == theirs.overlap_comm
+        assert ours.contiguous_gradients == theirs.contiguous_gradients
+        assert ours.persistence_threshold == theirs.param_persistence_threshold
+        assert ours.prefetch_bucket_size == theirs.prefetch_bucket_size
