@@ -20,6 +20,14 @@ from orchestrator.backends import DEFAULT_JOB
 from orchestrator.data_cli import data_plan
 from orchestrator.expand import Trial, check_size, expand, plan_rows
 from orchestrator.job_checks import check_trials
+from orchestrator.planner import (
+    PLAN_COLUMNS,
+    TrialPlan,
+    placement_summary,
+    plan_cells,
+    plan_sweep,
+    unfit_lines,
+)
 from orchestrator.spec import (
     DEFAULT_MAX_TRIALS,
     SourceMap,
@@ -102,7 +110,7 @@ def _read_statuses(spec: SweepSpec) -> dict[str, str]:
     return _ledger(spec.name, spec.experiment_name).statuses()
 
 
-def _plan_table(spec: SweepSpec, rows: list[dict[str, Any]]) -> Table:
+def _plan_table(spec: SweepSpec, rows: list[dict[str, Any]], plans: list[TrialPlan]) -> Table:
     table = Table(title=f"sweep {spec.name}: {len(rows)} trials on {spec.backend.kind}")
     for col in ("trial_id", "variant", "size", "params", "tokens", "FLOPs", "GPU-h", "status"):
         table.add_column(
@@ -110,7 +118,9 @@ def _plan_table(spec: SweepSpec, rows: list[dict[str, Any]]) -> Table:
         )
     table.add_column("data")  # orchestrator/data_cli.py: readiness, tokens needed / prepared
     table.add_column("data tokens", justify="right")
-    for r in rows:
+    for col in PLAN_COLUMNS:  # orchestrator/planner.py: memory, fit, time, checkpoint
+        table.add_column(col, justify="right")
+    for r, plan in zip(rows, plans, strict=True):
         table.add_row(
             r["trial_id"],
             r["variant"],
@@ -122,12 +132,14 @@ def _plan_table(spec: SweepSpec, rows: list[dict[str, Any]]) -> Table:
             "FINISHED (skip)" if r["status"] == "FINISHED" else r["status"],
             r["data"],
             _data_tokens(r),
+            *plan_cells(plan).values(),
         )
     live = [r for r in rows if r["status"] != "FINISHED"]
     table.caption = (
         f"to run: {len(live)} trials, {sum(r['flops'] for r in live):.3e} FLOPs, "
         f"~{sum(r['gpu_hours'] for r in live):.3g} GPU-hours at MFU {spec.estimate.mfu:.0%} of "
-        f"{spec.estimate.peak_flops:.3g} FLOP/s; already finished: {len(rows) - len(live)}"
+        f"{spec.peak_flops:.3g} FLOP/s; already finished: {len(rows) - len(live)}\n"
+        + placement_summary(spec)
     )
     return table
 
@@ -152,9 +164,13 @@ def submit(
         "the scaling laws, write plots and a report, and print the gains.",
     ),
     max_trials: int = MAX_TRIALS,
+    ignore_fit: bool = typer.Option(
+        False, "--ignore-fit", help="Submit trials the plan says do not fit their GPUs."
+    ),
 ) -> None:
     """Validate a sweep YAML, record its trials in MLflow and run them (FINISHED ones are skipped)."""
     spec, trials, text = _load(sweep, max_trials)
+    plans = plan_sweep(spec, trials)
     if dry_run:
         rows = plan_rows(spec, trials, _read_statuses(spec))
         data_rows, prepare_commands = data_plan(trials)
@@ -173,15 +189,26 @@ def submit(
                 "tokens_needed",
                 "tokens_available",
             )
-            print(
-                json.dumps({"sweep": spec.name, "trials": [{k: r[k] for k in keys} for r in rows]})
-            )
+            trials_json = [
+                {k: r[k] for k in keys} | {"plan": p.as_dict()}
+                for r, p in zip(rows, plans, strict=True)
+            ]
+            where = placement_summary(spec)
+            print(json.dumps({"sweep": spec.name, "placement": where, "trials": trials_json}))
         else:
-            out.print(_plan_table(spec, rows))
+            out.print(_plan_table(spec, rows, plans))
+            for line in unfit_lines(trials, plans):
+                out.print(f"does not fit: {line}", soft_wrap=True, highlight=False)
             for command in prepare_commands:  # data that trials would otherwise prepare
                 out.print(f"prepare the data first (or the first trial does): {command}",
                           soft_wrap=True, highlight=False)  # fmt: skip
         return
+    unfit = unfit_lines(trials, plans)
+    if unfit and not ignore_fit:
+        raise _fail(
+            f"{len(unfit)} trial(s) do not fit, nothing submitted ({placement_summary(spec)}; "
+            "--ignore-fit submits them anyway):\n" + "\n".join(unfit)
+        )
     if detach:
         from orchestrator.detach import submit_detached
 

@@ -337,7 +337,7 @@ def plan_rows(
             "params": t.n_params,
             "tokens": t.tokens,
             "flops": t.flops,
-            "gpu_hours": gpu_hours(t.flops, est.mfu, est.peak_flops),
+            "gpu_hours": gpu_hours(t.flops, est.mfu, spec.peak_flops),
             "status": statuses.get(t.trial_id, "NEW"),
         }
         for t in trials

@@ -26,12 +26,15 @@ from pydantic import (
 )
 
 from jobs.config import JobCheckError, JobConfig
+from jobs.gpus import gpu_spec
 from models.config import FrozenConfig, format_config_error, register_config
 from models.sizes import get_size
 from models.variants import canonical_variant
 from orchestrator.sweep_file import SourceMap, SpecError, load_yaml, read_sweep
 
 __all__ = ["SourceMap", "SpecError", "SweepSpec", "load_spec", "parse_spec"]
+
+DEFAULT_GPU = "H100 SXM"  # the peak assumed when a sweep names no GPU
 
 DEFAULT_MAX_TRIALS = 1_000  # more trials than this need --max-trials (docs/sweep-yaml.md)
 
@@ -112,6 +115,11 @@ class BackendConfig(FrozenConfig):
 
     kind: Literal["local", "ray", "slurm"] = "local"
     address: str | None = Field(None, description="ray: cluster address (ray://host:10001)")
+    gpu: str | None = Field(
+        None,
+        description="the GPU model of the trials' nodes, e.g. 'H100 SXM' (jobs/gpus.py): "
+        "the plan checks each trial's memory against it and times it at its peak",
+    )
     concurrency: int = Field(2, ge=1, description="trials running at once")
     cpus_per_trial: float = Field(1.0, ge=0)
     gpus_per_trial: float = Field(0.0, ge=0)
@@ -124,6 +132,11 @@ class BackendConfig(FrozenConfig):
     max_retries: int = Field(2, ge=0, description="re-runs of a FAILED trial")
     retry_backoff_s: float = Field(5.0, ge=0, description="first retry delay; doubles")
     slurm: SlurmOptions | None = None
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, name: str | None) -> str | None:
+        return None if name is None else gpu_spec(name).name
 
     @property
     def ranks(self) -> int:
@@ -158,10 +171,25 @@ class BackendConfig(FrozenConfig):
 
 
 class EstimateConfig(FrozenConfig):
-    """Assumptions behind the plan's GPU-hour estimate."""
+    """Assumptions behind the plan (orchestrator/planner.py): time and memory per trial."""
 
     mfu: float = Field(0.4, gt=0, le=1, description="assumed model FLOPs utilisation")
-    peak_flops: float = Field(989e12, gt=0, description="per GPU (H100 bf16 dense: 989e12)")
+    peak_flops: float | None = Field(
+        None,
+        gt=0,
+        description="per GPU; default: backend.gpu's dense bf16 peak, else H100 SXM's 989e12",
+    )
+    memory_headroom: float = Field(
+        0.1,
+        ge=0,
+        lt=1,
+        description="share of each GPU's memory kept free (CUDA context, NCCL, fragmentation)",
+    )
+    attention: Literal["flash", "math"] = Field(
+        "flash",
+        description="the attention kernel's memory: flash/memory-efficient SDPA (no T x T "
+        "matrix) or math (softmax scores kept)",
+    )
 
 
 class SweepSpec(FrozenConfig):
@@ -210,6 +238,13 @@ class SweepSpec(FrozenConfig):
         """Axis combinations, known without expanding: the trials are at most this many
         (combinations that mean the same computation are kept once)."""
         return math.prod(self.axis_sizes().values())
+
+    @property
+    def peak_flops(self) -> float:
+        """Per-GPU peak of the plan: estimate.peak_flops, else backend.gpu's, else H100 SXM's."""
+        if self.estimate.peak_flops is not None:
+            return self.estimate.peak_flops
+        return gpu_spec(self.backend.gpu or DEFAULT_GPU).bf16_flops
 
     @field_validator("variants")
     @classmethod

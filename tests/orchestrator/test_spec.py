@@ -155,7 +155,7 @@ def test_plan_rows_and_schema():
     trials = expand(spec, source)
     rows = plan_rows(spec, trials, {trials[0].trial_id: "FINISHED"})
     assert [r["status"] for r in rows] == ["FINISHED", "NEW"]
-    expected_h = trials[0].flops / (spec.estimate.mfu * spec.estimate.peak_flops) / 3600
+    expected_h = trials[0].flops / (spec.estimate.mfu * spec.peak_flops) / 3600
     assert rows[0]["gpu_hours"] == pytest.approx(expected_h)
     schema = SweepSpec.model_json_schema()
     json.dumps(schema)
