@@ -87,7 +87,7 @@ class Fix:
         keys = ", ".join(
             f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in self.changes.items()
         )
-        return f"{keys} ({self.peak_gpu_bytes / GIB:.1f} GiB per GPU, {_duration(self.wall_s)})"
+        return f"{keys} ({self.peak_gpu_bytes / GIB:.1f} GiB per GPU, {duration_text(self.wall_s)})"
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ class TrialPlan:
         return out
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
     hours = seconds / 3600
     if hours < 1:
         return f"{seconds / 60:.0f} min"
@@ -233,6 +233,13 @@ def _no_plan(trial: Trial, job: JobConfig, world: int, placement: Placement, why
     )  # fmt: skip
 
 
+def peak_flops(spec: SweepSpec, placement: Placement) -> float:
+    """estimate.peak_flops, else the placement's GPU's peak, else the sweep's default."""
+    if spec.estimate.peak_flops is None and placement.gpu is not None:
+        return placement.gpu.bf16_flops
+    return spec.peak_flops
+
+
 def _wall_s(trial: Trial, job: JobConfig, spec: SweepSpec, placement: Placement) -> float | None:
     if not placement.gpus:
         return None
@@ -241,7 +248,7 @@ def _wall_s(trial: Trial, job: JobConfig, spec: SweepSpec, placement: Placement)
     evals = math.ceil(steps / job.train.eval_interval)
     fwd = forward_flops_per_token(job.model, job.data.seq_len).total
     flops = trial.flops * recompute + evals * job.data.val_tokens * fwd
-    return flops / (spec.estimate.mfu * spec.peak_flops * placement.gpus)
+    return flops / (spec.estimate.mfu * peak_flops(spec, placement) * placement.gpus)
 
 
 def _slices(wall_s: float | None, spec: SweepSpec) -> int | None:
@@ -260,17 +267,18 @@ def _divisors_below(n: int, below: int) -> list[int]:
 
 def smallest_fix(trial: Trial, spec: SweepSpec, placement: Placement) -> dict[str, Any] | None:
     """The cheapest change that fits, as dotted sweep keys and values: fewest knobs changed
-    first, then knobs in the order micro-batch (same results, more accumulation),
-    activation checkpointing (+1/3 compute), ZeRO stage (more communication), nodes (more
-    GPUs; SLURM only); within a knob the smallest step. None when nothing tried fits."""
+    first, then knobs in the order micro-batch (same computation, more accumulation steps),
+    ZeRO stage (more communication, no more FLOPs), activation checkpointing (a third more
+    FLOPs), nodes (more GPUs; SLURM only); within a knob the smallest step. None when
+    nothing tried fits."""
     job, ds = trial.job, trial.job.deepspeed
     seqs = job.train.global_batch_tokens // job.data.seq_len
     micro_now = ds.micro_batch_size or max(1, seqs // placement.world)
     nodes = [placement.nodes * f for f in (2, 4, 8, MAX_NODES_FACTOR)]
     options = {
         "deepspeed.micro_batch_size": [None, *_divisors_below(seqs, micro_now)],
-        "deepspeed.activation_checkpointing": [None] + ([True] if not ds.activation_checkpointing else []),
         "deepspeed.zero_stage": [None, *range(ds.zero_stage + 1, 4)],
+        "deepspeed.activation_checkpointing": [None] + ([True] if not ds.activation_checkpointing else []),
         "backend.slurm.nodes": [None] + (nodes if spec.backend.kind == "slurm" else []),
     }  # fmt: skip
     best: tuple[tuple[Any, ...], dict[str, Any]] | None = None
@@ -317,7 +325,7 @@ def plan_cells(plan: TrialPlan) -> dict[str, str]:
     return {
         "GiB/GPU": _gib(plan.peak_gpu_bytes),
         "fits": fits,
-        "wall": "-" if plan.wall_s is None else _duration(plan.wall_s),
+        "wall": "-" if plan.wall_s is None else duration_text(plan.wall_s),
         "host GiB/node": _gib(plan.host_bytes_per_node),
         "ckpt GB": f"{plan.checkpoint_bytes / 1e9:.1f}",
     }
