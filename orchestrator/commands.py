@@ -39,7 +39,7 @@ from orchestrator.spec import (
 )
 
 err = Console(stderr=True, soft_wrap=True)
-out = Console(width=None if sys.stdout.isatty() else 160)
+out = Console(width=None if sys.stdout.isatty() else 200)  # the plan has 15 columns
 
 
 MAX_TRIALS = typer.Option(
@@ -125,8 +125,8 @@ def _plan_table(spec: SweepSpec, rows: list[dict[str, Any]], plans: list[TrialPl
             r["trial_id"],
             r["variant"],
             r["size"],
-            f"{r['params']:,}",
-            f"{r['tokens']:,}",
+            _count(r["params"]),
+            _count(r["tokens"]),
             f"{r['flops']:.3e}",
             f"{r['gpu_hours']:.3g}",
             "FINISHED (skip)" if r["status"] == "FINISHED" else r["status"],
@@ -144,9 +144,18 @@ def _plan_table(spec: SweepSpec, rows: list[dict[str, Any]], plans: list[TrialPl
     return table
 
 
+def _count(n: int) -> str:
+    """A count in 3-4 significant digits (124.4M, 2.49B): the table stays readable at 15
+    columns; --json has the exact numbers."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.4g}{unit}"
+    return str(n)
+
+
 def _data_tokens(r: dict[str, Any]) -> str:
     need, have = r["tokens_needed"], r["tokens_available"]
-    return "" if need is None else f"{need:,} / " + ("?" if have is None else f"{have:,}")
+    return "" if need is None else f"{_count(need)} / " + ("?" if have is None else _count(have))
 
 
 def submit(
