@@ -101,6 +101,10 @@ def read_environment() -> DistEnv:
         launcher, owns = "none", True
     env.setdefault("MASTER_ADDR", "127.0.0.1")
     env.setdefault("MASTER_PORT", "29500")
+    if world == local_world and (lo := _loopback_interface()):  # every rank on this machine
+        # gloo and NCCL listen on the address the host name resolves to, often the network's
+        env.setdefault("GLOO_SOCKET_IFNAME", lo)
+        env.setdefault("NCCL_SOCKET_IFNAME", lo)
     for key, value in (
         ("RANK", rank),
         ("WORLD_SIZE", world),
@@ -121,6 +125,11 @@ def read_environment() -> DistEnv:
         owns_process_group=owns,
         exported=tuple(sorted(set(env) - before)),
     )
+
+
+def _loopback_interface() -> str | None:
+    names = [name for _, name in socket.if_nameindex()]
+    return next((n for n in ("lo", "lo0") if n in names), None)
 
 
 def check_devices(env: DistEnv) -> None:
@@ -182,12 +191,26 @@ def shutdown(env: DistEnv) -> None:
     a later job or child process does not mistake them for a launcher's."""
     for key in env.exported:
         os.environ.pop(key, None)
+    _restore_torch_linear()
     if not dist.is_initialized():
         return
     dist.barrier()
     if env.owns_process_group:
         dist.destroy_process_group()
         _forget_deepspeed_groups()
+
+
+def _restore_torch_linear() -> None:
+    """A ZeRO-3 engine replaces torch.nn.functional.linear for the whole process with its
+    memory-saving version ("This will persist unless manually reset":
+    deepspeed/runtime/zero/partition_parameters.py), whose gradients differ in the last
+    bits; a later trial in this process (a reused Ray worker, tests) would then train
+    differently from the same trial in a fresh one. Put torch's own back."""
+    patcher = sys.modules.get("deepspeed.runtime.zero.partition_parameters")
+    original = getattr(getattr(patcher, "InsertPostInitMethodToModuleSubClasses", None),
+                       "linear_bk", None)  # fmt: skip
+    if original is not None:
+        torch.nn.functional.linear = original
 
 
 def _forget_deepspeed_groups() -> None:

@@ -113,3 +113,15 @@ def test_activation_checkpointing_keeps_the_losses(home, tiny_job, curve, tmp_pa
         home, job.trial_id, "train/loss"
     )
     assert curve(home, job.trial_id, "tsa/alpha")  # mechanism metrics are logged
+
+
+def test_a_zero3_trial_leaves_torch_as_it_found_it(home, tiny_job):
+    """ZeRO-3 swaps torch.nn.functional.linear process-wide; after a trial ends, a later
+    trial in the same process (a reused Ray worker) must compute with torch's own linear,
+    or its losses differ from a fresh process's (seen: 1e-7 in the bit-exact resume test
+    when it ran after a ZeRO-3 trial)."""
+    import torch
+
+    torch_linear = torch.nn.functional.linear
+    assert run(tiny_job(deepspeed__zero_stage=3, train__tokens=256 * 2)).status == "FINISHED"
+    assert torch.nn.functional.linear is torch_linear
