@@ -126,8 +126,9 @@ class BackendConfig(FrozenConfig):
     ranks_per_trial: int | None = Field(
         None,
         ge=1,
-        description="local/ray: training processes per trial, started with torchrun inside "
-        "the trial's task (DeepSpeed shards across them); default: one per GPU, else 1",
+        description="local/ray: training processes per trial, started inside the trial's task "
+        "with their rendezvous on 127.0.0.1 (DeepSpeed shards across them); default: one per "
+        "GPU, else 1",
     )
     max_retries: int = Field(2, ge=0, description="re-runs of a FAILED trial")
     retry_backoff_s: float = Field(5.0, ge=0, description="first retry delay; doubles")

@@ -70,14 +70,14 @@ def run_job(job_ref: JobRef, job_json: str, run_id: str | None, ranks: int = 1) 
 
 
 def run_ranks(job: Any, run_id: str | None, ranks: int) -> dict[str, Any]:
-    """torchrun starts `ranks` processes of `python -m jobs.train` (one per GPU, or gloo
-    ranks on CPU); the job reads the launcher's environment and DeepSpeed shards across
-    them. The outcome comes from the result file the job writes last."""
+    """`ranks` processes of `python -m jobs.train` (one per GPU, or gloo ranks on CPU),
+    started as torchrun would but with the rendezvous on 127.0.0.1 (jobs/local_ranks.py);
+    DeepSpeed shards across them. The outcome comes from the result file the job writes last."""
     import json
-    import subprocess
     import tempfile
     import time
 
+    from jobs.local_ranks import run_local_ranks
     from jobs.paths import RESULT_FILE, trial_dir
 
     result_path = trial_dir(job.trial_id) / RESULT_FILE
@@ -86,12 +86,11 @@ def run_ranks(job: Any, run_id: str | None, ranks: int) -> dict[str, Any]:
         config = os.path.join(tmp, "job.json")
         with open(config, "w") as f:
             f.write(job.model_dump_json())
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={ranks}", "-m", "jobs.train", config]  # fmt: skip
-        code = subprocess.run(cmd + ([run_id] if run_id else [])).returncode
+        cmd = [sys.executable, "-m", "jobs.train", config, *([run_id] if run_id else [])]
+        code = run_local_ranks(cmd, ranks)
     if result_path.exists() and result_path.stat().st_mtime >= started:
         return outcome_of(json.loads(result_path.read_text()))
-    return {"status": "FAILED", "reason": f"torchrun with {ranks} ranks exited with code {code}"}
+    return {"status": "FAILED", "reason": f"{ranks} ranks: one exited with code {code}"}
 
 
 def ray_init(address: str, *, embedded: bool) -> bool:

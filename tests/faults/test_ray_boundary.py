@@ -10,7 +10,6 @@ its business.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import shutil
 import signal
@@ -27,18 +26,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+from faults.listeners import listeners_of, off_loopback
 
 pytestmark = pytest.mark.slow  # each test starts a Ray: 10-60 s on 2 busy cores
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_JOBS = REPO / "tests" / "orchestrator"  # jobs_for_tests.sleepy
 TRIALS = 2
-
-
-def _is_loopback(ip: str) -> bool:
-    addr = ipaddress.ip_address(ip.split("%")[0])
-    mapped = getattr(addr, "ipv4_mapped", None)  # ::ffff:127.0.0.1 on a dual-stack socket
-    return (mapped or addr).is_loopback
 
 
 class Driver:
@@ -147,36 +141,6 @@ backend: {concurrency: 2, max_retries: 0, cpus_per_trial: 0.5}
         log.close()
 
 
-def _listeners(procs: list[psutil.Process]) -> dict[tuple[int, str], set[tuple[str, int]]]:
-    out: dict[tuple[int, str], set[tuple[str, int]]] = {}
-    for p in procs:
-        try:
-            socks = {
-                (c.laddr.ip, c.laddr.port)
-                for c in p.net_connections(kind="inet")
-                if c.status == psutil.CONN_LISTEN
-            }
-            name = _cmdline(p).split(" ")[0].rsplit("/", 1)[-1] or p.name()
-        except psutil.Error:
-            continue
-        if socks:
-            out[(p.pid, name)] = socks
-    return out
-
-
-def _off_loopback(listening: dict[tuple[int, str], set[tuple[str, int]]]) -> str:
-    """'' when every socket is a loopback one, else which are not."""
-    exposed = {
-        f"{name} (pid {pid})": sorted(f"{ip}:{port}" for ip, port in socks if not _is_loopback(ip))
-        for (pid, name), socks in listening.items()
-    }
-    exposed = {k: v for k, v in exposed.items() if v}
-    if not exposed:
-        return ""
-    total = sum(len(s) for s in listening.values())
-    return f"{sum(map(len, exposed.values()))} of {total} sockets off loopback: {exposed}"
-
-
 def test_every_socket_of_a_real_sweep_listens_on_loopback_only(tmp_path: Path):
     """The default job (DeepSpeed training) on the embedded Ray: Ray's servers and the
     trials' own (the process group's store, gloo) are all on loopback, from start to end."""
@@ -184,7 +148,7 @@ def test_every_socket_of_a_real_sweep_listens_on_loopback_only(tmp_path: Path):
     with submitted(tmp_path, job="jobs.train:run") as driver:
         deadline = time.monotonic() + 300
         while driver.proc.poll() is None:  # agents, workers and trials come and go
-            for key, socks in _listeners(driver.tree()).items():
+            for key, socks in listeners_of(driver.tree()).items():
                 listening.setdefault(key, set()).update(socks)
             assert time.monotonic() < deadline, "the sweep did not finish"
             time.sleep(0.3)
@@ -193,7 +157,7 @@ def test_every_socket_of_a_real_sweep_listens_on_loopback_only(tmp_path: Path):
     # not vacuous: the GCS, the raylet, the agents and the trials' workers were all seen
     for expected in ("gcs_server", "raylet", "ray::DashboardAgent", "ray::scalelab-trial"):
         assert expected in names, f"no listening {expected} among {sorted(names)}"
-    assert not _off_loopback(listening), _off_loopback(listening)
+    assert not off_loopback(listening), off_loopback(listening)
 
 
 def _session_dir(driver: Driver) -> Path:
@@ -220,7 +184,11 @@ def _http_status(url: str) -> int:
 
 def test_a_client_without_the_clusters_token_is_turned_away(tmp_path: Path):
     import grpc
-    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    from orchestrator.backends.embedded import SINGLE_NODE, scoped_environ
+
+    with scoped_environ(SINGLE_NODE):  # Ray's first import here fixes its mode for later tests
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 
     with submitted(tmp_path) as driver:
         driver.wait_for_trials()
@@ -348,11 +316,11 @@ def test_the_head_of_submit_detach_listens_on_loopback_and_wants_its_token(tmp_p
         )
         assert started.returncode == 0, started.stderr[-2000:]
         time.sleep(2)  # the agents open their servers after the job server answers
-        listening = _listeners(_processes_under(temp_dir))
+        listening = listeners_of(_processes_under(temp_dir))
         names = {name for _, name in listening}
         for expected in ("gcs_server", "raylet", "ray::DashboardAgent"):
             assert expected in names, f"no listening {expected} among {sorted(names)}"
-        assert not _off_loopback(listening), _off_loopback(listening)
+        assert not off_loopback(listening), off_loopback(listening)
 
         token = tmp_path / "home" / "ray" / "auth_token"
         assert token.stat().st_mode & 0o777 == 0o600
