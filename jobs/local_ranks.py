@@ -52,10 +52,11 @@ def run_local_ranks(command: Sequence[str], ranks: int) -> int:
     listener.bind((LOOPBACK, 0))
     listener.listen(ranks * 4)
     port = listener.getsockname()[1]
+    # the store owns the socket from here: it closes it when deleted
     store = dist.TCPStore(
         LOOPBACK, port, ranks, is_master=True, master_listen_fd=listener.detach(),
         wait_for_workers=False, timeout=timedelta(minutes=30),
-    )  # fmt: skip  (the store owns the socket from here: it closes it when deleted)
+    )  # fmt: skip
     procs = [subprocess.Popen(list(command), env=rank_environment(r, ranks, port))
              for r in range(ranks)]  # fmt: skip
     previous = _forward_signals(procs)

@@ -34,9 +34,7 @@ backend: {{concurrency: 1, cpus_per_trial: 1}}
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_a_trial_with_two_ranks_trains_in_its_task(
-    ray_session, work_home, sweep_name
-):
+def test_a_trial_with_two_ranks_trains_in_its_task(ray_session, work_home, sweep_name):
     spec, source = parse_spec(f"""
 name: {sweep_name}
 base:
