@@ -26,7 +26,7 @@ from .store import ResultsError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from orchestrator.scaling import Bootstrap, Gain, IsoFlopFit, SizeComparison
+    from orchestrator.scaling import Bootstrap, CellComparison, Gain, IsoFlopFit
 
 LOSS = "final_val_loss"
 
@@ -46,7 +46,8 @@ class SweepFit:
     chinchilla: dict[str, Bootstrap] = field(default_factory=dict)
     isoflop: dict[str, IsoFlopFit] = field(default_factory=dict)
     gains: list[Gain] = field(default_factory=list)
-    sizes: list[SizeComparison] = field(default_factory=list)
+    axes: tuple[str, ...] = ()  # the swept axes that define a cell (design.py)
+    cells: list[CellComparison] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -84,19 +85,22 @@ class SweepFit:
                 }
                 for g in self.gains
             ],
-            "sizes": [
+            "axes": list(self.axes),
+            "cells": [
                 {
-                    "size": s.size,
-                    "variant": s.variant,
-                    "loss": _num(s.loss),
-                    "baseline_loss": _num(s.baseline_loss),
-                    "loss_diff": _num(s.loss_diff),
-                    "params_ratio": _num(s.params_ratio),
-                    "flops_ratio": _num(s.flops_ratio),
-                    "n_trials": s.n_trials,
-                    "baseline_n_trials": s.baseline_n_trials,
+                    "cell": {k: _num(v) for k, v in c.cell},
+                    "variant": c.variant,
+                    "loss": _num(c.loss),
+                    "baseline_loss": _num(c.baseline_loss),
+                    "loss_diff": _num(c.loss_diff),
+                    "loss_diff_se": _num(c.loss_diff_se),
+                    "n_pairs": c.n_pairs,
+                    "params_ratio": _num(c.params_ratio),
+                    "flops_ratio": _num(c.flops_ratio),
+                    "n_trials": c.n_trials,
+                    "baseline_n_trials": c.baseline_n_trials,
                 }
-                for s in self.sizes
+                for c in self.cells
             ],
             "notes": self.notes,
         }
@@ -265,7 +269,9 @@ def fit_table(
         )
         raise ResultsError(f"no scaling law could be fitted for sweep {sweep!r}: {why}")
     if len(variants) > 1:
-        from orchestrator.scaling import Trials, compare_sizes, compute_equivalent_gain
+        from orchestrator.scaling import Trials, compare_cells, compute_equivalent_gain
+
+        from .design import read_design
 
         base = Trials.from_table(used, baseline, loss=loss)
         for v in variants:
@@ -279,10 +285,15 @@ def fit_table(
             )
             if g is not None:
                 fit.gains.append(g)
-        sizes = attempt(
-            "per-size comparison", lambda: compare_sizes(used, baseline=baseline, loss=loss)
+        design = read_design(used)
+        fit.axes = design.axes
+        cells = attempt(
+            "per-cell comparison",
+            lambda: compare_cells(
+                design.table, baseline=baseline, loss=loss, axes=design.axes, arms=design.arms
+            ),
         )
-        fit.sizes = sizes or []
+        fit.cells = cells or []
     else:
         fit.notes.append(f"only one variant ({variants[0]}): no gains to compute")
     return fit

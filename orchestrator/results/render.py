@@ -9,6 +9,8 @@ import numpy as np
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from orchestrator.scaling import CellComparison
+
     from .fit import SweepFit
 
 Rows = tuple[list[str], list[list[str]]]  # (header, rows)
@@ -108,31 +110,50 @@ def isoflop_rows(fit: SweepFit) -> Rows:
     return head, rows
 
 
-def sizes_rows(fit: SweepFit) -> Rows:
-    head = [
-        "size",
+def cells_rows(fit: SweepFit) -> Rows:
+    """Each variant against the baseline per cell (every swept axis), means over seeds."""
+    from .design import axis_label
+
+    axes = [a for a in fit.axes]
+    head = [axis_label(a) for a in axes] + [
         "variant",
         "loss",
         f"{fit.baseline} loss",
         "Δ loss",
         "params ×",
         "FLOPs ×",
-        "trials",
+        "seeds",
     ]
-    rows = [
-        [
-            s.size,
-            s.variant,
-            _g(s.loss),
-            _g(s.baseline_loss),
-            f"{s.loss_diff:+.4f}",
-            f"{s.params_ratio:.3f}",
-            f"{s.flops_ratio:.3f}",
-            f"{s.n_trials}/{s.baseline_n_trials}",
-        ]
-        for s in sorted(fit.sizes, key=lambda s: (s.baseline_n_params, s.variant))
-    ]
+
+    def order(c: CellComparison) -> tuple:
+        values = [(0, v) if isinstance(v, (int, float)) else (1, str(v)) for _, v in c.cell]
+        return (c.baseline_n_params, values, c.variant)
+
+    rows = []
+    for c in sorted(fit.cells, key=order):
+        values = dict(c.cell)
+        diff = f"{c.loss_diff:+.4f}"
+        if np.isfinite(c.loss_diff_se):
+            diff += f" ± {c.loss_diff_se:.4f}"
+        rows.append(
+            [_cell(values.get(a)) for a in axes]
+            + [
+                c.variant,
+                _g(c.loss),
+                _g(c.baseline_loss),
+                diff,
+                f"{c.params_ratio:.3f}",
+                f"{c.flops_ratio:.3f}",
+                f"{c.n_trials}/{c.baseline_n_trials}",
+            ]
+        )
     return head, rows
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
 
 
 def sections(fit: SweepFit) -> list[tuple[str, Rows]]:
@@ -142,7 +163,11 @@ def sections(fit: SweepFit) -> list[tuple[str, Rows]]:
         ("Loss vs compute: L(C) = E + A·C^-alpha (bootstrap CI)", laws_rows(fit)),
         ("Chinchilla: L(N, D) = E + A/N^alpha + B/D^beta", chinchilla_rows(fit)),
         ("IsoFLOP optima", isoflop_rows(fit)),
-        (f"Per size vs {fit.baseline} (means over seeds)", sizes_rows(fit)),
+        (
+            f"Per cell vs {fit.baseline} (every swept axis; means over seeds only, "
+            "Δ ± its standard error over seeds)",
+            cells_rows(fit),
+        ),
     ]
     return [(title, rows) for title, rows in out if rows[1]]
 

@@ -5,14 +5,15 @@
 - `fit_isoflop`: parabolas in log N per budget (Approach 2)
 - `bootstrap`: percentile intervals for every constant and derived number
 - `compute_equivalent_gain`, `gains`: FLOPs multiplier of a variant against the baseline
-- `compare_sizes`: loss, parameter and FLOPs differences at each size
+- `compare_cells`, `pair_trials`: each variant against the baseline cell by cell (size,
+  tokens, ...; means over seeds only) and the trials that pair up on cell and seed
 
 See docs/scaling.md for the equations and definitions.
 """
 
 from .bootstrap import Bootstrap, Interval, bootstrap
+from .cells import CellComparison, Pairs, compare_cells, pair_trials, swept_axes
 from .chinchilla import ChinchillaFit, fit_chinchilla
-from .compare import SizeComparison, compare_sizes
 from .data import ScalingError, ScalingWarning
 from .gain import Gain, PairFit, Trials, compute_equivalent_gain, gains
 from .isoflop import BudgetOptimum, IsoFlopFit, fit_isoflop
@@ -23,22 +24,25 @@ __all__ = [
     "HUBER_DELTA",
     "Bootstrap",
     "BudgetOptimum",
+    "CellComparison",
     "ChinchillaFit",
     "Gain",
     "Interval",
     "IsoFlopFit",
     "PairFit",
+    "Pairs",
     "PowerLawFit",
     "ScalingError",
     "ScalingWarning",
-    "SizeComparison",
     "Trials",
     "bootstrap",
-    "compare_sizes",
+    "compare_cells",
     "compute_equivalent_gain",
     "fit_chinchilla",
     "fit_isoflop",
     "fit_power_law",
     "gains",
+    "pair_trials",
     "pareto_frontier",
+    "swept_axes",
 ]

@@ -36,7 +36,7 @@ def test_report_has_the_tables_and_links_existing_plots(summary):
     report = (sweep_dir("rep") / "report.md").read_text()
     assert "## Compute-equivalent gain vs dense" in report
     assert re.search(r"^\| hadamard \| 0\.\d\d× \| \[", report, re.M)
-    assert "## Loss vs compute" in report and "## Per size vs dense" in report
+    assert "## Loss vs compute" in report and "## Per cell vs dense" in report
     links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", report)
     assert links and all((sweep_dir("rep") / link).is_file() for link in links)
     assert report.count("| `") == 24  # one row per trial

@@ -16,7 +16,7 @@ from orchestrator.scaling import (
     ScalingWarning,
     Trials,
     bootstrap,
-    compare_sizes,
+    compare_cells,
     compute_equivalent_gain,
     fit_chinchilla,
     fit_isoflop,
@@ -214,7 +214,7 @@ def test_gains_from_a_pyarrow_table_and_per_size_comparison():
     assert gain.variant == "hadamard" and 0.7 in gain.multiplier
 
     with pytest.warns(ScalingWarning, match="hadamard@s9"):
-        cmp = compare_sizes(table, baseline="dense")
+        cmp = compare_cells(table, baseline="dense")
     assert [c.size for c in cmp] == sizes
     for i, c in enumerate(cmp):
         assert c.params_ratio == pytest.approx(0.9)
@@ -269,7 +269,7 @@ def test_variant_without_baseline_and_isoflop_without_minimum_raise():
     with pytest.raises(ScalingError, match="no baseline: variant 'dense'"):
         gains(table, baseline="dense")
     with pytest.raises(ScalingError, match="no baseline"):
-        compare_sizes(
+        compare_cells(
             {**table, "size": np.array(["a", "b", "c", "d"]), "n_params": np.ones(4)},
             baseline="dense",
         )
@@ -308,3 +308,29 @@ def test_log_space_objective_gradient_matches_finite_differences():
     assert value == pytest.approx(float(law.objective(theta)))
     numeric = approx_fprime(theta, lambda t: law.objective_and_grad(t)[0], 1e-7)
     np.testing.assert_allclose(grad, numeric, rtol=1e-4, atol=1e-3)
+
+
+def test_per_cell_comparison_keeps_token_budgets_apart_and_averages_only_seeds():
+    """Two token budgets per size, two seeds per cell: a row per (size, tokens) whose loss is
+    the mean over that cell's seeds, never a mean over budgets (the demo's nano row once
+    showed 3.401 = the mean of 3.859 at 32k tokens and 2.944 at 98k)."""
+    cols = {"variant": [], "size": [], "tokens": [], "seed": [], "n_params": [], "flops": [],
+            "final_loss": []}  # fmt: skip
+    truth = {}
+    for variant, gap in (("dense", 0.0), ("hadamard", -0.02)):
+        for size, n in (("nano", 1.2e5), ("tiny", 3.7e5)):
+            for tokens in (32768, 98304):
+                for seed in (0, 1):
+                    loss = 3.0 + 2e4 / n + 1e4 / tokens + gap + 0.01 * seed
+                    truth.setdefault((variant, size, tokens), []).append(loss)
+                    for key, value in zip(cols, (variant, size, tokens, seed, n,
+                                                 6 * n * tokens, loss), strict=True):  # fmt: skip
+                        cols[key].append(value)
+    rows = compare_cells(pa.table(cols), baseline="dense")
+    assert len(rows) == 4  # (nano, tiny) x (32768, 98304), hadamard against dense
+    for r in rows:
+        key = (r.size, dict(r.cell)["tokens"])
+        assert r.loss == pytest.approx(np.mean(truth[("hadamard", *key)]))
+        assert r.baseline_loss == pytest.approx(np.mean(truth[("dense", *key)]))
+        assert r.loss_diff == pytest.approx(-0.02) and r.n_trials == r.baseline_n_trials == 2
+        assert r.n_pairs == 2 and r.loss_diff_se == pytest.approx(0.0, abs=1e-12)
