@@ -5,6 +5,9 @@
 - `fit_isoflop`: parabolas in log N per budget (Approach 2)
 - `bootstrap`: percentile intervals for every constant and derived number
 - `compute_equivalent_gain`, `gains`: FLOPs multiplier of a variant against the baseline
+- `paired_gain`: the same multiplier from trials that differ only in the variant
+- `lsq` (least squares with the delta method), `checks` (does a fit describe its points),
+  `forecast` (a run's loss with a prediction interval), `advice` (what to run next)
 - `compare_cells`, `pair_trials`: each variant against the baseline cell by cell (size,
   tokens, ...; means over seeds only) and the trials that pair up on cell and seed
 
@@ -12,12 +15,13 @@ See docs/scaling.md for the equations and definitions.
 """
 
 from .bootstrap import Bootstrap, Interval, bootstrap
-from .cells import CellComparison, Pairs, compare_cells, pair_trials, swept_axes
+from .cells import CellComparison, Pairs, cell_means, compare_cells, pair_trials, swept_axes
 from .chinchilla import ChinchillaFit, fit_chinchilla
 from .data import ScalingError, ScalingWarning
 from .gain import Gain, PairFit, Trials, compute_equivalent_gain, gains
 from .isoflop import BudgetOptimum, IsoFlopFit, fit_isoflop
 from .objective import HUBER_DELTA
+from .paired import PairedGain, paired_gain
 from .powerlaw import PowerLawFit, fit_power_law, pareto_frontier
 
 __all__ = [
@@ -30,12 +34,14 @@ __all__ = [
     "Interval",
     "IsoFlopFit",
     "PairFit",
+    "PairedGain",
     "Pairs",
     "PowerLawFit",
     "ScalingError",
     "ScalingWarning",
     "Trials",
     "bootstrap",
+    "cell_means",
     "compare_cells",
     "compute_equivalent_gain",
     "fit_chinchilla",
@@ -43,6 +49,7 @@ __all__ = [
     "fit_power_law",
     "gains",
     "pair_trials",
+    "paired_gain",
     "pareto_frontier",
     "swept_axes",
 ]

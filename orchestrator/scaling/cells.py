@@ -147,7 +147,7 @@ class _Design:
             tuple((a, arm_values[j][i]) for j, a in enumerate(arms) if arm_values[j][i] is not None)
             for i in range(n)
         ]
-        if has_column(table, seed_column):
+        if seed_column and has_column(table, seed_column):
             self.seeds = [_plain(v) for v in column(table, seed_column)]
         else:  # no seed column: every trial is its own replicate, nothing pairs
             self.seeds = [("row", i) for i in range(n)]
@@ -285,6 +285,33 @@ def pair_trials(
         flops=np.array([v[1] for v in v_side]),
         baseline_flops=np.array([b[1] for b in b_side]),
         n_averaged=extra,
+    )
+
+
+def cell_means(
+    table: Any,
+    variant: str,
+    *,
+    loss: str = "final_loss",
+    axes: Sequence[str] | None = None,
+    variant_column: str = "variant",
+    flops_column: str = "flops",
+) -> tuple[np.ndarray, np.ndarray]:
+    """(mean FLOPs, geometric-mean loss) of each of `variant`'s cells: the independent
+    points a law through a sweep with seeds should be fitted on (a cell's seeds share
+    its offset from the law, so fitting every seed would count that offset many times)."""
+    d = _Design(table, loss=loss, axes=axes, arms=(), seed_column="", variant_column=variant_column,
+                what=f"cells of {variant!r}")  # fmt: skip
+    flops = column(table, flops_column).astype(float)
+    groups: dict[Cell, list[int]] = defaultdict(list)
+    for i in d.rows(variant):
+        groups[d.cells[i]].append(int(i))
+    if not groups:
+        raise ScalingError(f"cells of {variant!r}: no finished trials")
+    rows = list(groups.values())
+    return (
+        np.array([flops[r].mean() for r in rows]),
+        np.array([np.exp(np.log(d.loss[r]).mean()) for r in rows]),
     )
 
 

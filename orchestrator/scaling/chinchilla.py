@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .data import ScalingError, clean, require_distinct
-from .objective import LogLaw, centre, minimise, uncentre
+from .objective import LogLaw, centre, minimise, on_lower_bound_E, uncentre
 
 _WHAT = "Chinchilla fit L(N, D) = E + A/N^alpha + B/D^beta"
 
@@ -31,12 +31,21 @@ _GRID = {
 
 @dataclass(frozen=True)
 class ChinchillaFit:
+    """L(N, D) = E + A/N^alpha + B/D^beta; E = 0 and has_E False when E fell to its bound
+    and the law without E was fitted instead (`fallback` says why)."""
+
     E: float
     A: float
     B: float
     alpha: float
     beta: float
     n_trials: int
+    has_E: bool = True
+    fallback: str = ""
+
+    @property
+    def form(self) -> str:
+        return "E + A/N^alpha + B/D^beta" if self.has_E else "A/N^alpha + B/D^beta (no E)"
 
     def predict(self, n_params: np.ndarray | float, tokens: np.ndarray | float) -> np.ndarray:
         N = np.asarray(n_params, dtype=float)
@@ -83,33 +92,67 @@ def fit_chinchilla(
     loss: np.ndarray,
     *,
     start: ChinchillaFit | None = None,
+    with_E: bool | None = None,
 ) -> ChinchillaFit:
     """Approach 3: Huber (delta 1e-3) on log-space residuals
     LSE(a - alpha log N, b - beta log D, e) - log L, L-BFGS-B from the best points of
     Hoffmann's grid (or from `start` alone, as bootstrap resamples do).
 
-    Needs >= 3 distinct N, >= 3 distinct D and >= 6 trials (5 constants)."""
+    Needs >= 3 distinct N, >= 3 distinct D and >= 6 trials (5 constants). with_E=None
+    (default) falls back to the law without E when E falls to its bound 0, and says so in
+    `fallback`; a `start` keeps its form."""
     y, xs = clean(loss, {"n_params": n_params, "tokens": tokens}, what=_WHAT)
     require_distinct(xs["n_params"], 3, what=_WHAT, name="model sizes N")
     require_distinct(xs["tokens"], 3, what=_WHAT, name="token counts D")
     if y.size < 6:
         raise ScalingError(f"{_WHAT}: needs at least 6 trials for 5 constants; got {y.size}")
+    auto = with_E is None and start is None
+    if start is not None and with_E is None:
+        with_E = start.has_E
     log_x = np.log(np.column_stack([xs["n_params"], xs["tokens"]]))
     shift = log_x.mean(axis=0)
-    law = LogLaw(X=log_x - shift, y=np.log(y))
+    if with_E is not False:
+        law = LogLaw(X=log_x - shift, y=np.log(y))
+        if start is None:
+            # theta order: [e, a, b, alpha, beta]
+            starts = np.array(list(itertools.product(*_GRID.values())))
+        else:
+            s = start
+            starts = np.array([[np.log(s.E), np.log(s.A), np.log(s.B), s.alpha, s.beta]])
+        theta, _ = minimise(law, centre(starts, shift))
+        e, a, b, alpha, beta = uncentre(theta, shift)
+        fit = ChinchillaFit(
+            E=float(np.exp(e)),
+            A=float(np.exp(a)),
+            B=float(np.exp(b)),
+            alpha=float(alpha),
+            beta=float(beta),
+            n_trials=y.size,
+        )
+        if not auto or not on_lower_bound_E(fit.E, y):
+            return fit
+    law = LogLaw(X=log_x - shift, y=np.log(y), has_E=False)
     if start is None:
-        # theta order: [e, a, b, alpha, beta]
-        starts = np.array(list(itertools.product(*_GRID.values())))
+        grid = {k: v for k, v in _GRID.items() if k != "e"}
+        starts = np.array(list(itertools.product(*grid.values())))
     else:
         s = start
-        starts = np.array([[np.log(s.E), np.log(s.A), np.log(s.B), s.alpha, s.beta]])
+        starts = np.array([[np.log(s.A), np.log(s.B), s.alpha, s.beta]])
     theta, _ = minimise(law, centre(starts, shift))
-    e, a, b, alpha, beta = uncentre(theta, shift)
+    a, b, alpha, beta = uncentre(theta, shift)
+    why = (
+        "E fell to its bound 0 (no flattening towards an irreducible loss): fitted "
+        "L(N, D) = A/N^alpha + B/D^beta"
+        if auto
+        else (start.fallback if start is not None else "")
+    )
     return ChinchillaFit(
-        E=float(np.exp(e)),
+        E=0.0,
         A=float(np.exp(a)),
         B=float(np.exp(b)),
         alpha=float(alpha),
         beta=float(beta),
         n_trials=y.size,
+        has_E=False,
+        fallback=why,
     )

@@ -27,60 +27,90 @@ from .data import ScalingError
 HUBER_DELTA = 1e-3
 # Exponents live in [0, 10]: a negative exponent would make loss grow with scale.
 _ALPHA_BOUNDS = (0.0, 10.0)
+E_AT_ZERO = 1e-3  # E below this share of the lowest loss counts as on its bound 0
 
 
 @dataclass(frozen=True)
 class LogLaw:
-    """Design of a fit: log covariates X (n, k), optional term mask (n, k), log losses y."""
+    """Design of a fit: log covariates X (n, k), optional term mask (n, k), log losses y.
+
+    theta = [e, a_1..a_k, alpha_1..alpha_k]; with has_E=False the law has no irreducible
+    term (L = sum_j A_j x_j^-alpha_j) and theta = [a_1..a_k, alpha_1..alpha_k]."""
 
     X: np.ndarray
     y: np.ndarray
     mask: np.ndarray | None = None
+    has_E: bool = True
 
     @property
     def k(self) -> int:
         return self.X.shape[1]
 
+    @property
+    def offset(self) -> int:
+        """Index of a_1 in theta."""
+        return 1 if self.has_E else 0
+
     def terms(self, theta: np.ndarray) -> np.ndarray:
-        """Z (..., n, k+1) for thetas (..., 2k+1) = [e, a_1..a_k, alpha_1..alpha_k]."""
+        """Z (..., n, k[+1]) for a theta (...) laid out as in the class doc."""
         theta = np.asarray(theta, dtype=float)
-        e = theta[..., :1]
-        a = theta[..., 1 : 1 + self.k]
-        alpha = theta[..., 1 + self.k :]
+        o = self.offset
+        a = theta[..., o : o + self.k]
+        alpha = theta[..., o + self.k :]
         z = a[..., None, :] - alpha[..., None, :] * self.X  # (..., n, k)
         if self.mask is not None:
             z = np.where(self.mask, z, -np.inf)
-        e = np.broadcast_to(e[..., None, :], z.shape[:-1] + (1,))
+        if not self.has_E:
+            return z
+        e = np.broadcast_to(theta[..., None, :1], z.shape[:-1] + (1,))
         return np.concatenate([e, z], axis=-1)
+
+    def predict_log(self, theta: np.ndarray) -> np.ndarray:
+        return _logsumexp(self.terms(theta))[0]
 
     def objective(self, theta: np.ndarray, delta: float = HUBER_DELTA) -> np.ndarray:
         """Mean Huber loss / delta^2 for one theta or a stack of them (grid search)."""
-        r = _logsumexp(self.terms(theta))[0] - self.y
+        r = self.predict_log(theta) - self.y
         return _huber(r, delta).mean(axis=-1) / delta**2
+
+    def residuals_and_jacobian(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """r = log L_hat - log L (n,) and dr/dtheta (n, p): least squares and the delta
+        method. The derivative of LSE is its softmax weight on each term."""
+        value, w = _logsumexp(self.terms(theta))
+        o = self.offset
+        wz = w[:, o:]
+        jac = np.concatenate([w[:, :o], wz, -wz * self.X], axis=1)
+        return value - self.y, jac
 
     def objective_and_grad(
         self, theta: np.ndarray, delta: float = HUBER_DELTA
     ) -> tuple[float, np.ndarray]:
         """Objective and gradient for one theta (the L-BFGS inner loop, kept lean)."""
-        k = self.k
-        e, a, alpha = theta[0], theta[1 : 1 + k], theta[1 + k :]
+        k, o = self.k, self.offset
+        a, alpha = theta[o : o + k], theta[o + k :]
         z = a - alpha * self.X  # (n, k)
         if self.mask is not None:
             z = np.where(self.mask, z, -np.inf)
-        m = np.maximum(z.max(axis=1), e)
-        w0 = np.exp(e - m)
+        if self.has_E:
+            e = theta[0]
+            m = np.maximum(z.max(axis=1), e)
+            w0 = np.exp(e - m)
+        else:
+            m = z.max(axis=1)
+            w0 = np.zeros_like(m)
         wz = np.exp(z - m[:, None])
         s = w0 + wz.sum(axis=1)
         r = m + np.log(s) - self.y
         g = np.clip(r, -delta, delta) / (delta**2 * r.size * s)  # d f/d r, over the LSE sum
         gz = g[:, None] * wz  # d f / d z_j (softmax weight times d f/d r)
-        grad = np.concatenate([[g @ w0], gz.sum(axis=0), -np.einsum("nk,nk->k", gz, self.X)])
+        head = [[g @ w0]] if self.has_E else []
+        grad = np.concatenate(head + [gz.sum(axis=0), -np.einsum("nk,nk->k", gz, self.X)])
         return float(_huber(r, delta).mean() / delta**2), grad
 
 
 def _logsumexp(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """LSE over the last axis and its softmax (scipy's version costs more than the fit on
-    100 rows). The e column is always finite, so the max is too."""
+    100 rows). Every row has a finite term (e, or an unmasked one), so the max is too."""
     m = z.max(axis=-1, keepdims=True)
     w = np.exp(z - m)
     s = w.sum(axis=-1, keepdims=True)
@@ -120,7 +150,7 @@ def minimise(law: LogLaw, starts: np.ndarray, n_refine: int = 6) -> tuple[np.nda
         chunks = np.array_split(starts, 1 + starts.shape[0] // 512)
         values = np.concatenate([law.objective(chunk) for chunk in chunks])
         starts = starts[np.argsort(values)[:n_refine]]
-    bounds = [(None, None)] * (1 + law.k) + [_ALPHA_BOUNDS] * law.k
+    bounds = [(None, None)] * (law.offset + law.k) + [_ALPHA_BOUNDS] * law.k
     best_theta, best_f = None, np.inf
     for theta0 in starts:
         with single_threaded_blas():
@@ -145,16 +175,28 @@ def centre(theta: np.ndarray, shift: np.ndarray) -> np.ndarray:
     """Raw theta -> theta for covariates log x - shift (a_j' = a_j - alpha_j * shift_j).
 
     Centring the log covariates decorrelates a_j from alpha_j, which L-BFGS needs at
-    x ~ 1e20 (log x ~ 46).
-    """
+    x ~ 1e20 (log x ~ 46). Works with or without e (theta has 2k+1 or 2k entries)."""
     theta = np.array(theta, dtype=float)
     k = shift.size
-    theta[..., 1 : 1 + k] -= theta[..., 1 + k :] * shift
+    o = theta.shape[-1] - 2 * k
+    theta[..., o : o + k] -= theta[..., o + k :] * shift
     return theta
 
 
 def uncentre(theta: np.ndarray, shift: np.ndarray) -> np.ndarray:
     theta = np.array(theta, dtype=float)
     k = shift.size
-    theta[..., 1 : 1 + k] += theta[..., 1 + k :] * shift
+    o = theta.shape[-1] - 2 * k
+    theta[..., o : o + k] += theta[..., o + k :] * shift
     return theta
+
+
+def on_lower_bound_E(E: float, loss: np.ndarray) -> bool:
+    """E has fallen to its bound 0: below a thousandth of the lowest loss it explains
+    nothing (the demo's laws once reported E = 1e-11 with an interval [0, 2e-11])."""
+    return bool(E < E_AT_ZERO * np.min(loss))
+
+
+def alpha_on_bound(alpha: float) -> bool:
+    low, high = _ALPHA_BOUNDS
+    return bool(alpha <= low + 1e-6 or alpha >= high - 1e-6)

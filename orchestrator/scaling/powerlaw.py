@@ -10,19 +10,28 @@ from dataclasses import dataclass
 import numpy as np
 
 from .data import ScalingError, clean, require_distinct
-from .objective import LogLaw, centre, minimise, uncentre
+from .objective import LogLaw, centre, minimise, on_lower_bound_E, uncentre
 
 _WHAT = "power-law fit L(C) = E + A*C^-alpha"
+_NO_E = "L(C) = A*C^-alpha"
 
 
 @dataclass(frozen=True)
 class PowerLawFit:
-    """L(C) = E + A * C^(-alpha), fitted on `n_trials` trials."""
+    """L(C) = E + A * C^(-alpha), fitted on `n_trials` trials; E = 0 and has_E False when
+    the full law was degenerate and the simpler A * C^(-alpha) was fitted (`fallback` says
+    why)."""
 
     E: float
     A: float
     alpha: float
     n_trials: int
+    has_E: bool = True
+    fallback: str = ""
+
+    @property
+    def form(self) -> str:
+        return "E + A·C^-alpha" if self.has_E else "A·C^-alpha (no E)"
 
     def predict(self, flops: np.ndarray | float) -> np.ndarray:
         return self.E + self.A * np.asarray(flops, dtype=float) ** -self.alpha
@@ -67,23 +76,59 @@ def power_law_starts(log_c: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def fit_power_law(
-    flops: np.ndarray, loss: np.ndarray, *, start: PowerLawFit | None = None
+    flops: np.ndarray,
+    loss: np.ndarray,
+    *,
+    start: PowerLawFit | None = None,
+    with_E: bool | None = None,
 ) -> PowerLawFit:
     """Fit L(C) = E + A*C^-alpha (Huber in log space, L-BFGS-B from a grid of starts, or
     from `start` alone, as bootstrap resamples do). Needs >= 3 distinct compute values
-    and >= 4 trials."""
+    and >= 4 trials.
+
+    with_E=None (default) falls back to L = A*C^-alpha when E falls to its bound 0 (the
+    points show no flattening towards an irreducible loss) and says so in `fallback`; a
+    `start` without E keeps its form, so bootstrap resamples refit the same law."""
     y, xs = clean(loss, {"flops": flops}, what=_WHAT)
     c = xs["flops"]
     require_distinct(c, 3, what=_WHAT, name="compute values (model sizes)")
     if y.size < 4:
         raise ScalingError(f"{_WHAT}: needs at least 4 trials for 3 constants; got {y.size}")
+    auto = with_E is None and start is None
+    if start is not None and with_E is None:
+        with_E = start.has_E
     log_c = np.log(c)
     shift = np.array([log_c.mean()])
-    law = LogLaw(X=(log_c - shift)[:, None], y=np.log(y))
+    if with_E is not False:
+        law = LogLaw(X=(log_c - shift)[:, None], y=np.log(y))
+        if start is None:
+            starts = power_law_starts(log_c, law.y)
+        else:
+            starts = np.array([[np.log(max(start.E, 1e-300)), np.log(start.A), start.alpha]])
+        theta, _ = minimise(law, centre(starts, shift))
+        e, a, alpha = uncentre(theta, shift)
+        E = float(np.exp(e))
+        if not auto or not on_lower_bound_E(E, y):
+            return PowerLawFit(E=E, A=float(np.exp(a)), alpha=float(alpha), n_trials=y.size)
+    if auto:
+        why = f"E fell to its bound 0 (no flattening towards an irreducible loss): fitted {_NO_E}"
+    else:  # asked for without E, or a bootstrap resample of a fit without E
+        why = start.fallback if start is not None else ""
+    a, alpha = _fit_without_E(log_c, np.log(y), shift, start)
+    return PowerLawFit(0.0, a, alpha, y.size, has_E=False, fallback=why)
+
+
+def _fit_without_E(
+    log_c: np.ndarray, log_y: np.ndarray, shift: np.ndarray, start: PowerLawFit | None
+) -> tuple[float, float]:
+    """A, alpha of L = A C^-alpha: Huber regression of log L on log C, from least squares
+    (or `start`)."""
+    law = LogLaw(X=(log_c - shift)[:, None], y=log_y, has_E=False)
     if start is None:
-        starts = power_law_starts(log_c, law.y)
+        slope, intercept = np.polyfit(log_c, log_y, 1)
+        starts = np.array([[intercept, max(-slope, 0.0)], [intercept, 0.1]])
     else:
-        starts = np.array([[np.log(start.E), np.log(start.A), start.alpha]])
+        starts = np.array([[np.log(start.A), start.alpha]])
     theta, _ = minimise(law, centre(starts, shift))
-    e, a, alpha = uncentre(theta, shift)
-    return PowerLawFit(E=float(np.exp(e)), A=float(np.exp(a)), alpha=float(alpha), n_trials=y.size)
+    a, alpha = uncentre(theta, shift)
+    return float(np.exp(a)), float(alpha)

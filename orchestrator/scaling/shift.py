@@ -15,7 +15,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from .data import ScalingError
-from .objective import HUBER_DELTA, _huber, single_threaded_blas
+from .objective import HUBER_DELTA, _huber, on_lower_bound_E, single_threaded_blas
 from .powerlaw import PowerLawFit
 
 _ALPHAS = (0.05, 0.15, 0.4)
@@ -27,50 +27,97 @@ def fit_shift(
     loss: np.ndarray,
     is_variant: np.ndarray,
     start: tuple[float, float, float, float] | None = None,
+    with_E: bool | None = None,
 ) -> tuple[PowerLawFit, PowerLawFit, float]:
     """(baseline law, variant law, m) for trials of both variants (is_variant marks rows).
-    `start` = (E, A, alpha, m) warm-starts a single descent (bootstrap resamples)."""
+    `start` = (E, A, alpha, m) warm-starts a single descent (bootstrap resamples; E = 0
+    keeps a fit without E). with_E=None falls back to the law without E when E falls to
+    its bound 0, and the laws' `fallback` says so."""
     x, y, v = np.log(flops), np.log(loss), np.asarray(is_variant, dtype=float)
     if np.unique(x[v == 0]).size < 2 or np.unique(x[v == 1]).size < 2:
         raise ScalingError(
             "compute-multiplier fit: each variant needs trials at 2 or more compute values"
         )
     shift = x.mean()
+    auto = with_E is None and start is None
+    if start is not None and with_E is None:
+        with_E = start[0] > 0
+    why = ""
+    if with_E is not False:
+        E, A, alpha, m = _descend(x - shift, y, v, loss, start, shift, has_E=True)
+        if not auto or not on_lower_bound_E(E, loss):
+            return _laws(E, A, alpha, m, v)
+        why = (
+            "E fell to its bound 0 (no flattening towards an irreducible loss): fitted "
+            "L(C) = A*(C/m)^-alpha"
+        )
+    _, A, alpha, m = _descend(x - shift, y, v, loss, start, shift, has_E=False)
+    return _laws(0.0, A, alpha, m, v, fallback=why)
+
+
+def _descend(
+    x: np.ndarray,
+    y: np.ndarray,
+    v: np.ndarray,
+    loss: np.ndarray,
+    start: tuple[float, float, float, float] | None,
+    shift: float,
+    *,
+    has_E: bool,
+) -> tuple[float, float, float, float]:
+    """L-BFGS-B from the starts; (E, A, alpha, m) in the raw parameterisation."""
 
     def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        return shift_objective(theta, x - shift, y, v)
+        if has_E:
+            return shift_objective(theta, x, y, v)
+        value, grad = shift_objective(np.concatenate([[-np.inf], theta]), x, y, v)
+        return value, grad[1:]
 
     if start is not None:
         E, A, alpha, m = start
         starts = [np.array([np.log(max(E, 1e-12)), np.log(A) - alpha * shift, alpha, np.log(m)])]
     else:
         starts = []
-        for frac in _E_FRACTIONS:
+        for frac in _E_FRACTIONS if has_E else (0.0,):
             E = frac * loss.min()
             for alpha in _ALPHAS:
-                resid = np.log(np.maximum(loss - E, 1e-12)) + alpha * (x - shift)
+                resid = np.log(np.maximum(loss - E, 1e-12)) + alpha * x
                 starts.append(np.array([np.log(max(E, 1e-12)), resid.mean(), alpha, 0.0]))
     bounds = [(None, float(y.min())), (None, None), (0.0, 10.0), (-20.0, 20.0)]
+    if not has_E:
+        starts = [s[1:] for s in starts]
+        bounds = bounds[1:]
     with single_threaded_blas():
         best = min(
             (minimize(objective, s, jac=True, method="L-BFGS-B", bounds=bounds) for s in starts),
             key=lambda r: r.fun,
         )
-    e, a, alpha, log_m = best.x
+    theta = np.concatenate([[-np.inf], best.x]) if not has_E else best.x
+    e, a, alpha, log_m = theta
     if not np.all(np.isfinite(best.x)) or alpha <= 0:
         raise ScalingError("compute-multiplier fit did not converge (no positive exponent)")
-    E, A = float(np.exp(e)), float(np.exp(a + alpha * shift))
-    m = float(np.exp(log_m))
+    return float(np.exp(e)), float(np.exp(a + alpha * shift)), float(alpha), float(np.exp(log_m))
+
+
+def _laws(
+    E: float, A: float, alpha: float, m: float, v: np.ndarray, fallback: str = ""
+) -> tuple[PowerLawFit, PowerLawFit, float]:
     n_b, n_v = int((v == 0).sum()), int((v == 1).sum())
+    has_E = E > 0
     # L_variant(C) = E + A (C/m)^-alpha = E + (A m^alpha) C^-alpha
-    return PowerLawFit(E, A, alpha, n_b), PowerLawFit(E, A * m**alpha, alpha, n_v), m
+    return (
+        PowerLawFit(E, A, alpha, n_b, has_E=has_E, fallback=fallback),
+        PowerLawFit(E, A * m**alpha, alpha, n_v, has_E=has_E, fallback=fallback),
+        m,
+    )
 
 
 def shift_objective(
     theta: np.ndarray, x: np.ndarray, y: np.ndarray, v: np.ndarray
 ) -> tuple[float, np.ndarray]:
     """Huber loss of log L_hat - log L and its gradient; theta = [e, a, alpha, log m],
-    log L_hat = LSE(e, a - alpha (x - v log m)), x = centred log C, v = 1 on variant rows."""
+    log L_hat = LSE(e, a - alpha (x - v log m)), x = centred log C, v = 1 on variant rows.
+    e = -inf: the law without E."""
     e, a, alpha, log_m = theta
     u = x - v * log_m
     z = a - alpha * u

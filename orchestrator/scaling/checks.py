@@ -1,0 +1,138 @@
+"""Does a fitted law describe its points? Constants on a bound, the fallback to a simpler
+law, residuals, and whether the points lie in the power-law regime.
+
+Checks on a law L(C) fitted to points (C_i, L_i):
+
+- a constant on a bound: E at 0 (objective.on_lower_bound_E; the fits then fall back to
+  the law without E and say why), E at the lowest loss seen (no decay visible above E),
+  an exponent at 0 or 10;
+- the points show no decline: the law falls by less than twice the residual scatter over
+  the compute range, so the data cannot tell a power law from a constant;
+- the points steepen with compute: a parabola in log-log (log L against log C) through
+  them bends down by more than two standard errors. Every E + A C^-alpha with E >= 0 bends
+  up (its local exponent shrinks towards E), so such points are not yet in the power-law
+  regime (early, unconverged or undertrained runs) and the law's extrapolation is biased.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .objective import alpha_on_bound, on_lower_bound_E
+
+_AT_LOWEST = 0.999  # E at or above this share of the lowest loss: on its upper bound
+
+
+@dataclass(frozen=True)
+class FitCheck:
+    """What a reader must know before trusting a fit (module doc)."""
+
+    law: str  # the form that was fitted, e.g. "E + A·C^-alpha"
+    fallback: str  # why a simpler law was fitted ('' if it was not)
+    on_bound: tuple[str, ...]  # e.g. ("alpha = 0",)
+    residuals: tuple[float, ...]  # L_fit / L - 1 per point
+    regime: str  # '' when the points look like a power law, else why they do not
+
+    @property
+    def rms(self) -> float:
+        r = np.asarray(self.residuals)
+        return float(np.sqrt(np.mean(r**2))) if r.size else float("nan")
+
+    @property
+    def max_residual(self) -> float:
+        r = np.abs(np.asarray(self.residuals))
+        return float(r.max()) if r.size else float("nan")
+
+    @property
+    def ok(self) -> bool:
+        return not (self.fallback or self.on_bound or self.regime)
+
+    def summary(self) -> str:
+        """'ok' or the problems, shortest first, e.g. 'fell back to A·C^-alpha (no E)'."""
+        parts = []
+        if self.fallback:
+            parts.append(f"fell back to {self.law}")
+        if self.on_bound:
+            parts.append(", ".join(self.on_bound) + " (on its bound)")
+        if self.regime:
+            parts.append(self.regime)
+        return "; ".join(parts) or "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "law": self.law,
+            "ok": self.ok,
+            "fallback": self.fallback,
+            "on_bound": list(self.on_bound),
+            "regime": self.regime,
+            "residuals": [float(r) for r in self.residuals],
+            "rms": self.rms,
+            "max_residual": self.max_residual,
+        }
+
+
+def check_power_law(fit: Any, flops: np.ndarray, loss: np.ndarray) -> FitCheck:
+    """Checks of an L(C) fit (PowerLawFit or an LsqFit of L(C)) on its points."""
+    c = np.asarray(flops, dtype=float)
+    y = np.asarray(loss, dtype=float)
+    values = fit.values()
+    predicted = np.asarray(fit.predict(c), dtype=float)
+    residuals = predicted / y - 1.0
+    bounds = _bounds(values, y, fit.has_E, exponents=("alpha",))
+    regime = ""
+    ends = np.ravel(fit.predict(np.array([c.min(), c.max()])))
+    drop = float(np.log(ends[0] / ends[1]))
+    scatter = float(np.sqrt(np.mean(np.log1p(residuals) ** 2)))
+    if drop <= max(2 * scatter, 1e-6):
+        regime = (
+            f"no decline: the law falls {drop:.1%} over the compute range, within twice the "
+            f"scatter ({scatter:.1%})"
+        )
+    elif _steepens(np.log(c), np.log(y)):
+        regime = (
+            "the points steepen with compute (concave in log-log): not yet in the power-law "
+            "regime, extrapolation biased"
+        )
+    return FitCheck(fit.form, fit.fallback, bounds, tuple(residuals), regime)
+
+
+def check_chinchilla(
+    fit: Any, n_params: np.ndarray, tokens: np.ndarray, loss: np.ndarray
+) -> FitCheck:
+    """Checks of an L(N, D) fit: bounds, fallback and residuals."""
+    y = np.asarray(loss, dtype=float)
+    predicted = np.asarray(fit.predict(n_params, tokens), dtype=float)
+    bounds = _bounds(fit.values(), y, fit.has_E, exponents=("alpha", "beta"))
+    return FitCheck(fit.form, fit.fallback, bounds, tuple(predicted / y - 1.0), "")
+
+
+def _bounds(
+    values: dict[str, float], loss: np.ndarray, has_E: bool, exponents: tuple[str, ...]
+) -> tuple[str, ...]:
+    out = []
+    if has_E and on_lower_bound_E(values["E"], loss):
+        out.append("E = 0")
+    if has_E and values["E"] >= _AT_LOWEST * loss.min():
+        out.append("E = lowest loss")
+    for name in exponents:
+        if alpha_on_bound(values[name]):
+            out.append(f"{name} = {values[name]:.3g}")
+    return tuple(out)
+
+
+def _steepens(log_c: np.ndarray, log_y: np.ndarray) -> bool:
+    """A parabola in log-log through the points bends down by over two standard errors."""
+    if np.unique(log_c).size < 4:
+        return False
+    x = log_c - log_c.mean()
+    design = np.column_stack([np.ones_like(x), x, x**2])
+    coef, *_ = np.linalg.lstsq(design, log_y, rcond=None)
+    resid = log_y - design @ coef
+    dof = x.size - 3
+    if dof < 1:
+        return False
+    cov = (resid @ resid / dof) * np.linalg.pinv(design.T @ design)
+    return bool(coef[2] < -2.0 * np.sqrt(max(cov[2, 2], 1e-300)))

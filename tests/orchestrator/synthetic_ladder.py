@@ -1,0 +1,81 @@
+"""Synthetic ladders with a known truth, in memory (numpy, no MLflow): the statistics tests'
+ground truth. (orchestrator.results.synthetic writes whole sweeps into MLflow for the tests
+of sync, plots and report, and for the benchmarks.)
+
+The baseline's loss follows L(C) = E + A C^-alpha; a variant with multiplier m follows
+L(C / m) (m < 1: cheaper) at `cost` x the baseline's FLOPs per token. Each trial's log
+loss is the law's plus three independent normal terms:
+
+    cell_sd   the cell's offset from the law (its N/D allocation), shared by every variant
+              and seed of the cell
+    seed_sd   the seed's effect in its cell (data order), shared by the variants
+    trial_sd  the trial's own noise
+
+DEMO's constants are the demo sweep's (make demo, 2026-12-01; docs/results.md): dense's
+L(C) fitted by least squares through its six trials (E 1.89, alpha 0.34, scatter of the
+cells about it 6%), the seed-to-seed scatter of a trial's final loss at nano and tiny
+(about 0.8% in log, from 4 seeds: hardly shared between variants), its sizes, budgets and
+6.5 FLOPs per parameter and token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pyarrow as pa
+
+SIZES = {"nano": 120_576, "tiny": 366_432, "micro": 834_304, "mini": 4_820_992}
+TOKENS = (32_768, 98_304)
+FLOPS_PER_PARAM_TOKEN = 6.5
+
+
+@dataclass(frozen=True)
+class Truth:
+    E: float
+    A: float
+    alpha: float
+    cell_sd: float
+    seed_sd: float
+    trial_sd: float
+
+    def loss(self, flops: np.ndarray, multiplier: float = 1.0) -> np.ndarray:
+        return self.E + self.A * (np.asarray(flops, dtype=float) / multiplier) ** -self.alpha
+
+    def with_noise(self, **changes: float) -> Truth:
+        return replace(self, **changes)
+
+
+DEMO = Truth(E=1.89, A=1.23 * 1e11**0.337, alpha=0.337, cell_sd=0.06, seed_sd=0.002,
+             trial_sd=0.008)  # fmt: skip
+
+
+def ladder(
+    rng: np.random.Generator,
+    truth: Truth = DEMO,
+    *,
+    multipliers: dict[str, float] | None = None,
+    cost: dict[str, float] | None = None,
+    sizes: dict[str, int] | None = None,
+    tokens: tuple[int, ...] = TOKENS,
+    seeds: tuple[int, ...] = (0,),
+) -> pa.Table:
+    """One sweep's trials table (variant, size, tokens, seed, n_params, flops,
+    final_loss) drawn from `truth`."""
+    multipliers = multipliers or {"dense": 1.0, "hadamard": 0.9}
+    cost = cost or {}
+    sizes = sizes or {k: SIZES[k] for k in ("nano", "tiny", "micro")}
+    cols: dict[str, list] = {k: [] for k in ("variant", "size", "tokens", "seed", "n_params",
+                                             "flops", "final_loss")}  # fmt: skip
+    for size, n in sizes.items():
+        for d in tokens:
+            cell = rng.normal(0, truth.cell_sd)
+            for seed in seeds:
+                shared = rng.normal(0, truth.seed_sd)
+                for variant, m in multipliers.items():
+                    c = FLOPS_PER_PARAM_TOKEN * n * d * cost.get(variant, 1.0)
+                    log_loss = np.log(truth.loss(c, m)) + cell + shared
+                    loss = float(np.exp(log_loss + rng.normal(0, truth.trial_sd)))
+                    for key, value in zip(cols, (variant, size, d, seed, n, c, loss), strict=True):
+                        cols[key].append(value)
+    return pa.table(cols)

@@ -1,0 +1,198 @@
+"""Answers to trust (issue 15): fits that say when they fail, the paired gain, the forecast
+and its prediction interval, and what to run next, on synthetic ladders with a known truth
+(synthetic_ladder.py: the demo's law, sizes, budgets and noise)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from synthetic_ladder import SIZES, ladder
+
+from orchestrator.scaling import (
+    ScalingError,
+    Trials,
+    cell_means,
+    compute_equivalent_gain,
+    fit_chinchilla,
+    fit_power_law,
+    pair_trials,
+    paired_gain,
+)
+from orchestrator.scaling.advice import Option, advise
+from orchestrator.scaling.checks import check_power_law
+from orchestrator.scaling.forecast import fit_forecast_law
+from orchestrator.scaling.lsq import lsq_power_law
+
+AXES = ["size", "tokens"]
+N_LADDERS = 200
+
+
+def _rows(table: pa.Table, **equal: str) -> pa.Table:
+    for column, value in equal.items():
+        table = table.filter(pc.equal(table[column], value))
+    return table
+
+
+def _paired(table: pa.Table, variant: str = "hadamard") -> tuple:
+    slope = lsq_power_law(*cell_means(table, "dense", axes=AXES), with_E=False)
+    return paired_gain(pair_trials(table, variant, "dense", axes=AXES), slope), slope
+
+
+# --- fits that say when they fail -------------------------------------------------------
+
+
+def test_a_law_with_e_at_zero_falls_back_to_the_law_without_e_and_says_so():
+    rng = np.random.default_rng(0)
+    c = np.geomspace(1e15, 1e19, 10)
+    loss = 300 * c**-0.15 * np.exp(rng.normal(0, 0.002, c.size))  # truly E = 0
+    huber = fit_power_law(c, loss)
+    assert not huber.has_E and huber.E == 0 and "E fell to its bound 0" in huber.fallback
+    assert huber.alpha == pytest.approx(0.15, abs=0.01)
+    law = lsq_power_law(c, loss)
+    assert law.form == "A·C^-alpha (no E)" and law.fallback
+    check = check_power_law(law, c, loss)
+    assert not check.ok and check.summary().startswith("fell back to A·C^-alpha (no E)")
+    assert check.max_residual < 0.01  # the simpler law describes the points
+    n, ratio = np.meshgrid(np.geomspace(5e7, 1e10, 5), np.geomspace(4, 160, 4))
+    n, d = n.ravel(), (n * ratio).ravel()
+    chin = fit_chinchilla(n, d, 406.4 / n**0.34 + 410.7 / d**0.28)
+    assert not chin.has_E and chin.fallback and chin.alpha == pytest.approx(0.34, abs=1e-3)
+    # a healthy law is left alone and passes its checks
+    healthy = lsq_power_law(c, 1.8 + loss)
+    assert healthy.has_E and check_power_law(healthy, c, 1.8 + loss).ok
+
+
+def test_a_ladder_without_curvature_is_flagged():
+    """Loss falling linearly in log C (no bend towards an irreducible loss: the demo's laws
+    once reported E = 1e-11 for such points, without a word) and a flat ladder."""
+    c = np.geomspace(1e10, 1e12, 8)
+    straight = 4.0 - 0.25 * np.log10(c / 1e10)
+    law = lsq_power_law(c, straight)
+    check = check_power_law(law, c, straight)
+    assert law.fallback and "steepen" in check.regime and not check.ok
+    flat = 3.0 * np.exp(np.random.default_rng(1).normal(0, 0.01, c.size))
+    check = check_power_law(lsq_power_law(c, flat), c, flat)
+    assert "no decline" in check.regime
+
+
+def test_bootstrap_resamples_of_a_fallback_fit_keep_its_form():
+    from orchestrator.scaling import bootstrap
+
+    c = np.geomspace(1e15, 1e19, 10)
+    loss = 300 * c**-0.15 * np.exp(np.random.default_rng(2).normal(0, 0.003, c.size))
+    boot = bootstrap(fit_power_law, c, loss, n_resamples=30)
+    assert not boot.point.has_E and boot.n_failed == 0
+    assert boot["E"].low == boot["E"].high == 0.0  # every resample fitted the law without E
+
+
+# --- the paired gain --------------------------------------------------------------------
+
+
+def test_paired_gain_covers_the_true_multiplier_in_90_to_98_percent_of_200_ladders():
+    """Demo-like ladders (3 sizes x 2 budgets, one seed, the demo's noise) with a true 10%
+    compute gain. Measured: 190/200 = 95% (one seed; two seeds: 95.5%, four: 93.5%; no
+    gain, m = 1: 96.5%)."""
+    rng = np.random.default_rng(15)
+    covered = 0
+    for _ in range(N_LADDERS):
+        table = ladder(rng, multipliers={"dense": 1.0, "hadamard": 0.9})
+        gain, _ = _paired(table)
+        covered += 0.9 in gain.multiplier
+    assert 0.90 <= covered / N_LADDERS <= 0.98, covered
+
+
+def test_paired_gain_resolves_a_10_percent_gain_the_unpaired_fit_cannot():
+    """A true 10% compute gain at the demo's sizes, budgets and noise. With the demo's one
+    seed per cell the paired interval is about 10x narrower than the unpaired one, yet a
+    10% gain is resolved in only about a third of ladders: a pair's loss difference
+    (~1.1% scatter) over the baseline's slope (~0.13) is ~9% of compute, over 6 pairs. The
+    advice sees it and asks for more seeds; with them the paired interval excludes 1 in
+    nearly every ladder, while the unpaired one still spans it (50 ladders per design)."""
+    rng = np.random.default_rng(7)
+    truth = {"dense": 1.0, "hadamard": 0.9}
+
+    def resolved(seeds: tuple[int, ...], n: int = 50) -> tuple[float, list]:
+        gains = [_paired(ladder(rng, multipliers=truth, seeds=seeds)) for _ in range(n)]
+        return float(np.mean([g.multiplier.high < 1 for g, _ in gains])), gains
+
+    rate, gains = resolved((0,))
+    assert 0.2 <= rate <= 0.7, rate  # measured: 0.54
+    # the advice for a 10% gain, on each one-seed ladder: how many more seeds per cell
+    extra = []
+    for gain, slope in gains:
+        cells = len(set(gain.pairs.cells))
+        options = [Option(f"{k} more", k * cells, (), float(k), 2 * k * cells) for k in range(1, 9)]
+        rel = float(np.sqrt(slope.cov[-1, -1])) / slope.values()["alpha"]
+        design = slope.law.X[:, 0] + slope.shift[0]
+        advice = advise(gain, rel, design, options, effect=0.10)
+        if advice.current.meets_target:
+            extra.append(0)
+        else:  # beyond 8 more seeds per cell counts as 9
+            extra.append(advice.best.option.n_pairs // cells if advice.best else 9)
+    assert np.median(extra) >= 1, extra  # measured: median 1, upper quartile 2
+    seeds = tuple(range(1 + int(np.percentile(extra, 75))))  # follow the advice
+    rate, gains = resolved(seeds)
+    assert rate >= 0.85, (seeds, rate)  # measured: 1.0 (50 of 50) with 3 seeds per cell
+    table = ladder(rng, multipliers=truth, seeds=seeds)
+    paired, _ = _paired(table)
+    unpaired = compute_equivalent_gain(
+        Trials.from_table(_rows(table, variant="hadamard"), "hadamard"),
+        Trials.from_table(_rows(table, variant="dense"), "dense"),
+        n_resamples=200,
+    )
+    assert paired.multiplier.high < 1.0 and 0.9 in paired.multiplier  # resolved, and right
+    assert unpaired.multiplier.low < 1.0 < unpaired.multiplier.high
+    assert np.log(unpaired.multiplier.high / unpaired.multiplier.low) > 5 * np.log(
+        paired.multiplier.high / paired.multiplier.low
+    )
+
+
+def test_pairs_match_cell_and_seed_and_need_two():
+    table = ladder(np.random.default_rng(3), seeds=(0, 1))
+    pairs = pair_trials(table, "hadamard", "dense", axes=AXES)
+    assert pairs.n == 12 and len(set(pairs.cells)) == 6
+    assert np.all(pairs.flops == pairs.baseline_flops)  # same cost per token here
+    one = table.slice(0, 2)  # nano at the first budget, seed 0: one pair
+    with pytest.raises(ScalingError, match="2 or more trial pairs"):
+        paired_gain(pair_trials(one, "hadamard", "dense", axes=AXES), _paired(table)[1])
+
+
+# --- the forecast -----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_forecast_interval_covers_a_held_out_size_in_90_to_98_percent_of_200_ladders():
+    """Fit nano, tiny and micro of a demo-like ladder, forecast both mini runs; the 95%
+    interval should hold the loss they reached. Measured: 97.0% (388 of 400 runs); the law
+    with E's own interval alone 93.0%, the law without E's 91.0%."""
+    rng = np.random.default_rng(16)
+    sizes = {k: SIZES[k] for k in ("nano", "tiny", "micro", "mini")}
+    covered = total = 0
+    for _ in range(N_LADDERS):
+        table = ladder(rng, multipliers={"dense": 1.0}, sizes=sizes)
+        train = table.filter(pc.not_equal(table["size"], "mini"))
+        test = _rows(table, size="mini")
+        n, d, c, y = (train[k].to_numpy().astype(float) for k in
+                      ("n_params", "tokens", "flops", "final_loss"))  # fmt: skip
+        law = fit_forecast_law(n, d, c, y)
+        for p, actual in zip(law.predict(test["flops"].to_numpy()), test["final_loss"].to_numpy(),
+                             strict=True):  # fmt: skip
+            covered += actual in p
+            total += 1
+    assert 0.90 <= covered / total <= 0.98, (covered, total)
+
+
+def test_forecast_uses_chinchilla_when_the_ladder_spans_three_sizes_and_budgets():
+    rng = np.random.default_rng(4)
+    n, ratio = np.meshgrid(np.geomspace(5e7, 1e9, 4), np.array([5.0, 20.0, 80.0]))
+    n, d = n.ravel(), (n * ratio).ravel()
+    loss = (1.69 + 406.4 / n**0.34 + 410.7 / d**0.28) * np.exp(rng.normal(0, 0.003, n.size))
+    law = fit_forecast_law(n, d, 6 * n * d, loss)
+    assert law.name == "L(N, D)" and law.law.has_E
+    [p] = law.predict([4e9], [80 * 4e9])
+    truth = 1.69 + 406.4 / 4e9**0.34 + 410.7 / (320e9) ** 0.28
+    assert truth in p and p.high / p.low < 1.2
+    few = fit_forecast_law(n[:4], d[:4], 6 * n[:4] * d[:4], loss[:4])  # 4 points: no E
+    assert few.name == "L(C)" and not few.law.has_E and "fewer than 2 degrees" in few.law.fallback
