@@ -1,12 +1,14 @@
 """Pictures of a sweep's results (matplotlib, Agg): only those the data supports.
 
 loss_vs_flops   every trial's val/loss curve against training FLOPs, coloured by variant,
-                with each variant's fitted L(C) = E + A C^-alpha and the Pareto frontier
+                with each variant's L(C) fitted on its frontier (saying when it fell back
+                to the law without E or failed a check) and the Pareto frontier
 loss_vs_params  final loss against parameters, per variant
 isoflop         loss against N at each compute budget, with the fitted parabolas
-gains           compute-equivalent gain of each variant with its bootstrap interval
-budget_s_mean   BudgetFormer's mean head budget s against model size
-tsa_alpha       TSA's halted-token fraction alpha against lambda, per size
+gains           compute-equivalent gain of each variant by both estimators, with intervals
+budget_s_mean   BudgetFormer's mean head budget s against model size, per token budget
+tsa_alpha       TSA's halted-token fraction alpha against lambda, per size and budget
+(every point of these two is a cell's mean over its seeds, never over budgets)
 
 `make_plots` writes PNGs to results/<sweep>/plots; `log_plots` attaches them to the
 sweep's parent MLflow run (artifact folder `plots/`).
@@ -77,10 +79,9 @@ def loss_vs_flops(fit: SweepFit, curves: pa.Table | None, metric: str = "val/los
         rows = np.array([u == v for u in variants])
         ax.scatter(c[rows], y[rows], color=col[v], s=18, zorder=3, label=f"{v} (final)")
         if v in fit.laws:
-            law = fit.laws[v].point
+            law = fit.laws[v]
             grid = np.geomspace(c[rows].min(), c[rows].max(), 100)
-            ax.plot(grid, law.predict(grid), "--", color=col[v], lw=1.6,
-                    label=f"{v}: L = {law.E:.3g} + {law.A:.3g}·C^-{law.alpha:.3f}")  # fmt: skip
+            ax.plot(grid, law.predict(grid), "--", color=col[v], lw=1.6, label=law_label(fit, v))
     front = pareto_frontier(c, y)
     ax.plot(c[front], y[front], "-", color="black", lw=1.0, alpha=0.7, label="Pareto frontier")
     ax.set_xscale("log")
@@ -92,6 +93,21 @@ def loss_vs_flops(fit: SweepFit, curves: pa.Table | None, metric: str = "val/los
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7, loc="upper right")
     return fig
+
+
+def law_label(fit: SweepFit, variant: str) -> str:
+    """'dense: L = 2.53 + 2.6e+10·C^-0.988 (frontier)', saying when the law fell back to
+    one without E or failed a check."""
+    law, check = fit.laws[variant], fit.law_checks[variant]
+    k = law.values()
+    text = f"{variant}: L = "
+    text += f"{k['E']:.3g} + " if law.has_E else ""
+    text += f"{k['A']:.3g}·C^-{k['alpha']:.3f} (frontier"
+    if law.fallback:
+        text += "; no E: fallback"
+    if check.on_bound or check.regime:
+        text += "; check failed"
+    return text + ")"
 
 
 def loss_vs_params(fit: SweepFit) -> Figure:
@@ -156,20 +172,25 @@ def isoflop(fit: SweepFit) -> Figure:
 
 
 def gains(fit: SweepFit) -> Figure:
-    fig, ax = _figure(6.5, 1.2 + 0.55 * len(fit.gains))
+    """Each variant's gain by both estimators: paired (filled) and unpaired (open)."""
+    shown = [v for v in fit.variants if _gain_pair(fit, v) != (None, None)]
+    fig, ax = _figure(6.5, 1.4 + 0.7 * len(shown))
     col = colours(fit.variants)
-    finite = [g for g in fit.gains if np.isfinite(g.multiplier.estimate)]
-    ys = np.arange(len(finite))
-    for i, g in enumerate(finite):
-        m = g.multiplier
-        high = m.high if np.isfinite(m.high) else m.estimate * 10
-        ax.errorbar(m.estimate, i, xerr=[[m.estimate - m.low], [high - m.estimate]], fmt="o",
-                    color=col[g.variant], capsize=5, ms=7)  # fmt: skip
-        ax.annotate(f"{m.estimate:.2f}× [{m.low:.2f}, {m.high:.2f}]", (m.estimate, i),
-                    textcoords="offset points", xytext=(0, 9), ha="center", fontsize=8)  # fmt: skip
+    for i, v in enumerate(shown):
+        for offset, (kind, interval) in zip((0.15, -0.15), _gain_pair_named(fit, v), strict=True):
+            if interval is None or not np.isfinite(interval.estimate):
+                continue
+            m = interval
+            high = m.high if np.isfinite(m.high) else m.estimate * 10
+            ax.errorbar(m.estimate, i + offset, xerr=[[m.estimate - m.low], [high - m.estimate]],
+                        fmt="o", color=col[v], mfc=col[v] if kind == "paired" else "white",
+                        capsize=4, ms=6, label=kind if i == 0 else None)  # fmt: skip
+            ax.annotate(f"{kind} {m.estimate:.2f}× [{m.low:.2f}, {m.high:.2f}]",
+                        (m.estimate, i + offset), textcoords="offset points", xytext=(0, 6),
+                        ha="center", fontsize=7)  # fmt: skip
     ax.axvline(1.0, color="grey", ls="--", lw=1, label=f"{fit.baseline} (1×)")
-    ax.set_yticks(ys, [g.variant for g in finite])
-    ax.set_ylim(-0.7, len(finite) - 0.3)
+    ax.set_yticks(np.arange(len(shown)), shown)
+    ax.set_ylim(-0.7, len(shown) - 0.3)
     ax.set_xscale("log")
     from matplotlib.ticker import FuncFormatter
 
@@ -178,33 +199,54 @@ def gains(fit: SweepFit) -> Figure:
     ax.xaxis.set_minor_formatter(times)
     ax.tick_params(axis="x", which="minor", labelsize=7)
     ax.set_xlabel(f"FLOPs to reach the {fit.baseline} loss, × {fit.baseline}'s (< 1: cheaper)")
-    level = finite[0].multiplier.level if finite else fit.level
-    ax.set_title(f"{fit.sweep}: compute-equivalent gain ({level:.0%} bootstrap CI)")
+    ax.set_title(f"{fit.sweep}: compute-equivalent gain ({fit.level:.0%} CI), paired and unpaired")
     ax.grid(True, axis="x", which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=7, loc="lower right")
     return fig
 
 
+def _gain_pair(fit: SweepFit, variant: str) -> tuple[Any, Any]:
+    p = fit.paired_gain(variant)
+    g = next((g for g in fit.gains if g.variant == variant), None)
+    return (
+        p.multiplier if p is not None else None,
+        g.multiplier if g is not None else None,
+    )
+
+
+def _gain_pair_named(fit: SweepFit, variant: str) -> list[tuple[str, Any]]:
+    paired, unpaired = _gain_pair(fit, variant)
+    return [("paired", paired), ("unpaired", unpaired)]
+
+
 def budget_s_mean(table: pa.Table) -> Figure:
+    """One line per variant and token budget across sizes; each point is a cell's mean over
+    its seeds (never over budgets)."""
     fig, ax = _figure(6.0, 4.0)
     rows = np.isfinite(_col(table, "budget_s_mean"))
     n, s = _col(table, "n_params")[rows], _col(table, "budget_s_mean")[rows]
     variants = np.array(table["variant"].to_pylist())[rows]
+    budgets = _budget_labels(table)[rows]
     col = colours(sorted(set(table["variant"].to_pylist())))
+    styles = ["o-", "s--", "^:", "d-."]
     for v in sorted(set(variants)):
-        r = variants == v
-        ax.plot(*_sorted(n[r], s[r]), "o-", color=col[v], label=v)
+        for j, b in enumerate(sorted(set(budgets[variants == v]), key=_budget_order)):
+            r = (variants == v) & (budgets == b)
+            label = f"{v}, {b}" if b else v
+            ax.plot(*_sorted(n[r], s[r]), styles[j % 4], color=col[v], label=label)
     ax.set_xscale("log")
     ax.set_ylim(0, 1)
     ax.set_xlabel("parameters N")
     ax.set_ylabel("mean head budget s (fraction of heads)")
-    ax.set_title("BudgetFormer: head budget vs model size")
+    ax.set_title("BudgetFormer: head budget vs model size (each point: mean over seeds)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     return fig
 
 
 def tsa_alpha(table: pa.Table) -> Figure:
+    """alpha against lambda, one line per size and token budget; or against size, one line
+    per budget. Each point is a cell's mean over its seeds."""
     import matplotlib
 
     fig, ax = _figure(6.0, 4.0)
@@ -212,26 +254,60 @@ def tsa_alpha(table: pa.Table) -> Figure:
     lam = _col(table, "tsa_lambda")
     rows = np.isfinite(a)
     sizes = np.array(table["size"].to_pylist())[rows]
+    budgets = _budget_labels(table)[rows]
     n = _col(table, "n_params")[rows]
     a, lam = a[rows], lam[rows]
     order = sorted(set(sizes), key=lambda s: n[sizes == s].min())
+    budget_order = sorted(set(budgets), key=_budget_order)
     cmap = matplotlib.colormaps["plasma"]
+    styles = ["o-", "s--", "^:", "d-."]
     many_lambdas = np.unique(lam[np.isfinite(lam)]).size > 1
     if many_lambdas:
         for i, s in enumerate(order):
-            r = sizes == s
-            ax.plot(*_sorted(lam[r], a[r]), "o-", color=cmap(i / max(len(order), 1)), label=s)
+            for j, b in enumerate(budget_order):
+                r = (sizes == s) & (budgets == b)
+                if r.any():
+                    label = f"{s}, {b}" if b else s
+                    ax.plot(*_sorted(lam[r], a[r]), styles[j % 4],
+                            color=cmap(i / max(len(order), 1)), label=label)  # fmt: skip
         ax.set_xlabel("λ (weight of the depth loss)")
         ax.legend(title="size", fontsize=8)
     else:
-        ax.plot(*_sorted(n, a), "o-")
+        for j, b in enumerate(budget_order):
+            r = budgets == b
+            ax.plot(*_sorted(n[r], a[r]), styles[j % 4], label=b or None)
         ax.set_xscale("log")
         ax.set_xlabel("parameters N")
+        if any(budget_order):
+            ax.legend(fontsize=8)
     ax.set_ylim(0, 1)
     ax.set_ylabel("α (fraction of halted tokens)")
-    ax.set_title("TSA: halted-token fraction α")
+    ax.set_title("TSA: halted-token fraction α (each point: mean over seeds)")
     ax.grid(True, alpha=0.3)
     return fig
+
+
+def _budget_labels(table: pa.Table) -> np.ndarray:
+    """Per trial, its cell's swept axes other than the size, in words ('tokens=98304'):
+    the lines of the mechanism plots (one per budget, never averaged across budgets)."""
+    from orchestrator.results.design import axis_label, read_design
+
+    design = read_design(table)
+    axes = [a for a in design.axes if a != "size"]
+    if not axes:
+        return np.array([""] * table.num_rows)
+    values = [design.table[a].to_pylist() for a in axes]
+    return np.array(
+        [", ".join(f"{axis_label(a)}={v[i]}" for a, v in zip(axes, values, strict=True))
+         for i in range(table.num_rows)]
+    )  # fmt: skip
+
+
+def _budget_order(label: str) -> list:
+    """Numeric parts of a label in order ('tokens=32768' before 'tokens=98304')."""
+    import re
+
+    return [float(x) for x in re.findall(r"[-+]?\d*\.?\d+(?:[eE][-+]?\d+)?", label)]
 
 
 def _sorted(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -245,7 +321,7 @@ def figures(fit: SweepFit, curves: pa.Table | None) -> dict[str, Figure]:
     out = {"loss_vs_flops": loss_vs_flops(fit, curves), "loss_vs_params": loss_vs_params(fit)}
     if fit.isoflop:
         out["isoflop"] = isoflop(fit)
-    if fit.gains:
+    if fit.gains or fit.paired:
         out["gains"] = gains(fit)
     t = fit.table
     if "budget_s_mean" in t.column_names and np.isfinite(_col(t, "budget_s_mean")).any():

@@ -1,5 +1,6 @@
-"""One Markdown report per sweep: the gains, the fitted laws, per-size differences, the plots
-and the trials, ready to paste into a paper draft (results/<sweep>/report.md).
+"""One Markdown report per sweep: the gains by both estimators, what to run next, the fitted
+laws and their checks, the forecast backtest, per-cell differences, the plots and the
+trials, ready to paste into a paper draft (results/<sweep>/report.md).
 
 `summarise_sweep` is the whole tail of a sweep (sync, fit, plots, report) in one call,
 returning the text the CLI prints.
@@ -33,8 +34,12 @@ def write_report(
         f"intervals: {fit.level:.0%} bootstrap over trials. "
         f"Generated {dt.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}."
     )
-    if fit.gains:
-        md += ["", "**Headline.** " + "; ".join(str(g) + "." for g in fit.gains)]
+    headline = headline_lines(fit)
+    if headline:
+        md += ["", "**Headline.**", ""] + [f"- {line}" for line in headline]
+    warnings = check_lines(fit)
+    if warnings:
+        md += ["", "**Fits to read with care.**", ""] + [f"- {line}" for line in warnings]
     for title, (head, rows) in sections(fit):
         md += ["", f"## {title}", "", markdown_table(head, rows)]
     if plots:
@@ -49,9 +54,14 @@ def write_report(
         "",
         "## Definitions",
         "",
-        f"- Gain m: the variant reaches the loss L* with m × the FLOPs the {fit.baseline} "
-        f"needs (m < 1: cheaper). L* is the {fit.baseline} law's loss at the largest compute "
-        "both ran; laws L(C) = E + A·C^-alpha share E (docs/scaling.md).",
+        f"- Gain m: the variant reaches the {fit.baseline}'s loss with m × its FLOPs "
+        "(m < 1: cheaper). Paired: from the loss differences of trials with the same cell "
+        f"and seed, turned into compute by the {fit.baseline}'s log-log slope through its "
+        "cells; unpaired: a compute-shifted law L(C / m) through both variants' trials "
+        "(docs/scaling.md). Loss ×: the geometric mean of the pairs' loss ratios.",
+        "- Forecast backtest: the law through the smaller sizes predicts each run of the "
+        "held-out size; the interval is for one run (the law's uncertainty and a run's "
+        "scatter about it).",
         "- FLOPs are model FLOPs of training (forward + backward), not hardware peak.",
     ]
     if tracking_uri:
@@ -59,6 +69,41 @@ def write_report(
     path = out_dir / "report.md"
     path.write_text("\n".join(md) + "\n", encoding="utf-8")
     return path
+
+
+def headline_lines(fit: SweepFit) -> list[str]:
+    """One sentence per variant: the paired gain when there is one, else the unpaired."""
+    out = []
+    for v in fit.variants:
+        p = fit.paired_gain(v)
+        g = next((g for g in fit.gains if g.variant == v), None)
+        if p is not None:
+            text = f"{p}."
+            if g is not None:
+                m = g.multiplier
+                text += (
+                    f" Unpaired: {m.estimate:.2f}×, CI [{m.low:.2f}, {m.high:.2f}]"
+                    f" ({np.log(m.high / m.low) / max(np.log(p.multiplier.high / p.multiplier.low), 1e-12):.0f}× wider)."
+                )
+            out.append(text)
+        elif g is not None:
+            out.append(f"{g} (unpaired).")
+    return out
+
+
+def check_lines(fit: SweepFit) -> list[str]:
+    """Every fit whose check is not ok, and gains whose law fell back, in words."""
+    out = [f"L(C) of {v}: {c.summary()}" for v, c in fit.law_checks.items() if not c.ok]
+    out += [f"L(N, D) of {v}: {c.summary()}" for v, c in fit.chinchilla_checks.items() if not c.ok]
+    fell = [g.variant for g in fit.gains if g.fit.baseline.fallback]
+    if fell:
+        out.append(
+            f"unpaired gain{'s' if len(fell) > 1 else ''} of {', '.join(fell)}: "
+            + next(g.fit.baseline.fallback for g in fit.gains if g.fit.baseline.fallback)
+        )
+    if fit.backtest is not None:
+        out += [f"forecast backtest: {note}" for note in fit.backtest.notes]
+    return out
 
 
 def _trial_rows(fit: SweepFit) -> tuple[list[str], list[list[str]]]:
@@ -104,6 +149,7 @@ def summarise_sweep(
     from jobs import paths
     from orchestrator import plots as plotting
     from orchestrator.results import load_curves, sweep_dir, sync
+    from orchestrator.results.advice import costing
     from orchestrator.results.fit import fit_sweep
     from orchestrator.results.render import rich_tables
     from orchestrator.results.sources import find_sweep_runs
@@ -128,13 +174,24 @@ def summarise_sweep(
     files = plotting.make_plots(fit, load_curves(sweep, root), out / "plots")
     plotting.log_plots(find_sweep_runs(sweep, uri).parent_run_id, files, uri)
     report = write_report(fit, files, out, uri)
-    for table in rich_tables(fit)[:1] if fit.gains else rich_tables(fit)[:2]:
+    tables = rich_tables(fit)
+    for table in tables[:1] if fit.gains or fit.paired else tables[:2]:
         console.print(table)
+    for line in check_lines(fit):
+        console.print(f"check: {line}", highlight=False, soft_wrap=True)
     for note in fit.notes:
-        console.print(f"note: {note}", highlight=False)
-    console.print(f"plots: {out / 'plots'} ({', '.join(files)})", highlight=False)
-    console.print(f"report: {report}", highlight=False)
-    console.print(f"MLflow UI: {mlflow_ui_hint(uri)}", highlight=False)
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
+    if fit.backtest is not None:
+        console.print(fit.backtest.summary(), highlight=False, soft_wrap=True)
+    console.print(f"plots: {out / 'plots'} ({', '.join(files)})", highlight=False, soft_wrap=True)
+    console.print(f"report: {report}", highlight=False, soft_wrap=True)
+    console.print(f"MLflow UI: {mlflow_ui_hint(uri)}", highlight=False, soft_wrap=True)
+    cost = costing(fit.table)
+    for advice in fit.advice:  # the summary ends with what to run next
+        line = str(advice)
+        if advice.best is not None and not advice.current.meets_target:
+            line += f"; {cost.describe(advice.best.option.cost_flops)}"
+        console.print(f"next: {line}", highlight=False, soft_wrap=True)
     text = console.export_text()
     cache.write_text(json.dumps({"key": key, "text": text}))
     return f"{synced}\n{text}"

@@ -278,3 +278,124 @@ def summary_cmd(
         ),
         end="",
     )
+
+
+@app.command("forecast")
+def forecast_cmd(
+    sweep: str = SWEEP,
+    target: str | None = typer.Option(
+        None, "--target", help="A larger size preset to forecast, at each token budget"
+    ),
+    flops: float | None = typer.Option(
+        None, "--flops", help="A compute budget (FLOPs): the law through the compute frontier"
+    ),
+    holdout: str | None = typer.Option(
+        None, "--holdout", help="A size that was run: forecast it from the smaller sizes"
+    ),
+    variant: str = typer.Option("dense", "--variant", "-v", help="The variant to forecast."),
+    law: str = typer.Option("auto", "--law", help="auto | C (L(C)) | ND (Chinchilla's L(N, D))"),
+    level: float = typer.Option(0.95, "--level", help="Level of the prediction interval."),
+    loss: str = typer.Option("final_val_loss", "--loss", help="final_val_loss or best_val_loss"),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    tracking_uri: str | None = URI,
+) -> None:
+    """Forecast the final loss of a larger run from the smaller ones, with a prediction
+    interval; --holdout backtests it on a size that was run."""
+    from orchestrator.results import load_trials
+    from orchestrator.results.forecast import forecast_table
+    from orchestrator.results.store import ResultsError
+
+    if law not in ("auto", "C", "ND"):
+        raise _fail(f"--law {law!r}: expected auto, C or ND")
+    if not 0 < level < 1:
+        raise _fail(f"--level {level}: expected a number between 0 and 1")
+
+    def run():  # noqa: ANN202
+        _synced(sweep, tracking_uri)
+        table = load_trials(sweep)
+        if loss not in table.column_names:
+            raise ResultsError(
+                f"unknown loss column {loss!r} (use final_val_loss or best_val_loss)"
+            )
+        return forecast_table(table, sweep, variant=variant, size=target, flops=flops,
+                              holdout=holdout, loss=loss, law=law, level=level)  # fmt: skip
+
+    result = _guard(run)
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=1, allow_nan=False))
+        return
+    from rich.table import Table
+
+    check = result.law.check
+    table = Table(
+        title=result.title(),
+        caption=f"fit check: {check.summary()}; residuals up to {check.max_residual:.1%}",
+        title_justify="left",
+    )
+    head = ["run", "predicted", f"{level:.0%} prediction interval"]
+    head += ["actual", "covered"] if holdout else []
+    for h in head:
+        table.add_column(h, justify="left" if h == "run" else "right")
+    for t, p in zip(result.targets, result.predictions, strict=True):
+        row = [t.label, f"{p.loss:.4g}", f"[{p.low:.4g}, {p.high:.4g}]"]
+        if holdout:
+            row += [f"{t.actual:.4g}", "yes" if t.actual in p else "NO"]
+        table.add_row(*row)
+    console.print(table)
+    for note in result.notes:
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
+
+
+@app.command("advise")
+def advise_cmd(
+    sweep: str = SWEEP,
+    baseline: str = BASELINE,
+    effect: float = typer.Option(
+        0.05, "--effect", help="The compute gain to tell from none (0.05 = 5%)."
+    ),
+    power: float = typer.Option(0.8, "--power", help="The chance of telling it, if it is real."),
+    level: float = typer.Option(0.95, "--level", help="Level of the interval."),
+    loss: str = typer.Option("final_val_loss", "--loss", help="final_val_loss or best_val_loss"),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+    tracking_uri: str | None = URI,
+) -> None:
+    """What to run next: how many more seeds, or which extra size or budget, would let the
+    paired gain tell a given compute gain from none, and what it costs."""
+    from orchestrator.results.advice import costing
+    from orchestrator.results.export import advice_dict
+    from orchestrator.results.fit import fit_sweep
+
+    if not 0 < effect < 1:
+        raise _fail(f"--effect {effect}: expected a fraction between 0 and 1 (0.05 = 5%)")
+    if not 0 < power < 1 or not 0 < level < 1:
+        raise _fail("--power and --level: expected numbers between 0 and 1")
+
+    def run():  # noqa: ANN202
+        _synced(sweep, tracking_uri)
+        return fit_sweep(sweep, baseline=baseline, loss=loss, level=level, effect=effect,
+                         power=power, unpaired=False)  # fmt: skip
+
+    fit = _guard(run)
+    if not fit.advice:
+        raise _fail(
+            "no advice: no variant has a paired gain against the baseline ("
+            + ("; ".join(fit.notes) or "one variant only")
+            + ")"
+        )
+    cost = costing(fit.table)
+    if as_json:
+        out = []
+        for a in fit.advice:
+            item = advice_dict(a)
+            item["gain"] = str(fit.paired_gain(a.variant))
+            if a.best is not None:
+                item["best"]["cost"] = cost.describe(a.best.option.cost_flops)
+            out.append(item)
+        print(json.dumps(out, indent=1, allow_nan=False))
+        return
+    for a in fit.advice:
+        console.print(str(fit.paired_gain(a.variant)), highlight=False)
+        line = str(a)
+        if a.best is not None and not a.current.meets_target:
+            line += f"; {cost.describe(a.best.option.cost_flops)}"
+        console.print(f"  next: {line}", highlight=False)

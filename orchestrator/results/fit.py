@@ -1,17 +1,20 @@
 """Scaling fits of one synced sweep (orchestrator.scaling on the `trials` table).
 
 Uses FINISHED trials with a finite final loss; everything left out is said in `notes`.
-Per variant: L(C) = E + A C^-alpha with bootstrap intervals and its Pareto frontier;
-Chinchilla's L(N, D) when the variant has >= 3 distinct N and D; IsoFLOP parabolas when
-the sweep has an isoflop axis (>= 2 nominal budgets, `budget_flops`). Against the baseline:
-the compute-equivalent gain of each variant with its interval, and per-size differences.
+Per variant: L(C) = E + A C^-alpha through its compute frontier (least squares, t
+intervals, checks: constants on a bound, the fallback to the law without E, residuals,
+the power-law regime); Chinchilla's L(N, D) when the variant has >= 3 distinct N and D;
+IsoFLOP parabolas when the sweep has an isoflop axis (>= 2 nominal budgets,
+`budget_flops`). Against the baseline: each variant's compute-equivalent gain by two
+estimators (paired over trials with the same cell and seed, and unpaired from a law
+through both variants' trials), the per-cell differences, and what to run next. The
+baseline's largest size is held out and forecast from the smaller ones (the backtest).
 A part that the data cannot support is skipped with the reason; if no law at all can be
 fitted, `fit_sweep` raises ResultsError (e.g. a sweep with one size).
 """
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,7 +29,12 @@ from .store import ResultsError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from orchestrator.scaling import Bootstrap, CellComparison, Gain, IsoFlopFit
+    from orchestrator.scaling import Bootstrap, CellComparison, Gain, IsoFlopFit, PairedGain
+    from orchestrator.scaling.advice import Advice
+    from orchestrator.scaling.checks import FitCheck
+    from orchestrator.scaling.lsq import LsqFit
+
+    from .forecast import Forecast
 
 LOSS = "final_val_loss"
 
@@ -41,94 +49,28 @@ class SweepFit:
     n_used: int
     variants: list[str]
     table: pa.Table  # the trials used (FINISHED, finite loss)
-    laws: dict[str, Bootstrap] = field(default_factory=dict)  # L(C) per variant
+    laws: dict[str, LsqFit] = field(default_factory=dict)  # L(C) per variant, on its frontier
+    law_checks: dict[str, FitCheck] = field(default_factory=dict)
     frontier: dict[str, list[str]] = field(default_factory=dict)  # trial ids by compute
     chinchilla: dict[str, Bootstrap] = field(default_factory=dict)
+    chinchilla_checks: dict[str, FitCheck] = field(default_factory=dict)
     isoflop: dict[str, IsoFlopFit] = field(default_factory=dict)
-    gains: list[Gain] = field(default_factory=list)
+    gains: list[Gain] = field(default_factory=list)  # unpaired
+    paired: list[PairedGain] = field(default_factory=list)
+    slope_law: LsqFit | None = None  # the baseline's log-log slope the paired gains use
     axes: tuple[str, ...] = ()  # the swept axes that define a cell (design.py)
     cells: list[CellComparison] = field(default_factory=list)
+    backtest: Forecast | None = None
+    advice: list[Advice] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "sweep": self.sweep,
-            "baseline": self.baseline,
-            "loss": self.loss,
-            "level": self.level,
-            "n_trials": self.n_trials,
-            "n_used": self.n_used,
-            "variants": self.variants,
-            "power_law": {v: _boot(b) for v, b in self.laws.items()},
-            "frontier": self.frontier,
-            "chinchilla": {v: _boot(b) for v, b in self.chinchilla.items()},
-            "isoflop": {
-                v: {
-                    "a": f.a,
-                    "b": f.b,
-                    "k_n": f.k_n,
-                    "k_d": f.k_d,
-                    "budgets": [{k: _num(x) for k, x in vars(o).items()} for o in f.budgets],
-                }
-                for v, f in self.isoflop.items()
-            },  # fmt: skip
-            "gains": [
-                {
-                    "variant": g.variant,
-                    "baseline": g.baseline,
-                    "multiplier": _interval(g.multiplier),
-                    "reference_loss": _num(g.reference_loss),
-                    "reference_flops": _num(g.reference_flops),
-                    "shared_E": g.shared_E,
-                    "resamples_ok": g.n_resamples - g.n_failed,
-                    "text": str(g),
-                }
-                for g in self.gains
-            ],
-            "axes": list(self.axes),
-            "cells": [
-                {
-                    "cell": {k: _num(v) for k, v in c.cell},
-                    "variant": c.variant,
-                    "loss": _num(c.loss),
-                    "baseline_loss": _num(c.baseline_loss),
-                    "loss_diff": _num(c.loss_diff),
-                    "loss_diff_se": _num(c.loss_diff_se),
-                    "n_pairs": c.n_pairs,
-                    "params_ratio": _num(c.params_ratio),
-                    "flops_ratio": _num(c.flops_ratio),
-                    "n_trials": c.n_trials,
-                    "baseline_n_trials": c.baseline_n_trials,
-                }
-                for c in self.cells
-            ],
-            "notes": self.notes,
-        }
+        from .export import sweep_fit_dict
 
+        return sweep_fit_dict(self)
 
-def _num(x: Any) -> Any:
-    """JSON-safe: inf/nan become strings ('inf' = never reached), not a silent number."""
-    if isinstance(x, (float, np.floating)):
-        return float(x) if math.isfinite(x) else str(float(x))
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    return x
-
-
-def _interval(i: Any) -> dict[str, Any]:
-    return {
-        "estimate": _num(i.estimate),
-        "low": _num(i.low),
-        "high": _num(i.high),
-        "level": i.level,
-    }
-
-
-def _boot(b: Bootstrap) -> dict[str, Any]:
-    out = {k: _interval(v) for k, v in b.intervals.items()}
-    out["n_trials"] = b.point.n_trials
-    out["resamples_ok"] = b.n_resamples - b.n_failed
-    return out
+    def paired_gain(self, variant: str) -> PairedGain | None:
+        return next((p for p in self.paired if p.variant == variant), None)
 
 
 def usable_trials(table: pa.Table, loss: str, notes: list[str]) -> pa.Table:
@@ -170,12 +112,17 @@ def fit_sweep(
     n_resamples: int = 1000,
     level: float = 0.95,
     seed: int = 0,
+    effect: float = 0.05,
+    power: float = 0.8,
+    unpaired: bool = True,
     root: Path | None = None,
 ) -> SweepFit:
-    """All the fits the sweep's data supports (module doc). Needs a prior `sync`."""
+    """All the fits the sweep's data supports (module doc). Needs a prior `sync`.
+    unpaired=False skips the unpaired gains (their bootstrap is the slow part)."""
     return fit_table(
         load(sweep, "trials", root), sweep, baseline=baseline, loss=loss,
-        n_resamples=n_resamples, level=level, seed=seed,
+        n_resamples=n_resamples, level=level, seed=seed, effect=effect, power=power,
+        unpaired=unpaired,
     )  # fmt: skip
 
 
@@ -188,6 +135,9 @@ def fit_table(
     n_resamples: int = 1000,
     level: float = 0.95,
     seed: int = 0,
+    effect: float = 0.05,
+    power: float = 0.8,
+    unpaired: bool = True,
 ) -> SweepFit:
     from orchestrator.scaling import ScalingError, ScalingWarning
 
@@ -209,7 +159,7 @@ def fit_table(
             warnings.simplefilter("always")
             try:
                 return fn()
-            except ScalingError as e:
+            except (ScalingError, ResultsError) as e:
                 fit.notes.append(f"{what}: {e}")
                 return None
             finally:
@@ -221,45 +171,7 @@ def fit_table(
 
     boot_opts = {"n_resamples": n_resamples, "level": level, "seed": seed}
     for v in variants:
-        rows = used.filter(_eq(used, "variant", v))
-        c = _col(rows, "flops")
-        y = _col(rows, loss)
-        ids = rows["trial_id"].to_pylist()
-        from orchestrator.scaling import (
-            bootstrap,
-            fit_chinchilla,
-            fit_isoflop,
-            fit_power_law,
-            pareto_frontier,
-        )
-
-        front = attempt(f"frontier of {v}", lambda c=c, y=y: pareto_frontier(c, y))
-        if front is not None:
-            fit.frontier[v] = [ids[i] for i in front]
-        # Resample within each size: every draw keeps the ladder's design (all sizes), so
-        # a small sweep does not lose its fit to draws that miss a size.
-        sizes = np.asarray(rows["size"].to_pylist())
-        law = attempt(
-            f"L(C) of {v}",
-            lambda c=c, y=y, sizes=sizes: bootstrap(fit_power_law, c, y, strata=sizes, **boot_opts),
-        )
-        if law is not None:
-            fit.laws[v] = law
-        n, d = _col(rows, "n_params"), _col(rows, "tokens")
-        if np.unique(n).size >= 3 and np.unique(d).size >= 3 and rows.num_rows >= 6:
-            ch = attempt(
-                f"Chinchilla L(N, D) of {v}",
-                lambda n=n, d=d, y=y: bootstrap(fit_chinchilla, n, d, y, **boot_opts),
-            )
-            if ch is not None:
-                fit.chinchilla[v] = ch
-        budgets = _col(rows, "budget_flops") if "budget_flops" in rows.column_names else None
-        if budgets is not None and np.isfinite(budgets).all() and np.unique(budgets).size >= 2:
-            iso = attempt(
-                f"IsoFLOP of {v}", lambda b=budgets, n=n, y=y, d=d: fit_isoflop(b, n, y, tokens=d)
-            )
-            if iso is not None:
-                fit.isoflop[v] = iso
+        _fit_variant(fit, used.filter(_eq(used, "variant", v)), v, attempt, boot_opts)
     if not fit.laws and not fit.chinchilla and not fit.isoflop:
         sizes = sorted(set(used["size"].to_pylist()))
         why = (
@@ -269,34 +181,134 @@ def fit_table(
         )
         raise ResultsError(f"no scaling law could be fitted for sweep {sweep!r}: {why}")
     if len(variants) > 1:
-        from orchestrator.scaling import Trials, compare_cells, compute_equivalent_gain
+        _compare(fit, used, attempt, boot_opts if unpaired else None, (effect, power))
+    else:
+        fit.notes.append(f"only one variant ({variants[0]}): no gains to compute")
+    if len(set(used.filter(_eq(used, "variant", baseline))["size"].to_pylist())) >= 3:
+        from .forecast import forecast_table
 
-        from .design import read_design
+        base_rows = used.filter(_eq(used, "variant", baseline))
+        largest = max(set(base_rows["size"].to_pylist()), key=lambda s: _n_of(base_rows, s))
+        fit.backtest = attempt(
+            f"backtest on {largest}",
+            lambda: forecast_table(used, sweep, variant=baseline, holdout=largest, loss=loss,
+                                   level=level),
+        )  # fmt: skip
+    return fit
 
-        base = Trials.from_table(used, baseline, loss=loss)
-        for v in variants:
-            if v == baseline:
-                continue
+
+def _fit_variant(fit: SweepFit, rows: pa.Table, v: str, attempt: Any, boot_opts: dict) -> None:
+    """The per-variant laws: L(C) on the frontier, Chinchilla, IsoFLOP."""
+    from orchestrator.scaling import bootstrap, fit_chinchilla, fit_isoflop, pareto_frontier
+    from orchestrator.scaling.checks import check_chinchilla, check_power_law
+    from orchestrator.scaling.lsq import lsq_power_law
+
+    c, y = _col(rows, "flops"), _col(rows, fit.loss)
+    ids = rows["trial_id"].to_pylist()
+    front = attempt(f"frontier of {v}", lambda: pareto_frontier(c, y))
+    if front is not None:
+        fit.frontier[v] = [ids[i] for i in front]
+        if front.size < 3 or np.unique(c[front]).size < 2:
+            fit.notes.append(
+                f"L(C) of {v}: its frontier has {front.size} trial(s), too few: fitted on all "
+                f"{rows.num_rows} trials"
+            )
+            front = np.arange(rows.num_rows)
+        law = attempt(f"L(C) of {v}", lambda: lsq_power_law(c[front], y[front]))
+        if law is not None:
+            fit.laws[v] = law
+            fit.law_checks[v] = check_power_law(law, c[front], y[front])
+    n, d = _col(rows, "n_params"), _col(rows, "tokens")
+    if np.unique(n).size >= 3 and np.unique(d).size >= 3 and rows.num_rows >= 6:
+        ch = attempt(
+            f"Chinchilla L(N, D) of {v}",
+            lambda: bootstrap(fit_chinchilla, n, d, y, **boot_opts),
+        )
+        if ch is not None:
+            fit.chinchilla[v] = ch
+            fit.chinchilla_checks[v] = check_chinchilla(ch.point, n, d, y)
+    budgets = _col(rows, "budget_flops") if "budget_flops" in rows.column_names else None
+    if budgets is not None and np.isfinite(budgets).all() and np.unique(budgets).size >= 2:
+        iso = attempt(f"IsoFLOP of {v}", lambda: fit_isoflop(budgets, n, y, tokens=d))
+        if iso is not None:
+            fit.isoflop[v] = iso
+
+
+def _compare(
+    fit: SweepFit, used: pa.Table, attempt: Any, boot_opts: dict | None, target: tuple
+) -> None:
+    """Against the baseline: unpaired (unless boot_opts is None) and paired gains,
+    per-cell differences, and the advice for a target (effect, power)."""
+    from orchestrator.scaling import (
+        Trials,
+        cell_means,
+        compare_cells,
+        compute_equivalent_gain,
+        pair_trials,
+        paired_gain,
+    )
+    from orchestrator.scaling.lsq import lsq_power_law
+
+    from .advice import advise_gain
+    from .design import read_design
+
+    baseline, loss = fit.baseline, fit.loss
+    design = read_design(used)
+    fit.axes = design.axes
+    table = design.table
+    base = Trials.from_table(used, baseline, loss=loss)
+    slope = attempt(
+        f"{baseline}'s log-log slope through its cells",
+        lambda: lsq_power_law(*cell_means(table, baseline, loss=loss, axes=design.axes),
+                              with_E=False),
+    )  # fmt: skip
+    fit.slope_law = slope
+    for v in fit.variants:
+        if v == baseline:
+            continue
+        if boot_opts is not None:
             g = attempt(
-                f"gain of {v} vs {baseline}",
+                f"unpaired gain of {v} vs {baseline}",
                 lambda v=v: compute_equivalent_gain(
                     Trials.from_table(used, v, loss=loss), base, **boot_opts
                 ),
             )
             if g is not None:
                 fit.gains.append(g)
-        design = read_design(used)
-        fit.axes = design.axes
-        cells = attempt(
-            "per-cell comparison",
-            lambda: compare_cells(
-                design.table, baseline=baseline, loss=loss, axes=design.axes, arms=design.arms
+        if slope is None:
+            continue
+        p = attempt(
+            f"paired gain of {v} vs {baseline}",
+            lambda v=v: paired_gain(
+                pair_trials(table, v, baseline, loss=loss, axes=design.axes), slope,
+                level=fit.level,
             ),
+        )  # fmt: skip
+        if p is None:
+            continue
+        fit.paired.append(p)
+        if p.pairs.n_averaged:
+            fit.notes.append(
+                f"paired gain of {v}: {p.pairs.n_averaged} trials sharing a cell and seed with "
+                "another of the same variant (its own swept settings) were averaged"
+            )
+        advice = attempt(
+            f"advice for {v}",
+            lambda p=p: advise_gain(table, p, slope, effect=target[0], power=target[1]),
         )
-        fit.cells = cells or []
-    else:
-        fit.notes.append(f"only one variant ({variants[0]}): no gains to compute")
-    return fit
+        if advice is not None:
+            fit.advice.append(advice)
+    cells = attempt(
+        "per-cell comparison",
+        lambda: compare_cells(table, baseline=baseline, loss=loss, axes=design.axes,
+                              arms=design.arms),
+    )  # fmt: skip
+    fit.cells = cells or []
+
+
+def _n_of(table: pa.Table, size: str) -> float:
+    rows = table.filter(_eq(table, "size", size))
+    return float(_col(rows, "n_params").min())
 
 
 def _eq(table: pa.Table, column: str, value: str) -> Any:

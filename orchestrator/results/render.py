@@ -9,7 +9,7 @@ import numpy as np
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from orchestrator.scaling import CellComparison
+    from orchestrator.scaling import CellComparison, Interval
 
     from .fit import SweepFit
 
@@ -24,64 +24,119 @@ def _g(value: float, digits: int = 4) -> str:
     return f"{value:.{digits}g}" if np.isfinite(value) else str(value)
 
 
+def reading(m: Interval) -> str:
+    if not np.isfinite(m.estimate):
+        return "never reaches it on its fitted law"
+    if m.high < 1:
+        return "cheaper (CI < 1)"
+    if m.low > 1:
+        return "costlier (CI > 1)"
+    return "no clear difference (CI spans 1)"
+
+
+def _ci(m: Interval) -> str:
+    return f"[{_x(m.low)}, {_x(m.high)}]"
+
+
 def gains_rows(fit: SweepFit) -> Rows:
-    level = fit.gains[0].multiplier.level if fit.gains else fit.level
+    """Both estimators side by side; the reading is the paired one's when there is one."""
+    level = fit.level
     head = [
         "variant",
-        f"FLOPs × {fit.baseline}",
+        "paired FLOPs ×",
         f"{level:.0%} CI",
-        "reference loss",
-        f"{fit.baseline} FLOPs there",
+        "pairs",
+        "loss Δ (paired)",
+        "unpaired FLOPs ×",
+        f"{level:.0%} CI ",
         "reading",
     ]
     rows = []
-    for g in fit.gains:
-        m = g.multiplier
-        if not np.isfinite(m.estimate):
-            reading = "never reaches it on its fitted law"
-        elif m.high < 1:
-            reading = "cheaper (CI below 1)"
-        elif m.low > 1:
-            reading = "costlier (CI above 1)"
+    for v in fit.variants:
+        p = fit.paired_gain(v)
+        g = next((g for g in fit.gains if g.variant == v), None)
+        if p is None and g is None:
+            continue
+        if p is not None:
+            r = p.loss_ratio
+            paired = [_x(p.multiplier.estimate), _ci(p.multiplier), str(p.n_pairs),
+                      f"{r.estimate - 1:+.2%} [{r.low - 1:+.2%}, {r.high - 1:+.2%}]"]  # fmt: skip
         else:
-            reading = "no clear difference (CI spans 1)"
-        rows.append(
-            [
-                g.variant,
-                _x(m.estimate),
-                f"[{_x(m.low)}, {_x(m.high)}]",
-                _g(g.reference_loss),
-                f"{g.reference_flops:.3g}",
-                reading,
-            ]
-        )
+            paired = ["", "", "", ""]
+        unpaired = [_x(g.multiplier.estimate), _ci(g.multiplier)] if g is not None else ["", ""]
+        read = reading(p.multiplier if p is not None else g.multiplier)  # type: ignore[union-attr]
+        if g is not None and g.fit.baseline.fallback:
+            unpaired[0] += " (no E)"
+        rows.append([v] + paired + unpaired + [read])
     return head, rows
 
 
 def laws_rows(fit: SweepFit) -> Rows:
-    head = ["variant", "E", "A", "alpha", "trials", "frontier trials"]
+    head = ["variant", "law (frontier)", "E", "A", "alpha", "trials", "max |residual|", "check"]
     rows = []
-    for v, b in fit.laws.items():
+    for v, law in fit.laws.items():
+        i = law.intervals(fit.level)
+        check = fit.law_checks[v]
         rows.append(
             [
                 v,
-                str(b["E"]),
-                str(b["A"]),
-                str(b["alpha"]),
-                str(b.point.n_trials),
-                str(len(fit.frontier.get(v, []))),
+                law.form,
+                str(i["E"]) if law.has_E else "—",
+                str(i["A"]),
+                str(i["alpha"]),
+                f"{law.n} of {len(_rows_of(fit, v))}",
+                f"{check.max_residual:.1%}",
+                check.summary(),
             ]
         )
     return head, rows
 
 
 def chinchilla_rows(fit: SweepFit) -> Rows:
-    head = ["variant", "E", "A", "B", "alpha", "beta", "N* ∝ C^a"]
+    head = ["variant", "law", "E", "A", "B", "alpha", "beta", "N* ∝ C^a", "check"]
     rows = [
-        [v, str(b["E"]), str(b["A"]), str(b["B"]), str(b["alpha"]), str(b["beta"]), str(b["a"])]
+        [v, b.point.form, str(b["E"]) if b.point.has_E else "—", str(b["A"]), str(b["B"]),
+         str(b["alpha"]), str(b["beta"]), str(b["a"]), fit.chinchilla_checks[v].summary()]
         for v, b in fit.chinchilla.items()
-    ]
+    ]  # fmt: skip
     return head, rows
+
+
+def backtest_rows(fit: SweepFit) -> Rows:
+    b = fit.backtest
+    if b is None:
+        return [], []
+    level = b.predictions[0].level
+    head = ["held-out run", "predicted", f"{level:.0%} prediction interval", "actual", "covered"]
+    rows = [
+        [t.label, f"{p.loss:.4g}", f"[{p.low:.4g}, {p.high:.4g}]", f"{t.actual:.4g}",
+         "yes" if t.actual in p else "NO"]
+        for t, p in zip(b.targets, b.predictions, strict=True)
+    ]  # fmt: skip
+    return head, rows
+
+
+def advice_rows(fit: SweepFit) -> Rows:
+    head = ["variant", "now: CI half-width", "power now", "to tell a gain from none", "cost"]
+    rows = []
+    for a in fit.advice:
+        best = a.best
+        rows.append(
+            [
+                a.variant,
+                f"±{np.expm1(a.current.half_width):.1%}",
+                f"{a.current.power:.0%}",
+                "already resolved" if a.current.meets_target
+                else (f"add {best.option.label}" if best else "no option tried suffices"),
+                f"{best.option.n_trials} trials, {best.option.cost_flops:.3g} FLOPs" if best and
+                not a.current.meets_target else "",
+            ]
+        )  # fmt: skip
+    return head, rows
+
+
+def _rows_of(fit: SweepFit, variant: str) -> list[str]:
+    return [v for v in fit.table["variant"].to_pylist() if v == variant]
 
 
 def isoflop_rows(fit: SweepFit) -> Rows:
@@ -158,17 +213,34 @@ def _cell(value: object) -> str:
 
 def sections(fit: SweepFit) -> list[tuple[str, Rows]]:
     """(title, rows) of every non-empty table, headline first."""
+    effect = fit.advice[0].effect if fit.advice else 0.05
     out = [
-        (f"Compute-equivalent gain vs {fit.baseline}", gains_rows(fit)),
-        ("Loss vs compute: L(C) = E + A·C^-alpha (bootstrap CI)", laws_rows(fit)),
+        (
+            f"Compute-equivalent gain vs {fit.baseline}: paired (same cell and seed) and "
+            "unpaired (laws through each variant's trials)",
+            gains_rows(fit),
+        ),
+        (
+            f"What to run next: to tell a {effect:.0%} compute gain from none at "
+            f"{fit.level:.0%} (80% power), paired estimator",
+            advice_rows(fit),
+        ),
+        ("Loss vs compute: L(C) through each variant's compute frontier (t intervals)",
+         laws_rows(fit)),
         ("Chinchilla: L(N, D) = E + A/N^alpha + B/D^beta", chinchilla_rows(fit)),
         ("IsoFLOP optima", isoflop_rows(fit)),
+        (
+            f"Forecast backtest: {fit.backtest.variant} on held-out {fit.backtest.holdout} "
+            f"from the smaller sizes ({fit.backtest.law.name}, {fit.backtest.law.law.form})"
+            if fit.backtest else "Forecast backtest",
+            backtest_rows(fit),
+        ),
         (
             f"Per cell vs {fit.baseline} (every swept axis; means over seeds only, "
             "Δ ± its standard error over seeds)",
             cells_rows(fit),
         ),
-    ]
+    ]  # fmt: skip
     return [(title, rows) for title, rows in out if rows[1]]
 
 
@@ -180,7 +252,10 @@ def rich_tables(fit: SweepFit) -> list[Table]:
         table = Table(title=title, title_justify="left")
         for i, h in enumerate(head):
             table.add_column(
-                h, justify="left" if i == 0 or h in ("variant", "size", "reading") else "right"
+                h,
+                justify="left"
+                if i == 0 or h in ("variant", "size", "reading", "check", "law (frontier)")
+                else "right",
             )
         for r in rows:
             table.add_row(*r)

@@ -3,6 +3,8 @@ disk and as artifacts of the sweep's MLflow parent run."""
 
 from __future__ import annotations
 
+import numpy as np
+import pyarrow as pa
 import pytest
 from mlflow import MlflowClient
 
@@ -64,7 +66,7 @@ def test_gain_and_mechanism_axes(fits):
     assert [t.get_text() for t in ax.get_yticklabels()] == [g.variant for g in fit.gains]
     ax = plots.tsa_alpha(fit.table).axes[0]
     assert "λ" in ax.get_xlabel() and "α" in ax.get_ylabel()
-    assert len(ax.get_lines()) == len(SIZES)  # one line per size across lambdas
+    assert len(ax.get_lines()) == len(SIZES) * 3  # one line per size and budget, across lambdas
     ax = plots.budget_s_mean(fit.table).axes[0]
     assert ax.get_xscale() == "log" and "budget" in ax.get_ylabel()
 
@@ -80,3 +82,44 @@ def test_make_plots_writes_pngs_and_logs_them_on_the_parent_run(fits):
     assert plots.log_plots(parent, files, uri)
     logged = {a.path for a in MlflowClient(uri).list_artifacts(parent, "plots")}
     assert logged == {f"plots/{p.name}" for p in files.values()}
+
+
+def test_mechanism_plots_average_over_seeds_only_and_say_so():
+    """Two budgets and two seeds per cell: a line per budget whose points are the cells'
+    means over seeds (these plots once averaged the budgets of a size together)."""
+    cols = {k: [] for k in ("variant", "size", "n_params", "tokens", "seed", "tsa_lambda",
+                            "tsa_alpha", "budget_s_mean")}  # fmt: skip
+    for size, n in (("nano", 1.2e5), ("tiny", 3.7e5)):
+        for tokens in (32768, 98304):
+            for lam in (0.01, 0.05):
+                for seed in (0, 1):
+                    alpha = 0.1 + lam + tokens / 1e6 + n / 1e7 + 0.02 * seed
+                    row = (
+                        "tsa",
+                        size,
+                        n,
+                        tokens,
+                        seed,
+                        lam,
+                        alpha,
+                        0.5 + tokens / 1e6 + 0.02 * seed,
+                    )
+                    for key, value in zip(cols, row, strict=True):
+                        cols[key].append(value)
+    table = pa.table(cols)
+    ax = plots.tsa_alpha(table).axes[0]
+    assert "mean over seeds" in ax.get_title()
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert set(lines) == {f"{s}, tokens={t}" for s in ("nano", "tiny") for t in (32768, 98304)}
+    line = lines["tiny, tokens=98304"]
+    expected = [0.1 + lam + 98304 / 1e6 + 3.7e5 / 1e7 + 0.01 for lam in (0.01, 0.05)]
+    np.testing.assert_allclose(line.get_ydata(), expected)  # mean of seeds 0 and 1 only
+    ax = plots.budget_s_mean(
+        table.set_column(0, "variant", pa.array(["budget"] * table.num_rows))
+    ).axes[0]
+    assert "mean over seeds" in ax.get_title()
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert set(lines) == {"budget, tokens=32768", "budget, tokens=98304"}
+    np.testing.assert_allclose(
+        lines["budget, tokens=32768"].get_ydata(), [0.5 + 0.032768 + 0.01] * 2
+    )

@@ -30,6 +30,9 @@ def test_summary_prints_gains_with_intervals_plots_and_the_mlflow_ui(summary):
     assert low <= 0.8 <= high  # the known multiplier, through sync -> fit -> summary
     assert "plots:" in text and "loss_vs_flops" in text and "gains" in text
     assert "report:" in text and "mlflow ui --backend-store-uri" in text
+    assert "backtest of dense on held-out 124M" in text  # the forecast, checked in the demo
+    last = text.strip().splitlines()[-1]
+    assert last.startswith("next: hadamard: ") and "GPU-hours" in last  # ends with advice
 
 
 def test_report_has_the_tables_and_links_existing_plots(summary):
@@ -37,6 +40,10 @@ def test_report_has_the_tables_and_links_existing_plots(summary):
     assert "## Compute-equivalent gain vs dense" in report
     assert re.search(r"^\| hadamard \| 0\.\d\d× \| \[", report, re.M)
     assert "## Loss vs compute" in report and "## Per cell vs dense" in report
+    assert "## Forecast backtest: dense on held-out 124M" in report
+    assert re.search(r"^\| 124M @ [\d.e+]+ tokens \| [\d.]+ \| \[[\d.]+, [\d.]+\] \| [\d.]+ \| (yes|NO) \|$",
+                     report, re.M)  # fmt: skip
+    assert "## What to run next" in report and "paired" in report and "unpaired" in report
     links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", report)
     assert links and all((sweep_dir("rep") / link).is_file() for link in links)
     assert report.count("| `") == 24  # one row per trial

@@ -233,7 +233,48 @@ def test_bad_input_gives_clear_messages(home):
         ["fit", "nobase"],
         ["sync", "missing"],
         ["query", "main", "--where", "x ="],
+        ["forecast", "main"],  # no target
+        ["forecast", "main", "--target", "huge"],
+        ["forecast", "main", "--holdout", "2.7B"],
+        ["forecast", "main", "--holdout", "micro"],  # one smaller size: too few
+        ["advise", "main", "--effect", "5"],
+        ["advise", "onesize"],
     ):
         res = runner.invoke(app, ["results", *args])
         assert res.exit_code == 2, (args, res.output)
         assert "error:" in res.output and "Traceback" not in res.output
+
+
+def test_forecast_and_advice_commands(home):
+    """`results forecast` (a larger size, a compute budget, a held-out size) and `results
+    advise`, as tables and as JSON, on the sweep drawn from a known law."""
+    from orchestrator.cli import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["results", "forecast", "main", "--holdout", "124M", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["holdout"] == "124M" and out["fitted_on"].startswith("nano, micro, mini")
+    assert len(out["targets"]) == 3 and all(t["actual"] is not None for t in out["targets"])
+    truth = {t.trial_id: t for t in home["trials"] if t.size == "124M" and t.variant == "dense"}
+    actual = sorted(t.final_loss for t in truth.values())
+    assert sorted(t["actual"] for t in out["targets"]) == pytest.approx(actual)
+    for t in out["targets"]:
+        assert t["low"] < t["predicted"] < t["high"] and t["covered"] == (
+            t["low"] <= t["actual"] <= t["high"]
+        )
+    assert sum(t["covered"] for t in out["targets"]) >= 2  # the law is the truth here
+    res = runner.invoke(app, ["results", "forecast", "main", "--target", "350M", "-v", "hadamard"])
+    assert res.exit_code == 0, res.output
+    assert "forecast of hadamard" in res.output and res.output.count("350M @") == 3
+    res = runner.invoke(app, ["results", "forecast", "main", "--flops", "1e20", "--json"])
+    [target] = json.loads(res.output)["targets"]
+    assert target["flops"] == 1e20 and target["low"] < target["predicted"] < target["high"]
+    res = runner.invoke(app, ["results", "advise", "main", "--effect", "0.1", "--json"])
+    assert res.exit_code == 0, res.output
+    [advice] = json.loads(res.output)
+    assert advice["variant"] == "hadamard" and advice["effect"] == 0.1
+    assert "reaches the dense loss" in advice["gain"] and advice["current"]["half_width"] > 0
+    assert advice["best"] is None or advice["best"]["meets_target"]
+    res = runner.invoke(app, ["results", "advise", "main"])
+    assert res.exit_code == 0 and "next: hadamard" in res.output

@@ -1,0 +1,148 @@
+"""A SweepFit as strict JSON (`scalelab results fit --json`): no NaN or inf leaks, 'inf'
+and 'nan' are strings ('inf' = never reached), every estimate with its interval."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from orchestrator.scaling import Bootstrap
+
+    from .fit import SweepFit
+
+
+def num(x: Any) -> Any:
+    """JSON-safe: inf/nan become strings, numpy scalars Python numbers."""
+    if isinstance(x, (float, np.floating)):
+        return float(x) if math.isfinite(x) else str(float(x))
+    if isinstance(x, np.integer):
+        return int(x)
+    return x
+
+
+def interval(i: Any) -> dict[str, Any]:
+    return {"estimate": num(i.estimate), "low": num(i.low), "high": num(i.high), "level": i.level}
+
+
+def boot(b: Bootstrap) -> dict[str, Any]:
+    out: dict[str, Any] = {k: interval(v) for k, v in b.intervals.items()}
+    out["n_trials"] = b.point.n_trials
+    out["resamples_ok"] = b.n_resamples - b.n_failed
+    return out
+
+
+def sweep_fit_dict(fit: SweepFit) -> dict[str, Any]:
+    return {
+        "sweep": fit.sweep,
+        "baseline": fit.baseline,
+        "loss": fit.loss,
+        "level": fit.level,
+        "n_trials": fit.n_trials,
+        "n_used": fit.n_used,
+        "variants": fit.variants,
+        "power_law": {
+            v: {
+                "form": law.form,
+                "fitted_on": "compute frontier",
+                "n_trials": law.n,
+                "constants": {k: interval(i) for k, i in law.intervals(fit.level).items()},
+                "check": fit.law_checks[v].to_dict(),
+            }
+            for v, law in fit.laws.items()
+        },
+        "frontier": fit.frontier,
+        "chinchilla": {
+            v: {**boot(b), "form": b.point.form, "check": fit.chinchilla_checks[v].to_dict()}
+            for v, b in fit.chinchilla.items()
+        },
+        "isoflop": {
+            v: {
+                "a": f.a,
+                "b": f.b,
+                "k_n": f.k_n,
+                "k_d": f.k_d,
+                "budgets": [{k: num(x) for k, x in vars(o).items()} for o in f.budgets],
+            }
+            for v, f in fit.isoflop.items()
+        },
+        "gains": [
+            {
+                "variant": g.variant,
+                "baseline": g.baseline,
+                "estimator": "unpaired: compute-shifted law through both variants' trials",
+                "multiplier": interval(g.multiplier),
+                "reference_loss": num(g.reference_loss),
+                "reference_flops": num(g.reference_flops),
+                "shared_E": g.shared_E,
+                "form": g.fit.baseline.form,
+                "fallback": g.fit.baseline.fallback,
+                "resamples_ok": g.n_resamples - g.n_failed,
+                "text": str(g),
+            }
+            for g in fit.gains
+        ],
+        "paired_gains": [
+            {
+                "variant": p.variant,
+                "baseline": p.baseline,
+                "estimator": "paired: trials with the same cell and seed",
+                "multiplier": interval(p.multiplier),
+                "loss_ratio": interval(p.loss_ratio),
+                "n_pairs": p.n_pairs,
+                "n_cells": p.n_cells,
+                "sigma": num(p.sigma),
+                "se_pairs": num(p.se_pairs),
+                "se_law": num(p.se_law),
+                "text": str(p),
+            }
+            for p in fit.paired
+        ],
+        "axes": list(fit.axes),
+        "cells": [
+            {
+                "cell": {k: num(v) for k, v in c.cell},
+                "variant": c.variant,
+                "loss": num(c.loss),
+                "baseline_loss": num(c.baseline_loss),
+                "loss_diff": num(c.loss_diff),
+                "loss_diff_se": num(c.loss_diff_se),
+                "n_pairs": c.n_pairs,
+                "params_ratio": num(c.params_ratio),
+                "flops_ratio": num(c.flops_ratio),
+                "n_trials": c.n_trials,
+                "baseline_n_trials": c.baseline_n_trials,
+            }
+            for c in fit.cells
+        ],
+        "backtest": fit.backtest.to_dict() if fit.backtest is not None else None,
+        "advice": [advice_dict(a) for a in fit.advice],
+        "notes": fit.notes,
+    }
+
+
+def advice_dict(a: Any) -> dict[str, Any]:
+    def projection(p: Any) -> dict[str, Any]:
+        o = p.option
+        return {
+            "option": o.label,
+            "n_trials": o.n_trials,
+            "flops": num(o.cost_flops),
+            "half_width": num(p.half_width),
+            "power": num(p.power),
+            "meets_target": p.meets_target,
+        }
+
+    return {
+        "variant": a.variant,
+        "baseline": a.baseline,
+        "effect": a.effect,
+        "level": a.level,
+        "power": a.power,
+        "current": projection(a.current),
+        "best": projection(a.best) if a.best is not None else None,
+        "options": [projection(p) for p in a.projections],
+        "text": str(a),
+    }

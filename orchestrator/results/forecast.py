@@ -1,0 +1,235 @@
+"""Forecasts for a synced sweep: the final loss of a larger run, with a prediction
+interval, from the smaller ones (orchestrator.scaling.forecast), and the backtest that
+holds out a size that was run and checks the forecast against it.
+
+Targets: `size` (a preset larger than the sweep's, at each of the variant's token budgets,
+its parameters and FLOPs counted from the trials' own config with that size), `flops` (a
+compute budget: the law through the variant's compute frontier) or `holdout` (a size that
+was run: the law through the smaller sizes only, each of its trials a target).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .store import ResultsError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from orchestrator.scaling.forecast import ForecastLaw, Prediction
+
+
+@dataclass(frozen=True)
+class Target:
+    label: str
+    n_params: float
+    tokens: float
+    flops: float
+    actual: float = float("nan")  # the loss a held-out run reached
+
+
+@dataclass(frozen=True, eq=False)
+class Forecast:
+    sweep: str
+    variant: str
+    law: ForecastLaw
+    fitted_on: str  # which trials the law went through, in words
+    targets: list[Target]
+    predictions: list[Prediction]
+    holdout: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def covered(self) -> list[bool]:
+        return [t.actual in p for t, p in zip(self.targets, self.predictions, strict=True)]
+
+    def title(self) -> str:
+        what = (
+            f"backtest of {self.variant} on held-out {self.holdout}"
+            if self.holdout
+            else f"forecast of {self.variant}"
+        )
+        return f"{what}: {self.law.name} = {self.law.law.form} through {self.fitted_on}"
+
+    def summary(self) -> str:
+        """One line: what was predicted and, for a backtest, whether it held."""
+        level = self.predictions[0].level
+        parts = []
+        for t, p in zip(self.targets, self.predictions, strict=True):
+            text = f"{t.label}: {p.loss:.3f} [{p.low:.3f}, {p.high:.3f}]"
+            if np.isfinite(t.actual):
+                text += f", actual {t.actual:.3f} ({'inside' if t.actual in p else 'OUTSIDE'})"
+            parts.append(text)
+        return f"{self.title()} ({level:.0%} PI): " + "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        from .export import num
+
+        return {
+            "sweep": self.sweep,
+            "variant": self.variant,
+            "law": self.law.name,
+            "form": self.law.law.form,
+            "check": self.law.check.to_dict(),
+            "constants": {k: num(v) for k, v in self.law.law.values().items()},
+            "fitted_on": self.fitted_on,
+            "holdout": self.holdout,
+            "targets": [
+                {
+                    "label": t.label,
+                    "n_params": num(t.n_params),
+                    "tokens": num(t.tokens),
+                    "flops": num(t.flops),
+                    "predicted": num(p.loss),
+                    "low": num(p.low),
+                    "high": num(p.high),
+                    "level": p.level,
+                    "actual": num(t.actual) if np.isfinite(t.actual) else None,
+                    "covered": (t.actual in p) if np.isfinite(t.actual) else None,
+                }
+                for t, p in zip(self.targets, self.predictions, strict=True)
+            ],
+            "notes": self.notes,
+        }
+
+
+def forecast_table(
+    table: pa.Table,
+    sweep: str,
+    *,
+    variant: str = "dense",
+    size: str | None = None,
+    flops: float | None = None,
+    holdout: str | None = None,
+    loss: str = "final_val_loss",
+    law: str = "auto",
+    level: float = 0.95,
+) -> Forecast:
+    """A forecast (module doc) from the FINISHED trials with a finite loss in `table`;
+    exactly one of size, flops and holdout."""
+    import pyarrow.compute as pc
+
+    from orchestrator.scaling import ScalingError, pareto_frontier
+
+    if sum(x is not None for x in (size, flops, holdout)) != 1:
+        raise ResultsError("forecast: give exactly one of --target SIZE, --flops C, --holdout SIZE")
+    from .fit import usable_trials
+
+    rows = usable_trials(table, loss, [])
+    rows = rows.filter(pc.equal(rows["variant"], variant))
+    if rows.num_rows == 0:
+        raise ResultsError(f"forecast: no finished trials of variant {variant!r} in {sweep!r}")
+    n, d, c, y = (_col(rows, k) for k in ("n_params", "tokens", "flops", loss))
+    sizes = np.array(rows["size"].to_pylist())
+    notes: list[str] = []
+    try:
+        if holdout is not None:
+            if holdout not in set(sizes):
+                raise ResultsError(
+                    f"forecast: --holdout {holdout!r} was not run by {variant} "
+                    f"(sizes: {', '.join(sorted(set(sizes)))})"
+                )
+            n_hold = n[sizes == holdout].min()
+            train = n < n_hold
+            smaller = sorted(set(sizes[train]), key=lambda s: n[sizes == s].min())
+            if len(smaller) < 2:
+                raise ResultsError(
+                    f"forecast: --holdout {holdout}: needs 2 or more smaller sizes to fit a "
+                    f"law, got {len(smaller)}"
+                )
+            fitted = _fit_cells(rows, train, loss, law)
+            targets = [
+                Target(f"{holdout} @ {tok:.3g} tokens", nn, tok, cc, yy)
+                for nn, tok, cc, yy in sorted(zip(n[~train & (sizes == holdout)],
+                    d[~train & (sizes == holdout)], c[~train & (sizes == holdout)],
+                    y[~train & (sizes == holdout)], strict=True), key=lambda r: r[1])
+            ]  # fmt: skip
+            on = f"{', '.join(smaller)} ({int(train.sum())} trials)"
+        elif size is not None:
+            fitted = _fit_cells(rows, np.ones(rows.num_rows, bool), loss, law)
+            targets = _size_targets(rows, size)
+            on = f"{', '.join(sorted(set(sizes), key=lambda s: n[sizes == s].min()))} "
+            on += f"({rows.num_rows} trials)"
+        else:
+            front = pareto_frontier(c, y)
+            mask = np.zeros(rows.num_rows, bool)
+            mask[front] = True
+            fitted = _fit_cells(rows, mask, loss, "C")
+            targets = [Target(f"C = {flops:.3g} FLOPs", float("nan"), float("nan"), float(flops))]
+            on = f"the compute frontier ({mask.sum()} trials)"
+        covariates = (
+            ([t.n_params for t in targets], [t.tokens for t in targets])
+            if fitted.covariates == ("N", "D")
+            else ([t.flops for t in targets],)
+        )
+        predictions = fitted.predict(*covariates, level=level)
+    except ScalingError as e:
+        raise ResultsError(f"forecast: {e}") from None
+    if fitted.check.fallback:
+        notes.append(fitted.check.fallback)
+    if fitted.check.regime:
+        notes.append(fitted.check.regime)
+    return Forecast(sweep, variant, fitted, on, targets, predictions, holdout, notes)
+
+
+def _fit_cells(rows: pa.Table, mask: np.ndarray, loss: str, law: str) -> ForecastLaw:
+    """The forecast law through the cell means (seeds averaged) of the masked trials."""
+    from orchestrator.scaling.forecast import fit_forecast_law
+
+    keys: dict[tuple[float, float], list[int]] = {}
+    n, d, c, y = (_col(rows, k) for k in ("n_params", "tokens", "flops", loss))
+    for i in np.flatnonzero(mask):
+        keys.setdefault((n[i], d[i]), []).append(int(i))
+    groups = list(keys.values())
+    return fit_forecast_law(
+        np.array([n[g].mean() for g in groups]),
+        np.array([d[g].mean() for g in groups]),
+        np.array([c[g].mean() for g in groups]),
+        np.array([np.exp(np.log(y[g]).mean()) for g in groups]),
+        law=law,
+    )
+
+
+def _size_targets(rows: pa.Table, size: str) -> list[Target]:
+    """The variant's token budgets at `size`: its parameters, tokens and FLOPs from the
+    trials' own configs with the size swapped (orchestrator.expand's resolution)."""
+    from jobs.config import JobConfig
+    from models.flops import count_params, train_flops_per_token
+    from models.sizes import get_size
+    from orchestrator.expand import resolve_tokens
+
+    try:
+        get_size(size)
+    except ValueError as e:
+        raise ResultsError(f"forecast: --target: {e}") from None
+    seen: dict[str, Target] = {}
+    for text in rows["config"].to_pylist():
+        config = json.loads(text)
+        model = dict(config["model"], size=size, n_layer=None, d_model=None, n_head=None)
+        budget = json.dumps(
+            {k: config["train"].get(k) for k in ("tokens", "tokens_per_param", "flops")}
+        )
+        if budget in seen:
+            continue
+        try:
+            job = JobConfig.model_validate({**config, "model": model})
+        except ValueError as e:
+            from models.config import format_config_error
+
+            why = format_config_error(e) if hasattr(e, "errors") else str(e)
+            why = "; ".join(why.splitlines())
+            raise ResultsError(f"forecast: --target {size}: {why}") from None
+        n = count_params(job.model)
+        tokens = resolve_tokens(job, n)
+        flops = tokens * train_flops_per_token(job.model, job.data.seq_len)
+        seen[budget] = Target(f"{size} @ {tokens:.3g} tokens", n, tokens, flops)
+    return sorted(seen.values(), key=lambda t: t.tokens)
+
+
+def _col(table: pa.Table, name: str) -> np.ndarray:
+    return table[name].to_numpy(zero_copy_only=False).astype(float)
