@@ -373,7 +373,7 @@ def advise_cmd(
     def run():  # noqa: ANN202
         _synced(sweep, tracking_uri)
         return fit_sweep(sweep, baseline=baseline, loss=loss, level=level, effect=effect,
-                         power=power, unpaired=False)  # fmt: skip
+                         power=power, resample=False)  # fmt: skip
 
     fit = _guard(run)
     if not fit.advice:

@@ -114,15 +114,16 @@ def fit_sweep(
     seed: int = 0,
     effect: float = 0.05,
     power: float = 0.8,
-    unpaired: bool = True,
+    resample: bool = True,
     root: Path | None = None,
 ) -> SweepFit:
     """All the fits the sweep's data supports (module doc). Needs a prior `sync`.
-    unpaired=False skips the unpaired gains (their bootstrap is the slow part)."""
+    resample=False skips the parts that need the bootstrap, the slow part: the unpaired
+    gains and Chinchilla's L(N, D) (`results advise` needs neither)."""
     return fit_table(
         load(sweep, "trials", root), sweep, baseline=baseline, loss=loss,
         n_resamples=n_resamples, level=level, seed=seed, effect=effect, power=power,
-        unpaired=unpaired,
+        resample=resample,
     )  # fmt: skip
 
 
@@ -137,7 +138,7 @@ def fit_table(
     seed: int = 0,
     effect: float = 0.05,
     power: float = 0.8,
-    unpaired: bool = True,
+    resample: bool = True,
 ) -> SweepFit:
     from orchestrator.scaling import ScalingError, ScalingWarning
 
@@ -169,7 +170,7 @@ def fit_table(
                     f"{what}: {w.message}" for w in caught if issubclass(w.category, ScalingWarning)
                 )
 
-    boot_opts = {"n_resamples": n_resamples, "level": level, "seed": seed}
+    boot_opts = {"n_resamples": n_resamples, "level": level, "seed": seed} if resample else None
     for v in variants:
         _fit_variant(fit, used.filter(_eq(used, "variant", v)), v, attempt, boot_opts)
     if not fit.laws and not fit.chinchilla and not fit.isoflop:
@@ -181,7 +182,7 @@ def fit_table(
         )
         raise ResultsError(f"no scaling law could be fitted for sweep {sweep!r}: {why}")
     if len(variants) > 1:
-        _compare(fit, used, attempt, boot_opts if unpaired else None, (effect, power))
+        _compare(fit, used, attempt, boot_opts, (effect, power))
     else:
         fit.notes.append(f"only one variant ({variants[0]}): no gains to compute")
     if len(set(used.filter(_eq(used, "variant", baseline))["size"].to_pylist())) >= 3:
@@ -197,8 +198,11 @@ def fit_table(
     return fit
 
 
-def _fit_variant(fit: SweepFit, rows: pa.Table, v: str, attempt: Any, boot_opts: dict) -> None:
-    """The per-variant laws: L(C) on the frontier, Chinchilla, IsoFLOP."""
+def _fit_variant(
+    fit: SweepFit, rows: pa.Table, v: str, attempt: Any, boot_opts: dict | None
+) -> None:
+    """The per-variant laws: L(C) on the frontier, Chinchilla (unless boot_opts is None),
+    IsoFLOP."""
     from orchestrator.scaling import bootstrap, fit_chinchilla, fit_isoflop, pareto_frontier
     from orchestrator.scaling.checks import check_chinchilla, check_power_law
     from orchestrator.scaling.lsq import lsq_power_law
@@ -219,7 +223,8 @@ def _fit_variant(fit: SweepFit, rows: pa.Table, v: str, attempt: Any, boot_opts:
             fit.laws[v] = law
             fit.law_checks[v] = check_power_law(law, c[front], y[front])
     n, d = _col(rows, "n_params"), _col(rows, "tokens")
-    if np.unique(n).size >= 3 and np.unique(d).size >= 3 and rows.num_rows >= 6:
+    rich = np.unique(n).size >= 3 and np.unique(d).size >= 3 and rows.num_rows >= 6
+    if boot_opts is not None and rich:
         ch = attempt(
             f"Chinchilla L(N, D) of {v}",
             lambda: bootstrap(fit_chinchilla, n, d, y, **boot_opts),

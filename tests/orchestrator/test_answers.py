@@ -87,6 +87,32 @@ def test_bootstrap_resamples_of_a_fallback_fit_keep_its_form():
     assert boot["E"].low == boot["E"].high == 0.0  # every resample fitted the law without E
 
 
+def test_the_sweeps_law_goes_through_the_compute_frontier():
+    """Two budgets per size, the long one of each size 1.5x worse than the law (a budget
+    the schedule does not suit): every one of those is beaten by a cheaper trial, so it is
+    off the frontier, and the law must not bend towards it (it once went through every
+    trial)."""
+    from orchestrator.results.fit import fit_table
+
+    sizes = {k: SIZES[k] for k in ("nano", "tiny", "micro", "mini")}
+    table = ladder(np.random.default_rng(5), multipliers={"dense": 1.0}, sizes=sizes,
+                   tokens=(32_768, 1_000_000))  # fmt: skip
+    long = table["tokens"].to_numpy() == 1_000_000
+    loss = table["final_loss"].to_numpy() * np.where(long, 1.5, 1.0)
+    n = table.num_rows
+    table = table.drop_columns(["final_loss"]).append_column("final_val_loss", pa.array(loss))
+    table = table.append_column("status", pa.array(["FINISHED"] * n))
+    table = table.append_column("trial_id", pa.array([f"t{i}" for i in range(n)]))
+    fit = fit_table(table, "frontier")
+    law, front = fit.laws["dense"], fit.frontier["dense"]
+    on_front = np.isin([f"t{i}" for i in range(n)], front)
+    assert not on_front[long].any() and on_front[~long].sum() >= 3
+    assert law.n == on_front.sum()
+    np.testing.assert_allclose(np.sort(np.exp(law.law.y)), np.sort(loss[on_front]))
+    c = table["flops"].to_numpy()
+    assert np.all(law.predict(c[long]) < loss[long] / 1.3)  # far below the dominated trials
+
+
 # --- the paired gain --------------------------------------------------------------------
 
 
@@ -162,7 +188,6 @@ def test_pairs_match_cell_and_seed_and_need_two():
 # --- the forecast -----------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_forecast_interval_covers_a_held_out_size_in_90_to_98_percent_of_200_ladders():
     """Fit nano, tiny and micro of a demo-like ladder, forecast both mini runs; the 95%
     interval should hold the loss they reached. Measured: 97.0% (388 of 400 runs); the law

@@ -192,6 +192,8 @@ def test_fit_recovers_the_known_compute_multiplier(home):
     assert gain.variant == "hadamard" and HADAMARD_M in m, m
     assert m.high - m.low < 0.5 and m.low < m.estimate < m.high
     assert set(fit.laws) == {"dense", "hadamard"} and not fit.notes
+    [paired] = fit.paired  # the paired estimator recovers it too
+    assert paired.variant == "hadamard" and HADAMARD_M in paired.multiplier, paired.multiplier
     assert {c.size for c in fit.cells} == set(SIZES)
     assert fit.axes == ("size", "train.tokens_per_param") and len(fit.cells) == 3 * len(SIZES)
     json.dumps(fit.to_dict(), allow_nan=False)  # strict JSON: no NaN/inf leaks
