@@ -131,8 +131,8 @@ def test_paired_gain_covers_the_true_multiplier_in_90_to_98_percent_of_200_ladde
 
 def test_paired_gain_resolves_a_10_percent_gain_the_unpaired_fit_cannot():
     """A true 10% compute gain at the demo's sizes, budgets and noise. With the demo's one
-    seed per cell the paired interval is about 10x narrower than the unpaired one, yet a
-    10% gain is resolved in only about a third of ladders: a pair's loss difference
+    seed per cell the paired interval is about 6x narrower than the unpaired one, yet a
+    10% gain is resolved in only about half the ladders: a pair's loss difference
     (~1.1% scatter) over the baseline's slope (~0.13) is ~9% of compute, over 6 pairs. The
     advice sees it and asks for more seeds; with them the paired interval excludes 1 in
     nearly every ladder, while the unpaired one still spans it (50 ladders per design)."""
