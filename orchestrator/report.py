@@ -20,6 +20,7 @@ from orchestrator.results.render import markdown_table, sections
 
 if TYPE_CHECKING:
     from orchestrator.results.fit import SweepFit
+    from orchestrator.scaling import Interval
 
 
 def write_report(
@@ -81,14 +82,17 @@ def headline_lines(fit: SweepFit) -> list[str]:
             text = f"{p}."
             if g is not None:
                 m = g.multiplier
-                text += (
-                    f" Unpaired: {m.estimate:.2f}×, CI [{m.low:.2f}, {m.high:.2f}]"
-                    f" ({np.log(m.high / m.low) / max(np.log(p.multiplier.high / p.multiplier.low), 1e-12):.0f}× wider)."
-                )
+                text += f" Unpaired: {m.estimate:.2f}×, CI [{m.low:.2f}, {m.high:.2f}]"
+                wider = _log_width(m) / max(_log_width(p.multiplier), 1e-12)
+                text += f" ({wider:.0f}× wider)." if np.isfinite(wider) else "."
             out.append(text)
         elif g is not None:
             out.append(f"{g} (unpaired).")
     return out
+
+
+def _log_width(m: Interval) -> float:
+    return float(np.log(m.high / m.low)) if m.low > 0 else float("inf")
 
 
 def check_lines(fit: SweepFit) -> list[str]:
