@@ -105,7 +105,7 @@ def law_label(fit: SweepFit, variant: str) -> str:
     text += f"{k['A']:.3g}·C^-{k['alpha']:.3f} (frontier"
     if law.fallback:
         text += "; no E: fallback"
-    if check.on_bound or check.regime:
+    if check.failed:
         text += "; check failed"
     return text + ")"
 

@@ -32,7 +32,8 @@ def write_report(
     md.append(
         f"{fit.n_used} of {fit.n_trials} trials used (FINISHED, finite `{fit.loss}`); "
         f"variants: {', '.join(fit.variants)}; baseline: `{fit.baseline}`; "
-        f"intervals: {fit.level:.0%} bootstrap over trials. "
+        f"intervals: {fit.level:.0%}, Student-t for the paired gains, the L(C) laws and the "
+        "forecast, bootstrap over trials for the unpaired gains and L(N, D). "
         f"Generated {dt.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}."
     )
     headline = headline_lines(fit)

@@ -6,6 +6,9 @@ Checks on a law L(C) fitted to points (C_i, L_i):
 - a constant on a bound: E at 0 (objective.on_lower_bound_E; the fits then fall back to
   the law without E and say why), E at the lowest loss seen (no decay visible above E),
   an exponent at 0 or 10;
+- a constant the data do not pin down (least-squares fits, which carry intervals): an
+  exponent whose 95% interval reaches 0, or an E whose interval reaches the lowest loss
+  (the demo's frontier laws once reported alpha 0.58 [0, 2.6] as if it meant something);
 - the points show no decline: the law falls by less than twice the residual scatter over
   the compute range, so the data cannot tell a power law from a constant;
 - the points steepen with compute: a parabola in log-log (log L against log C) through
@@ -35,6 +38,7 @@ class FitCheck:
     on_bound: tuple[str, ...]  # e.g. ("alpha = 0",)
     residuals: tuple[float, ...]  # L_fit / L - 1 per point
     regime: str  # '' when the points look like a power law, else why they do not
+    unidentified: tuple[str, ...] = ()  # e.g. ("alpha's 95% CI reaches 0",)
 
     @property
     def rms(self) -> float:
@@ -47,8 +51,13 @@ class FitCheck:
         return float(r.max()) if r.size else float("nan")
 
     @property
+    def failed(self) -> bool:
+        """A problem beyond the fallback (which is a fix, said in `fallback`)."""
+        return bool(self.on_bound or self.regime or self.unidentified)
+
+    @property
     def ok(self) -> bool:
-        return not (self.fallback or self.on_bound or self.regime)
+        return not (self.fallback or self.failed)
 
     def summary(self) -> str:
         """'ok' or the problems, shortest first, e.g. 'fell back to A·C^-alpha (no E)'."""
@@ -57,6 +66,8 @@ class FitCheck:
             parts.append(f"fell back to {self.law}")
         if self.on_bound:
             parts.append(", ".join(self.on_bound) + " (on its bound)")
+        if self.unidentified:
+            parts.append(", ".join(self.unidentified) + " (not pinned down by the data)")
         if self.regime:
             parts.append(self.regime)
         return "; ".join(parts) or "ok"
@@ -68,6 +79,7 @@ class FitCheck:
             "fallback": self.fallback,
             "on_bound": list(self.on_bound),
             "regime": self.regime,
+            "unidentified": list(self.unidentified),
             "residuals": [float(r) for r in self.residuals],
             "rms": self.rms,
             "max_residual": self.max_residual,
@@ -96,7 +108,8 @@ def check_power_law(fit: Any, flops: np.ndarray, loss: np.ndarray) -> FitCheck:
             "the points steepen with compute (concave in log-log): not yet in the power-law "
             "regime, extrapolation biased"
         )
-    return FitCheck(fit.form, fit.fallback, bounds, tuple(residuals), regime)
+    unidentified = _unidentified(fit, y, exponents=("alpha",))
+    return FitCheck(fit.form, fit.fallback, bounds, tuple(residuals), regime, unidentified)
 
 
 def check_chinchilla(
@@ -106,7 +119,8 @@ def check_chinchilla(
     y = np.asarray(loss, dtype=float)
     predicted = np.asarray(fit.predict(n_params, tokens), dtype=float)
     bounds = _bounds(fit.values(), y, fit.has_E, exponents=("alpha", "beta"))
-    return FitCheck(fit.form, fit.fallback, bounds, tuple(predicted / y - 1.0), "")
+    unidentified = _unidentified(fit, y, exponents=("alpha", "beta"))
+    return FitCheck(fit.form, fit.fallback, bounds, tuple(predicted / y - 1.0), "", unidentified)
 
 
 def _bounds(
@@ -120,6 +134,18 @@ def _bounds(
     for name in exponents:
         if alpha_on_bound(values[name]):
             out.append(f"{name} = {values[name]:.3g}")
+    return tuple(out)
+
+
+def _unidentified(fit: Any, loss: np.ndarray, exponents: tuple[str, ...]) -> tuple[str, ...]:
+    """The constants whose 95% interval says the data do not pin them down (fits with
+    intervals only: lsq.LsqFit; a bootstrap's are checked by its reader)."""
+    if not hasattr(fit, "intervals"):
+        return ()
+    intervals = fit.intervals(0.95)  # the fits keep a degree of freedom: finite bounds
+    out = [f"{name}'s 95% CI reaches 0" for name in exponents if intervals[name].low <= 1e-6]
+    if fit.has_E and intervals["E"].high >= loss.min():
+        out.append("E's 95% CI reaches the lowest loss")
     return tuple(out)
 
 

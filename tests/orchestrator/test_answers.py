@@ -77,6 +77,19 @@ def test_a_ladder_without_curvature_is_flagged():
     assert "no decline" in check.regime
 
 
+def test_a_law_the_data_do_not_pin_down_is_flagged():
+    """The demo's BudgetFormer frontier (make demo, 2026-12-01): five points, a 6% wobble
+    about any smooth law. Its fit has E inside the data and a healthy-looking alpha, 0.58,
+    whose interval is [0, 2.6]: the report once printed it with check 'ok'."""
+    c = np.array([2.751e10, 8.12e10, 8.252e10, 2.436e11, 5.425e11])
+    loss = np.array([3.8588, 3.3585, 2.9442, 2.6848, 2.5903])
+    law = lsq_power_law(c, loss)
+    check = check_power_law(law, c, loss)
+    assert law.has_E and not check.fallback and not check.on_bound  # nothing else catches it
+    assert "alpha's 95% CI reaches 0" in check.unidentified and check.failed and not check.ok
+    assert "not pinned down by the data" in check.summary()
+
+
 def test_bootstrap_resamples_of_a_fallback_fit_keep_its_form():
     from orchestrator.scaling import bootstrap
 
