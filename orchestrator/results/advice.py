@@ -27,24 +27,30 @@ class Costing:
 
     seconds_per_flop: float  # median wall time per training FLOP of the sweep's trials
     gpu_hours_per_flop: float
+    assumption: str  # e.g. "40% MFU on an H100 SXM"
 
     def describe(self, flops: float) -> str:
-        text = f"≈ {flops * self.gpu_hours_per_flop:.2g} GPU-hours at 40% MFU on an H100"
+        text = f"≈ {flops * self.gpu_hours_per_flop:.2g} GPU-hours at {self.assumption}"
         if np.isfinite(self.seconds_per_flop):
             text += f", ≈ {flops * self.seconds_per_flop / 3600:.2g} h of trial time as run here"
         return text
 
 
 def costing(table: pa.Table) -> Costing:
+    """The plan's default assumptions (the trials do not record their sweep's backend.gpu):
+    EstimateConfig's MFU on the default GPU's peak."""
+    from jobs.gpus import gpu_spec
     from orchestrator.expand import gpu_hours
-    from orchestrator.spec import EstimateConfig
+    from orchestrator.spec import DEFAULT_GPU, EstimateConfig
 
     est = EstimateConfig()
+    gpu = gpu_spec(DEFAULT_GPU)
     wall = _col(table, "wall_time_s")
     flops = _col(table, "flops")
     ok = np.isfinite(wall) & (wall > 0) & (flops > 0)
     per_flop = float(np.median(wall[ok] / flops[ok])) if ok.any() else float("nan")
-    return Costing(per_flop, gpu_hours(1.0, est.mfu, est.peak_flops))
+    peak = est.peak_flops or gpu.bf16_flops
+    return Costing(per_flop, gpu_hours(1.0, est.mfu, peak), f"{est.mfu:.0%} MFU on an {gpu.name}")
 
 
 def advise_gain(
