@@ -79,3 +79,12 @@ def ladder(
                     for key, value in zip(cols, (variant, size, d, seed, n, c, loss), strict=True):
                         cols[key].append(value)
     return pa.table(cols)
+
+
+def as_trials(table: pa.Table) -> pa.Table:
+    """A ladder as the results layer's `trials` table (FINISHED, final_val_loss, ids)."""
+    n = table.num_rows
+    loss = table["final_loss"]
+    table = table.drop_columns(["final_loss"]).append_column("final_val_loss", loss)
+    table = table.append_column("status", pa.array(["FINISHED"] * n))
+    return table.append_column("trial_id", pa.array([f"t{i}" for i in range(n)]))

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from synthetic_ladder import SIZES, ladder
+from synthetic_ladder import SIZES, as_trials, ladder
 
 from orchestrator.scaling import (
     ScalingError,
@@ -113,9 +113,8 @@ def test_the_sweeps_law_goes_through_the_compute_frontier():
     long = table["tokens"].to_numpy() == 1_000_000
     loss = table["final_loss"].to_numpy() * np.where(long, 1.5, 1.0)
     n = table.num_rows
-    table = table.drop_columns(["final_loss"]).append_column("final_val_loss", pa.array(loss))
-    table = table.append_column("status", pa.array(["FINISHED"] * n))
-    table = table.append_column("trial_id", pa.array([f"t{i}" for i in range(n)]))
+    table = as_trials(table.set_column(table.schema.get_field_index("final_loss"), "final_loss",
+                                       pa.array(loss)))  # fmt: skip
     fit = fit_table(table, "frontier")
     law, front = fit.laws["dense"], fit.frontier["dense"]
     on_front = np.isin([f"t{i}" for i in range(n)], front)

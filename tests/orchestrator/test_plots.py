@@ -123,3 +123,31 @@ def test_mechanism_plots_average_over_seeds_only_and_say_so():
     np.testing.assert_allclose(
         lines["budget, tokens=32768"].get_ydata(), [0.5 + 0.032768 + 0.01] * 2
     )
+
+
+def test_the_law_label_says_when_a_law_fell_back_or_failed_its_check():
+    """A ladder with no irreducible loss (E = 0): the law falls back to A·C^-alpha and the
+    legend says so; the demo's BudgetFormer frontier: its law is not pinned down."""
+    from synthetic_ladder import DEMO, SIZES, as_trials, ladder
+
+    from orchestrator.results.fit import fit_table
+
+    sizes = {k: SIZES[k] for k in ("nano", "tiny", "micro", "mini")}
+    truth = DEMO.with_noise(E=0.0, cell_sd=0.002, trial_sd=0.002)
+    table = as_trials(ladder(np.random.default_rng(0), truth, multipliers={"dense": 1.0},
+                             sizes=sizes, tokens=(32_768,)))  # fmt: skip
+    fit = fit_table(table, "no-e")
+    legend = [t.get_text() for t in plots.loss_vs_flops(fit, None).axes[0].get_legend().get_texts()]
+    [label] = [t for t in legend if t.startswith("dense: L = ")]
+    assert fit.law_checks["dense"].fallback and "no E: fallback" in label
+    assert "check failed" not in label
+    budget = pa.table({
+        "variant": ["dense"] * 5, "size": ["a", "b", "c", "d", "e"],
+        "flops": [2.751e10, 8.12e10, 8.252e10, 2.436e11, 5.425e11],
+        "n_params": [1e5, 3e5, 1e5, 3e5, 8e5], "tokens": [3e4, 3e4, 1e5, 1e5, 1e5],
+        "final_loss": [3.8588, 3.3585, 2.9442, 2.6848, 2.5903],
+    })  # fmt: skip
+    fit = fit_table(as_trials(budget), "budget")
+    label = plots.law_label(fit, "dense")
+    assert fit.law_checks["dense"].failed and "check failed" in label
+    assert "no E" not in label
