@@ -143,12 +143,11 @@ def forecast_table(
                     f"law, got {len(smaller)}"
                 )
             fitted = _fit_cells(rows, train, loss, law)
+            held = np.flatnonzero(sizes == holdout)
+            held = held[np.argsort(d[held], kind="stable")]
             targets = [
-                Target(f"{holdout} @ {tok:.3g} tokens", nn, tok, cc, yy)
-                for nn, tok, cc, yy in sorted(zip(n[~train & (sizes == holdout)],
-                    d[~train & (sizes == holdout)], c[~train & (sizes == holdout)],
-                    y[~train & (sizes == holdout)], strict=True), key=lambda r: r[1])
-            ]  # fmt: skip
+                Target(f"{holdout} @ {d[i]:.3g} tokens", n[i], d[i], c[i], y[i]) for i in held
+            ]
             on = f"{', '.join(smaller)} ({int(train.sum())} trials)"
         elif size is not None:
             fitted = _fit_cells(rows, np.ones(rows.num_rows, bool), loss, law)
