@@ -171,8 +171,7 @@ def forecast_table(
         raise ResultsError(f"forecast: {e}") from None
     if fitted.check.fallback:
         notes.append(fitted.check.fallback)
-    if fitted.check.regime:
-        notes.append(fitted.check.regime)
+    notes.extend(fitted.check.problems())
     return Forecast(sweep, variant, fitted, on, targets, predictions, holdout, notes)
 
 

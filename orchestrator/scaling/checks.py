@@ -53,24 +53,28 @@ class FitCheck:
     @property
     def failed(self) -> bool:
         """A problem beyond the fallback (which is a fix, said in `fallback`)."""
-        return bool(self.on_bound or self.regime or self.unidentified)
+        return bool(self.problems())
 
     @property
     def ok(self) -> bool:
         return not (self.fallback or self.failed)
 
-    def summary(self) -> str:
-        """'ok' or the problems, shortest first, e.g. 'fell back to A·C^-alpha (no E)'."""
+    def problems(self) -> list[str]:
+        """What is wrong beyond the fallback, in words."""
         parts = []
-        if self.fallback:
-            parts.append(f"fell back to {self.law}")
         if self.on_bound:
             parts.append(", ".join(self.on_bound) + " (on its bound)")
         if self.unidentified:
             parts.append(", ".join(self.unidentified) + " (not pinned down by the data)")
         if self.regime:
             parts.append(self.regime)
-        return "; ".join(parts) or "ok"
+        return parts
+
+    def summary(self) -> str:
+        """'ok' or the problems, e.g. 'fell back to A·C^-alpha (no E); alpha's 95% CI
+        reaches 0 (not pinned down by the data)'."""
+        fell = [f"fell back to {self.law}"] if self.fallback else []
+        return "; ".join(fell + self.problems()) or "ok"
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -221,6 +221,28 @@ def test_forecast_interval_covers_a_held_out_size_in_90_to_98_percent_of_200_lad
     assert 0.90 <= covered / total <= 0.98, (covered, total)
 
 
+def test_the_demos_backtest_reports_everything_its_check_found():
+    """The demo's dense trials (make demo, 2026-12-01), micro held out and forecast from
+    nano and tiny: four points, so the law without E, whose alpha the data do not pin
+    down. The report's notes once gave the fallback only."""
+    from orchestrator.results.forecast import forecast_table
+
+    runs = [("nano", 32768, 2.577e10, 3.8644), ("nano", 98304, 7.731e10, 2.9727),
+            ("tiny", 32768, 7.731e10, 3.3798), ("tiny", 98304, 2.319e11, 2.6888),
+            ("micro", 32768, 1.739e11, 3.1576), ("micro", 98304, 5.218e11, 2.5882)]  # fmt: skip
+    n = {"nano": 120_576, "tiny": 366_432, "micro": 834_304}
+    table = as_trials(pa.table({
+        "variant": ["dense"] * len(runs), "size": [r[0] for r in runs],
+        "n_params": [n[r[0]] for r in runs], "tokens": [r[1] for r in runs],
+        "flops": [r[2] for r in runs], "final_loss": [r[3] for r in runs],
+    }))  # fmt: skip
+    backtest = forecast_table(table, "demo", holdout="micro", loss="final_val_loss")
+    assert any("fewer than 2 degrees of freedom" in note for note in backtest.notes)
+    assert "alpha's 95% CI reaches 0 (not pinned down by the data)" in backtest.notes
+    assert backtest.covered == [True, True]
+    assert [p.loss for p in backtest.predictions] == pytest.approx([2.796, 2.332], abs=0.01)
+
+
 def test_forecast_uses_chinchilla_when_the_ladder_spans_three_sizes_and_budgets():
     rng = np.random.default_rng(4)
     n, ratio = np.meshgrid(np.geomspace(5e7, 1e9, 4), np.array([5.0, 20.0, 80.0]))
