@@ -40,7 +40,7 @@ class Recipe:
 
     @staticmethod
     def scalelab_v1() -> Recipe:
-        """scalelab's defaults before issue 19 (semantics version 1)."""
+        """scalelab's defaults before issue 19 (semantics versions 1 and 2)."""
         return Recipe("fixed", True, True, "sublayer_out", "gelu_small")
 
     def but(self, **changes: object) -> Recipe:

@@ -9,6 +9,9 @@ from torch import nn
 
 from jobs.config import JobConfig, TrainConfig
 from models.flops import count_params, train_flops_per_token
+from models.parametrization import lr_scale, parameter_roles
+
+NO_DECAY_ROLES = ("input", "vector")  # embeddings (and so the tied head), biases, norms, gains
 
 
 def total_tokens(job: JobConfig) -> int:
@@ -39,14 +42,23 @@ def lr_at(step: int, steps: int, t: TrainConfig) -> float:
 
 
 def adamw(model: nn.Module, t: TrainConfig) -> torch.optim.Optimizer:
-    """torch AdamW with weight decay only on matrices (not biases, norms or gains).
+    """torch AdamW over parameter groups by width role (models/parametrization.py): weight
+    decay on Linear weights only (not embeddings nor the tied head, biases, norms, gains:
+    docs/reproducing/baseline.md), and each group's `lr_scale` (µP's per-layer learning
+    rates; 1 under the standard parametrisation), applied by `set_lr`.
     A torch optimizer, not DeepSpeed's: its Adam kernels JIT-compile for 70-100 s."""
-    decay, no_decay = [], []
-    for p in model.parameters():
-        if p.requires_grad:
-            (decay if p.dim() >= 2 else no_decay).append(p)
-    groups = [
-        {"params": decay, "weight_decay": t.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
+    groups: dict[tuple[float, float], list[nn.Parameter]] = {}
+    for p, role in parameter_roles(model):
+        decay = 0.0 if role in NO_DECAY_ROLES else t.weight_decay
+        groups.setdefault((decay, lr_scale(model.cfg, role)), []).append(p)
+    param_groups = [
+        {"params": params, "weight_decay": decay, "lr": t.lr * scale, "lr_scale": scale}
+        for (decay, scale), params in sorted(groups.items(), reverse=True)
     ]
-    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), foreach=False)
+    return torch.optim.AdamW(param_groups, lr=t.lr, betas=(t.beta1, t.beta2), foreach=False)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """The schedule's learning rate times each group's `lr_scale`."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)

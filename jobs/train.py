@@ -31,7 +31,7 @@ from jobs.data import TrainStream, open_data, prepare, train_windows, val_batche
 from jobs.distributed import DistEnv
 from jobs.ds_config import BatchPlan, deepspeed_config
 from jobs.evaluate import evaluate, evaluate_early_exit, model_inputs
-from jobs.optim import adamw, lr_at, total_steps, total_tokens
+from jobs.optim import adamw, lr_at, set_lr, total_steps, total_tokens
 from jobs.paths import JOB_FILE, RESULT_FILE, trial_dir
 from jobs.provenance import code_version, mlflow_params
 from jobs.tracking import VAL_LOSS_AT_GFLOP, Tracker
@@ -234,8 +234,7 @@ class _Trainer:
         while state["step"] < self.steps:
             step = state["step"]
             lr = lr_at(step, self.steps, t)
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
+            set_lr(self.optimizer, lr)
             progress = step / self.steps
             sums: dict[str, torch.Tensor] = {}
             batches = self.stream.micro_batches(step)

@@ -1,7 +1,9 @@
 """Multi-head self-attention with all heads (the baseline head selection).
 
 Causal for language modelling, bidirectional for the classification encoder; the output
-mixing W_O is a pluggable component (dense here, Hadamard in models/hadamard.py).
+mixing W_O is a pluggable component (dense here, Hadamard in models/hadamard.py). Dropout
+acts on the attention probabilities only, not on the output (the FFN drops its hidden
+layer: docs/reproducing/baseline.md).
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from torch import Tensor, nn
 from models.components import build_output_mixer
 from models.config import ModelConfig
 from models.context import ForwardContext
+from models.parametrization import attention_scale
 
 
 class DenseOutputProjection(nn.Linear):
     """W_O: the dense d x d mixing of the concatenated heads."""
 
-    is_residual_projection = True  # initialised at 0.02 / sqrt(2 * n_layer)
+    width_role = "residual"  # models/parametrization.py: N(0, 0.02^2 / (2 n_layer))
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg.d_model, cfg.d_model, bias=cfg.bias)
@@ -29,9 +32,9 @@ class MultiHeadAttention(nn.Module):
         self.n_head, self.d_head = cfg.n_head, cfg.d_head
         self.causal = cfg.causal
         self.dropout = cfg.dropout
+        self.scale = attention_scale(cfg)  # None: 1 / sqrt(d_head)
         self.c_attn = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
         self.out_proj = build_output_mixer(cfg)
-        self.resid_dropout = nn.Dropout(cfg.dropout)
 
     def split_heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(B, T, d) -> q, k, v each (B, H, T, d_head)."""
@@ -40,7 +43,8 @@ class MultiHeadAttention(nn.Module):
         return tuple(t.view(B, T, self.n_head, self.d_head).transpose(1, 2) for t in (q, k, v))
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, ctx: ForwardContext) -> Tensor:
-        """Scaled dot-product attention per head: softmax(q k^T / sqrt(d_head)) v."""
+        """Scaled dot-product attention per head: softmax(q k^T / sqrt(d_head)) v (under µP
+        the scale is models.parametrization.attention_scale)."""
         mask = None
         if ctx.pad_mask is not None:  # encoder with padding: never attend to padded keys
             mask = ctx.pad_mask[:, None, None, :]
@@ -51,11 +55,11 @@ class MultiHeadAttention(nn.Module):
             attn_mask=mask,
             is_causal=self.causal and mask is None,
             dropout_p=self.dropout if self.training else 0.0,
+            scale=self.scale,
         )
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
-        y = merge_heads(self.attend(*self.split_heads(x), ctx))
-        return self.resid_dropout(self.out_proj(y))
+        return self.out_proj(merge_heads(self.attend(*self.split_heads(x), ctx)))
 
 
 def merge_heads(y: Tensor) -> Tensor:

@@ -41,6 +41,7 @@ from models.attention import MultiHeadAttention, merge_heads
 from models.config import BudgetConfig, ModelConfig
 from models.context import ForwardContext
 from models.flops import budget_layer_flops, budget_net_flops
+from models.parametrization import set_role
 
 
 def schedule(name: str, start: float, end: float, progress: float) -> float:
@@ -68,16 +69,24 @@ class BudgetAttention(MultiHeadAttention):
         self.cfg = cfg
         self.layer_idx = layer_idx
         d, hidden = cfg.d_model, cfg.budget.budget_hidden
-        # f_theta: d -> hidden -> 1 (sigmoid applied in forward); g_phi: d -> H
-        self.budget_net = nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, 1))
-        self.relevance_net = nn.Linear(d, self.n_head)
+        # f_theta: d -> hidden -> 1 (sigmoid applied in forward); g_phi: d -> H. Width roles
+        # (models/parametrization.py): d -> fixed layers are outputs, hidden -> 1 is fixed.
+        self.budget_net = nn.Sequential(
+            set_role(nn.Linear(d, hidden), "output"),
+            nn.GELU(),
+            set_role(nn.Linear(hidden, 1), "fixed"),
+        )
+        self.relevance_net = set_role(nn.Linear(d, self.n_head), "output")
         self.last_s: Tensor | None = None  # budget per decision, (B, 1) or (B, T)
         self.last_k: Tensor | None = None  # heads run per decision, (B, 1) or (B, T)
         self.last_union: Tensor | None = None  # heads whose K/V were computed (decoder), (B,)
 
     def post_init(self) -> None:
-        # s starts in the middle of the target interval, whatever the input.
+        # s starts in the middle of the target interval, whatever the input: f_theta's last
+        # layer starts at zero (its weights still get gradient through the hidden layer,
+        # which keeps the parametrisation's init).
         s0 = 0.5 * (self.budget.s_min + self.budget.s_max)
+        nn.init.zeros_(self.budget_net[2].weight)
         nn.init.constant_(self.budget_net[2].bias, math.log(s0 / (1 - s0)))
 
     # --- decisions -------------------------------------------------------------------
@@ -120,13 +129,13 @@ class BudgetAttention(MultiHeadAttention):
         """All heads computed, head h's output scaled by mask[..., h] (training path)."""
         y = self.attend(*self.split_heads(x), ctx)  # (B, H, T, dh)
         y = y * mask.transpose(1, 2).unsqueeze(-1).to(y.dtype)  # (B, T', H) -> (B, H, T', 1)
-        return self.resid_dropout(self.out_proj(merge_heads(y)))
+        return self.out_proj(merge_heads(y))
 
     def sparse_forward(self, x: Tensor, active: Tensor, ctx: ForwardContext) -> Tensor:
         """Only the selected heads computed (inference path). active: (B, T', H) bool."""
         if self.causal:
-            return self.resid_dropout(self._per_token_heads(x, active))
-        return self.resid_dropout(self._per_example_heads(x, active[:, 0], ctx))
+            return self._per_token_heads(x, active)
+        return self._per_example_heads(x, active[:, 0], ctx)
 
     def _head_weights(self) -> tuple[Tensor, Tensor | None]:
         """W_qkv as (3, H, d_head, d) and its bias as (3, H, d_head) (views, no copy)."""
@@ -163,7 +172,8 @@ class BudgetAttention(MultiHeadAttention):
             if ctx.pad_mask is not None:
                 pm = ctx.pad_mask if rows is None else ctx.pad_mask.index_select(0, rows)
                 mask = pm[:, None, None, :]
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).reshape(n_h * T, dh)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
+            y = y.reshape(n_h * T, dh)
             cols = slice(h * dh, (h + 1) * dh)
             if dense_out and rows is None:
                 acc, w_o = out.view(B * T, d), self.out_proj.weight[:, cols].t()
@@ -197,7 +207,9 @@ class BudgetAttention(MultiHeadAttention):
             qkv = F.linear(x, w_qkv.index_select(1, heads).reshape(3 * k * dh, d), bias)
         q, key, v = qkv.view(B, T, 3, k, dh).permute(2, 0, 3, 1, 4)
         causal = self.causal and mask is None
-        y = F.scaled_dot_product_attention(q, key, v, attn_mask=mask, is_causal=causal)
+        y = F.scaled_dot_product_attention(
+            q, key, v, attn_mask=mask, is_causal=causal, scale=self.scale
+        )
         y = y.transpose(1, 2)
         y = y.reshape(B, T, k * dh)
         if every:
@@ -244,7 +256,7 @@ class BudgetAttention(MultiHeadAttention):
             ]
         )  # (P, dh)
         group = pair[:, 0] * B + rows // T  # (head, sequence) of each pair
-        y = causal_pair_attention(q, rows % T, group, k, v)  # (P, dh)
+        y = causal_pair_attention(q, rows % T, group, k, v, self.scale)  # (P, dh)
         if isinstance(self.out_proj, nn.Linear):
             w_o = self.out_proj.weight.view(d, H, dh)
             bias = self.out_proj.bias
@@ -317,10 +329,12 @@ class BudgetAttention(MultiHeadAttention):
         ctx.add_loss("budget/entropy", weight * self._entropy(r, tau).mean())
 
 
-def causal_pair_attention(q: Tensor, t: Tensor, group: Tensor, k: Tensor, v: Tensor) -> Tensor:
+def causal_pair_attention(
+    q: Tensor, t: Tensor, group: Tensor, k: Tensor, v: Tensor, scale: float | None = None
+) -> Tensor:
     """Causal attention for P query pairs: pair i is the query q[i] (P, d_head) at position
     t[i] of row group[i] = u * B + b of k, v (U, B, T, d_head, any strides); pairs sorted
-    by (group, t).
+    by (group, t). `scale`: of q.k, None for 1 / sqrt(d_head).
 
     Positions are cut into chunks of >= 128 (at most 4); the queries of chunk c attend only
     keys [0, end of c). Like is_causal for full attention, this skips keys after a query:
@@ -328,7 +342,7 @@ def causal_pair_attention(q: Tensor, t: Tensor, group: Tensor, k: Tensor, v: Ten
     T = k.size(2)
     n_chunks = max(1, min(4, T // 128))
     if n_chunks == 1:
-        return _padded_pair_attention(q, t, group, k, v, T)
+        return _padded_pair_attention(q, t, group, k, v, T, scale)
     size = -(-T // n_chunks)
     chunk = t // size
     y = q.new_empty(q.shape)
@@ -336,12 +350,13 @@ def causal_pair_attention(q: Tensor, t: Tensor, group: Tensor, k: Tensor, v: Ten
         sel = (chunk == c).nonzero().squeeze(1)
         if sel.numel():
             end = min(T, (c + 1) * size)
-            y.index_copy_(0, sel, _padded_pair_attention(q[sel], t[sel], group[sel], k, v, end))
+            part = _padded_pair_attention(q[sel], t[sel], group[sel], k, v, end, scale)
+            y.index_copy_(0, sel, part)
     return y
 
 
 def _padded_pair_attention(
-    q: Tensor, t: Tensor, group: Tensor, k: Tensor, v: Tensor, end: int
+    q: Tensor, t: Tensor, group: Tensor, k: Tensor, v: Tensor, end: int, scale: float | None
 ) -> Tensor:
     """The pairs' queries laid out per group (padded to the longest list), one SDPA over
     keys [0, end) with a causal mask, and each pair's row read back."""
@@ -354,7 +369,7 @@ def _padded_pair_attention(
     pos = torch.full((U * B * n_q,), T, device=q.device).index_copy_(0, slot, t)
     mask = torch.arange(end, device=q.device) <= pos.view(U, B, n_q, 1)  # padding: all
     out = F.scaled_dot_product_attention(
-        q_pad.view(U, B, n_q, dh), k[:, :, :end], v[:, :, :end], attn_mask=mask
+        q_pad.view(U, B, n_q, dh), k[:, :, :end], v[:, :, :end], attn_mask=mask, scale=scale
     )
     return out.reshape(U * B * n_q, dh).index_select(0, slot)
 

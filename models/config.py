@@ -122,6 +122,10 @@ class ModelConfig(FrozenConfig):
     n_classes: int | None = None
     dropout: float = 0.0
     bias: bool = True
+    # How init and per-layer learning rates scale with width (models/parametrization.py):
+    # 'mup' keeps the optimum learning rate found at mup_base_width for wider models.
+    parametrization: Literal["standard", "mup"] = "standard"
+    mup_base_width: int | None = None  # the d_model that µP's multipliers are relative to
     attn_out: Literal["dense", "hadamard"] = "dense"
     budget: BudgetConfig | None = None
     tsa: TSAConfig | None = None
@@ -132,7 +136,7 @@ class ModelConfig(FrozenConfig):
         get_size(name)  # raises with the list of presets
         return name
 
-    @field_validator("vocab_size", "block_size", "n_layer", "d_model", "n_head")
+    @field_validator("vocab_size", "block_size", "n_layer", "d_model", "n_head", "mup_base_width")
     @classmethod
     def _positive(cls, value: int | None) -> int | None:
         if value is not None and value < 1:
@@ -156,6 +160,12 @@ class ModelConfig(FrozenConfig):
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by n_head={self.n_head}; "
                 f"allowed n_head values: {_divisors(self.d_model)}"
+            )
+        if (self.parametrization == "mup") != (self.mup_base_width is not None):
+            raise ValueError(
+                "mup_base_width goes with parametrization='mup' (the width its learning rate "
+                f"was tuned at), got parametrization={self.parametrization!r} and "
+                f"mup_base_width={self.mup_base_width}"
             )
         if self.task == "classify" and (self.n_classes is None or self.n_classes < 2):
             raise ValueError("task='classify' needs n_classes >= 2")

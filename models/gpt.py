@@ -2,12 +2,12 @@
 
 Pre-norm blocks, causal SDPA attention, a 4x GELU MLP, learned positional embeddings and
 tied input/output embeddings. With `task='classify'` the same stack runs as a
-bidirectional encoder with a mean-pooled classification head.
+bidirectional encoder with a mean-pooled classification head. Dropout: on the embedding
+sum, the attention probabilities and the MLP's hidden layer. Init and per-layer learning
+rates: models/parametrization.py (why: docs/reproducing/baseline.md).
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from models.components import build_attention, build_depth_routing
 from models.config import ModelConfig
 from models.context import ForwardContext, ModelOutput
+from models.parametrization import init_module, logit_scale, set_role
 
 
 class MLP(nn.Module):
@@ -23,12 +24,11 @@ class MLP(nn.Module):
         super().__init__()
         self.c_fc = nn.Linear(cfg.d_model, 4 * cfg.d_model, bias=cfg.bias)
         self.gelu = nn.GELU()
-        self.c_proj = nn.Linear(4 * cfg.d_model, cfg.d_model, bias=cfg.bias)
-        self.c_proj.is_residual_projection = True
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.c_proj = set_role(nn.Linear(4 * cfg.d_model, cfg.d_model, bias=cfg.bias), "residual")
+        self.dropout = nn.Dropout(cfg.dropout)  # on the hidden layer (the TSA paper's setup)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+        return self.c_proj(self.dropout(self.gelu(self.c_fc(x))))
 
 
 class Block(nn.Module):
@@ -76,25 +76,21 @@ class GPT(nn.Module):
         self.depth = build_depth_routing(cfg)
         self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         if cfg.task == "lm":
-            self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-            self.lm_head.weight = self.wte.weight  # tied input/output embeddings
+            # tied input/output embeddings: the weight is the embedding's (role 'input')
+            self.lm_head = set_role(nn.Linear(cfg.d_model, cfg.vocab_size, bias=False), "input")
+            self.lm_head.weight = self.wte.weight
+            self.logit_scale = logit_scale(cfg)  # µP's readout multiplier; 1 when standard
         else:
-            self.classifier = nn.Linear(cfg.d_model, cfg.n_classes, bias=cfg.bias)
+            self.classifier = set_role(
+                nn.Linear(cfg.d_model, cfg.n_classes, bias=cfg.bias), "output"
+            )
         self.apply(self._init_weights)
         for module in self.modules():  # mechanisms with their own initialisation
             if module is not self and hasattr(module, "post_init"):
                 module.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:
-        if isinstance(module, nn.Linear):
-            std = 0.02
-            if getattr(module, "is_residual_projection", False):
-                std = 0.02 / math.sqrt(2 * self.cfg.n_layer)
-            nn.init.normal_(module.weight, mean=0.0, std=std)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        init_module(self.cfg, module)  # by the module's role (models/parametrization.py)
 
     def num_params(self, non_embedding: bool = False) -> int:
         """Parameters counted once (tied weights once); non-embedding drops wte and wpe."""
@@ -105,7 +101,8 @@ class GPT(nn.Module):
 
     def readout(self, h: Tensor) -> Tensor:
         """Logits from hidden states (used by the final layer and by early-exit routing)."""
-        return self.lm_head(self.ln_f(h))
+        logits = self.lm_head(self.ln_f(h))
+        return logits if self.logit_scale == 1.0 else logits * self.logit_scale
 
     def forward(
         self,

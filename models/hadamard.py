@@ -18,17 +18,21 @@ from torch import Tensor, nn
 
 from kernels.hadamard import hadamard_transform_affine
 from models.config import ModelConfig
+from models.parametrization import init_std
 
 
 class HadamardOutputProjection(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.d_model = cfg.d_model
-        # The dense baseline's W_O is drawn with std 0.02/sqrt(2L), which scales the
-        # variance of its output by d * std^2. H/sqrt(d) is orthonormal and preserves it,
-        # so alpha starts at sqrt(d) * std: the block output has the baseline's variance at
-        # init (alpha = 1 would make every attention update ~sqrt(d) * std^-1 times louder).
-        self.alpha_init = math.sqrt(cfg.d_model) * 0.02 / math.sqrt(2 * cfg.n_layer)
+        # The dense baseline's W_O is drawn with the residual std (0.02/sqrt(2L), and
+        # x m^-1/2 under µP), which scales the variance of its output by d * std^2.
+        # H/sqrt(d) is orthonormal and preserves it, so alpha starts at sqrt(d) * std: the
+        # block output has the baseline's variance at init (alpha = 1 would make every
+        # attention update ~sqrt(d) * std^-1 times louder). Under µP this alpha_init is the
+        # same at every width, and alpha and beta are vector-like (learning rate unscaled).
+        std = init_std(cfg, "residual", cfg.d_model)
+        self.alpha_init = math.sqrt(cfg.d_model) * std
         self.alpha = nn.Parameter(torch.full((cfg.d_model,), self.alpha_init))
         self.beta = nn.Parameter(torch.zeros(cfg.d_model))
 

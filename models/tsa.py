@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from models.config import ModelConfig
 from models.context import ForwardContext
 from models.flops import tsa_router_hidden
+from models.parametrization import set_role
 
 ROUTER_INIT_BIAS = -1.0  # sigmoid(-1) = 0.269: every token starts with p ~ 0.27
 
@@ -46,18 +47,21 @@ def use_sparse_ffn(n_active: int, n_tokens: int) -> bool:
 
 
 class Router(nn.Module):
-    """r_l: d -> r -> 1 with a sigmoid, r = max(16, d // 4) (models.flops.tsa_router_hidden)."""
+    """r_l: d -> r -> 1 with a sigmoid, r = max(16, d // 4) (models.flops.tsa_router_hidden).
+
+    Width roles (models/parametrization.py): fc is a hidden matrix (r grows with d), out an
+    output layer (r -> 1)."""
 
     def __init__(self, d_model: int) -> None:
         super().__init__()
         hidden = tsa_router_hidden(d_model)
         self.fc = nn.Linear(d_model, hidden)
         self.act = nn.GELU()
-        self.out = nn.Linear(hidden, 1)
+        self.out = set_role(nn.Linear(hidden, 1), "output")
 
     def post_init(self) -> None:
-        # Weights keep the backbone's N(0, 0.02) init, so p starts in a narrow band around
-        # sigmoid(-1) = 0.27 and the router still gets gradient through both layers.
+        # Weights keep the backbone's fan-in init, so p starts spread around
+        # sigmoid(-1) = 0.27 and the router gets gradient through both layers.
         nn.init.constant_(self.out.bias, ROUTER_INIT_BIAS)
 
     def forward(self, x: Tensor) -> Tensor:
