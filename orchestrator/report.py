@@ -31,7 +31,8 @@ def write_report(
     md = [f"# Scaling results: sweep `{fit.sweep}`", ""]
     md.append(
         f"{fit.n_used} of {fit.n_trials} trials used (FINISHED, finite `{fit.loss}`); "
-        f"variants: {', '.join(fit.variants)}; baseline: `{fit.baseline}`; "
+        f"variants: {', '.join(fit.variants)}; baseline: `{fit.baseline}` "
+        f"({_parametrization(fit)}); "
         f"intervals: {fit.level:.0%}, Student-t for the paired gains, the L(C) laws and the "
         "forecast, bootstrap over trials for the unpaired gains and L(N, D). "
         f"Generated {dt.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}."
@@ -109,6 +110,20 @@ def check_lines(fit: SweepFit) -> list[str]:
     if fit.backtest is not None:
         out += [f"forecast backtest: {note}" for note in fit.backtest.notes]
     return out
+
+
+def _parametrization(fit: SweepFit) -> str:
+    """The baseline trials' model.parametrization (models/parametrization.py), e.g.
+    'standard parametrisation' or 'µP, base width 64'; trials from before the field
+    existed were standard."""
+    names = set()
+    for row in fit.table.select(["variant", "config"]).to_pylist():
+        if row["variant"] == fit.baseline:
+            model = json.loads(row["config"] or "{}").get("model", {})
+            kind = model.get("parametrization", "standard")
+            names.add("µP, base width " + str(model["mup_base_width"]) if kind == "mup" else kind)
+    names = {"standard parametrisation" if n == "standard" else n for n in names}
+    return "; ".join(sorted(names)) or "parametrisation unknown"
 
 
 def _trial_rows(fit: SweepFit) -> tuple[list[str], list[list[str]]]:

@@ -37,6 +37,7 @@ def test_summary_prints_gains_with_intervals_plots_and_the_mlflow_ui(summary):
 
 def test_report_has_the_tables_and_links_existing_plots(summary):
     report = (sweep_dir("rep") / "report.md").read_text()
+    assert "baseline: `dense` (standard parametrisation);" in report  # model.parametrization
     assert "## Compute-equivalent gain vs dense" in report
     assert re.search(r"^\| hadamard \| 0\.\d\d× \| \[", report, re.M)
     assert "## Loss vs compute" in report and "## Per cell vs dense" in report
