@@ -7,7 +7,8 @@ order (a pure function of the seed); the seed also sets the initial weights and 
 
 Arms (--arms, any number, run one after another in this process):
   scalelab             models.build + jobs.optim (scalelab's defaults as they are now)
-  scalelab:mup         the same with model.parametrization='mup' (base width --mup-base)
+  scalelab:bias=False  the same with ModelConfig fields changed (comma-separated);
+                       parametrization=mup takes its mup_base_width from --mup-base
   ref                  benchmarks/reference_gpt.py with the standard recipe
   v1                   the reference configured as scalelab's pre-issue-19 defaults
   ref:init=fixed       the reference with one (or more, comma-separated) Recipe fields
@@ -114,7 +115,9 @@ def build_arm(arm: str, shape: Shape, lr: float, wd: float, mup_base: int):
         from models.build import build
         from models.config import ModelConfig
 
-        extra = {"parametrization": "mup", "mup_base_width": mup_base} if "mup" in changes else {}
+        extra: dict[str, object] = dict(changes)
+        if extra.get("parametrization") == "mup":
+            extra.setdefault("mup_base_width", mup_base)
         cfg = ModelConfig(
             size="micro", n_layer=shape.layers, d_model=shape.d, n_head=shape.heads,
             vocab_size=shape.vocab, block_size=shape.context, dropout=shape.dropout,
@@ -124,7 +127,7 @@ def build_arm(arm: str, shape: Shape, lr: float, wd: float, mup_base: int):
         train = TrainConfig(tokens=1, lr=lr, weight_decay=wd, warmup_fraction=0.0)
         return model, lambda x, y: model(x, y).loss, adamw(model, train)
     if base not in ("ref", "v1"):
-        raise SystemExit(f"unknown arm {arm!r}: scalelab[:mup], ref[:k=v,...], v1[:k=v,...]")
+        raise SystemExit(f"unknown arm {arm!r}: scalelab[:k=v,...], ref[:k=v,...], v1[:k=v,...]")
     recipe = Recipe() if base == "ref" else Recipe.scalelab_v1()
     model = ReferenceGPT(shape, recipe.but(**_typed(changes)))
     opt = torch.optim.AdamW(model.param_groups(wd), lr=lr, betas=(0.9, 0.95), foreach=False)
