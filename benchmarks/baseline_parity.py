@@ -172,7 +172,7 @@ def train_arm(arm: str, seed: int, corpus: Corpus, args: argparse.Namespace) -> 
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if not math.isfinite(losses[-1]):
             break
         if step + 1 == args.steps // 2:

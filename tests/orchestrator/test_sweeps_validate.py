@@ -1,5 +1,6 @@
 """Every sweeps/*.yaml loads and expands through the real spec + expand; the Hadamard
-reproduction files also state what they promise (sizes, variants, token/batch/LR rules)."""
+reproduction files and the nanoGPT reference run also state what they promise (sizes,
+variants, token/batch/LR rules)."""
 
 from __future__ import annotations
 
@@ -112,6 +113,31 @@ def test_hadamard_cpu_is_the_same_comparison_at_cpu_sizes():
     # a few minutes on 2 cores: the whole sweep is a few TFLOPs (the 124M dense trial alone
     # of the cluster ladder is ~2e18)
     assert sum(t.flops for t in trials) < 1e13
+
+
+def test_reference_charlm_is_nanogpts_char_level_shakespeare_on_one_gpu():
+    """nanoGPT's config/train_shakespeare_char.py (issue 19): 6 layers, 6 heads, d 384,
+    context 256, batch 64, lr 1e-3 to 1e-4, 5000 iterations, dropout 0.2, no biases."""
+    (trial,) = trials_of("reference_charlm.yaml")
+    model, train = trial.job.model, trial.job.train
+    assert (model.n_layer, model.n_head, model.d_model, model.block_size) == (6, 6, 384, 256)
+    assert (model.dropout, model.bias, trial.variant) == (0.2, False, "dense")
+    assert trial.job.data.seq_len == 256 and train.global_batch_tokens == 64 * 256
+    assert trial.tokens == 5000 * train.global_batch_tokens
+    assert (train.lr, train.min_lr_ratio, train.beta2, train.weight_decay) == (1e-3, 0.1, 0.99, 0.1)
+    assert 10.5e6 < trial.n_params < 11e6  # nanoGPT prints 10.65M (it leaves out wpe)
+    spec, _ = load_spec(SWEEPS / "reference_charlm.yaml")
+    assert spec.backend.gpus_per_trial == 1
+
+
+def test_reference_charlm_cpu_is_the_same_recipe_at_cpu_size():
+    (gpu,) = trials_of("reference_charlm.yaml")
+    (cpu,) = trials_of("reference_charlm_cpu.yaml")
+    assert cpu.job.data.source == gpu.job.data.source
+    sized = {"tokens", "global_batch_tokens", "dtype", "log_interval", "eval_interval"}
+    assert cpu.job.train.model_dump(exclude=sized) == gpu.job.train.model_dump(exclude=sized)
+    assert (cpu.job.model.dropout, cpu.job.model.bias) == (gpu.job.model.dropout, False)
+    assert get_size(cpu.size).cpu_sized and cpu.flops < 1e13
 
 
 def test_the_hadamard_plan_prices_every_ladder_size():
