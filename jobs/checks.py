@@ -7,7 +7,8 @@ whose trials cannot start is refused with `file:line: key: message` instead of f
 trial by trial. Checks that need only the config are JobConfig validators (jobs/config.py).
 
 - `check_placement(job, world_size, device)`: the batch split across ranks and
-  micro-batches, and the dtype the device supports (device None: not known yet);
+  micro-batches, the dtype the device supports (device None: not known yet), and the
+  gradient dtype the ZeRO stage supports (a limit of DeepSpeed 0.19, not of the config);
 - `check_environment(job)`: what the data config reads (the source exists, the tokenizer
   loads and fits model.vocab_size, ...: jobs.data.check_data).
 Each raises JobCheckError naming the key to change.
@@ -28,6 +29,16 @@ def check_placement(job: JobConfig, world_size: int, device: str | None) -> Batc
     if device is not None and job.train.dtype == "fp16" and not device.startswith("cuda"):
         raise JobCheckError(
             "train.dtype", "train.dtype='fp16' needs a GPU (refused on CPU); use bf16 or fp32"
+        )
+    t = job.train
+    if job.deepspeed.zero_stage == 0 and t.grad_accum_dtype not in (None, t.dtype):
+        raise JobCheckError(
+            ("deepspeed.zero_stage", "train.grad_accum_dtype"),
+            f"train.dtype={t.dtype!r} accumulates and reduces gradients in "
+            f"train.grad_accum_dtype={t.grad_accum_dtype!r}, which DeepSpeed 0.19 does only "
+            "in its ZeRO optimizers: set deepspeed.zero_stage to 1 (on one rank it holds "
+            f"what stage 0 holds, with {t.grad_accum_dtype} gradients), or "
+            f"train.grad_accum_dtype={t.dtype!r} (DeepSpeed's own, less exact default)",
         )
     return plan_batch(job, world_size)
 

@@ -23,6 +23,25 @@ from models.config import FrozenConfig, ModelConfig, register_config
 VARIANT_SEMANTICS_VERSION = 3
 DATA_PLACEMENT = {"tokenizer_file"}  # DataConfig fields that say where, not what
 MAX_SEED = 2**32 - 1  # numpy's and most libraries' seed range
+# DeepSpeed keys that jobs/ds_config.py derives from the science fields, each with the key that
+# decides it: deepspeed.extra may not set them (it would change what is computed, silently).
+DERIVED_DEEPSPEED_KEYS = {
+    "bf16": "train.dtype",
+    "fp16": "train.dtype",
+    "amp": "train.dtype",
+    "torch_autocast": "train.dtype",
+    "data_types": "train.grad_accum_dtype",
+    "communication_data_type": "train.grad_accum_dtype",
+    "seq_parallel_communication_data_type": "train.grad_accum_dtype",
+    "prescale_gradients": "train.grad_accum_dtype",
+    "gradient_predivide_factor": "train.grad_accum_dtype",
+    "gradient_clipping": "train.grad_clip",
+    "train_batch_size": "train.global_batch_tokens",
+    "train_micro_batch_size_per_gpu": "deepspeed.micro_batch_size",
+    "gradient_accumulation_steps": "deepspeed.micro_batch_size",
+    "optimizer": "train.lr",
+    "scheduler": "train.schedule",
+}
 
 
 class JobCheckError(ValueError):
@@ -108,6 +127,16 @@ class TrainConfig(FrozenConfig):
     beta2: float = 0.95
     grad_clip: float = Field(1.0, ge=0)
     dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    # Resolved on validation (None for fp32 models, left out of the dump and so of the trial
+    # id: their gradients are fp32 anyway); a bf16/fp16 trial's id names it.
+    grad_accum_dtype: Literal["fp32", "bf16"] | None = Field(
+        None,
+        exclude_if=lambda dtype: dtype is None,
+        description="with dtype bf16 or fp16: the dtype gradients are accumulated over "
+        "micro-batches and reduced across ranks in (DeepSpeed's data_types.grad_accum_dtype "
+        "and communication_data_type); default fp32. bf16 (with dtype bf16 only) is "
+        "DeepSpeed's own default, kept for comparison and for ZeRO stage 0",
+    )
     log_interval: int = Field(10, ge=1)
     eval_interval: int = Field(100, ge=1)
     checkpoint_interval: int = Field(200, ge=1)
@@ -131,6 +160,20 @@ class TrainConfig(FrozenConfig):
         if bad or len(set(alphas)) != len(alphas):
             raise ValueError(f"need distinct active fractions in (0, 1], got {list(alphas)}")
         return alphas
+
+    @model_validator(mode="after")
+    def _gradient_dtype(self) -> TrainConfig:
+        accum = self.grad_accum_dtype
+        if self.dtype == "fp32":
+            if accum == "bf16":
+                raise ValueError("grad_accum_dtype='bf16' needs dtype='bf16' (fp32 models "
+                                 "accumulate their fp32 gradients in fp32)")  # fmt: skip
+            self.__dict__["grad_accum_dtype"] = None  # frozen: resolved once, here
+        elif accum is None:
+            self.__dict__["grad_accum_dtype"] = "fp32"
+        elif accum != "fp32" and accum != self.dtype:
+            raise ValueError(f"grad_accum_dtype={accum!r} needs dtype={accum!r} or 'fp32'")
+        return self
 
     @model_validator(mode="after")
     def _one_budget(self) -> TrainConfig:
@@ -172,6 +215,15 @@ class JobConfig(FrozenConfig):
     def _sections_agree(self) -> JobConfig:
         """The checks that need more than one section (each names the key to change)."""
         data, train, model = self.data, self.train, self.model
+        derived = [k for k in self.deepspeed.extra if k in DERIVED_DEEPSPEED_KEYS]
+        if derived:
+            decided_by = ", ".join(f"{k!r} by {DERIVED_DEEPSPEED_KEYS[k]}" for k in derived)
+            raise JobCheckError(
+                "deepspeed.extra",
+                f"deepspeed.extra may not set {', '.join(map(repr, derived))}: scalelab "
+                f"derives them from the trial's science fields ({decided_by}; "
+                "jobs/ds_config.py), so the trial id says what was computed",
+            )
         if train.early_exit_alphas and model.task != "lm":
             raise JobCheckError(
                 "train.early_exit_alphas",

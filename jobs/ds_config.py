@@ -51,7 +51,14 @@ def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 
 def deepspeed_config(job: JobConfig, plan: BatchPlan, device: str) -> dict[str, Any]:
-    """`device`: 'cpu' or 'cuda[:i]' (pinned host buffers only for a GPU)."""
+    """`device`: 'cpu' or 'cuda[:i]' (pinned host buffers only for a GPU).
+
+    With bf16 or fp16, gradients are accumulated and reduced in `train.grad_accum_dtype`
+    (fp32 unless a trial asks otherwise): DeepSpeed 0.19 does that under ZeRO 1-3 (ZeRO-1:
+    BF16_Optimizer's fp32 gradient buffer, or each parameter's fp32 `grad_accum` with
+    offload; ZeRO-2/3: fp32 gradient partitions) and refuses it at stage 0
+    (jobs/checks.py). Reduction scatters gradients in the communication dtype, so that is
+    set too. `deepspeed.extra` cannot change any of the numerics (JobConfig refuses it)."""
     ds, t = job.deepspeed, job.train
     zero: dict[str, Any] = {"stage": ds.zero_stage}
     if ds.offload_optimizer:
@@ -70,4 +77,7 @@ def deepspeed_config(job: JobConfig, plan: BatchPlan, device: str) -> dict[str, 
         "steps_per_print": 2**31 - 1,
         "wall_clock_breakdown": False,
     }
+    if t.grad_accum_dtype is not None:  # bf16 / fp16 models
+        cfg["data_types"] = {"grad_accum_dtype": t.grad_accum_dtype}
+        cfg["communication_data_type"] = t.grad_accum_dtype
     return deep_merge(cfg, ds.extra)

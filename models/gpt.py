@@ -126,13 +126,13 @@ class GPT(nn.Module):
         if self.cfg.task == "lm":
             logits = self.readout(x)
             task_loss = None
-            if targets is not None:
+            if targets is not None:  # on fp32 logits, whatever the model computes in
                 task_loss = F.cross_entropy(
-                    logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-100
+                    logits.flatten(0, 1).float(), targets.reshape(-1), ignore_index=-100
                 )
         else:
             logits = self.classifier(_mean_pool(self.ln_f(x), pad_mask))
-            task_loss = F.cross_entropy(logits, targets) if targets is not None else None
+            task_loss = F.cross_entropy(logits.float(), targets) if targets is not None else None
         loss = None
         if task_loss is not None:
             loss = task_loss + sum(ctx.aux_losses.values(), torch.zeros((), device=idx.device))

@@ -27,11 +27,13 @@ WORKER = Path(__file__).with_name("engine_memory_worker.py")
 
 
 def _job(size: str, stage: int, dtype: str = "bf16", offload: bool = False) -> JobConfig:
+    """bf16 accumulates gradients in fp32, except at ZeRO-0 (which allows only bf16)."""
     return JobConfig.model_validate(
         {
             "model": {"size": size, "vocab_size": 256, "block_size": 32},
             "data": {"seq_len": 32},
-            "train": {"tokens": 1024, "global_batch_tokens": 256, "dtype": dtype},
+            "train": {"tokens": 1024, "global_batch_tokens": 256, "dtype": dtype}
+            | ({"grad_accum_dtype": "bf16"} if stage == 0 and dtype == "bf16" else {}),
             "deepspeed": {"zero_stage": stage, "offload_optimizer": offload},
         }
     )

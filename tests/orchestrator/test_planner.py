@@ -27,13 +27,15 @@ runner = CliRunner()
 
 
 def _sweep(model: str, backend: str, batch: int = 65536, **deepspeed) -> str:
+    """bf16 with DeepSpeed's bf16 gradient accumulation: ZeRO-0 (the default here) refuses
+    fp32 accumulation (jobs/checks.py)."""
     ds = ", ".join(f"{k}: {v}" for k, v in deepspeed.items())
     return f"""
 name: plan-test
 base:
   model: {{size: {model}}}
   data: {{seq_len: 1024}}
-  train: {{tokens: 1000000000, global_batch_tokens: {batch}, dtype: bf16}}
+  train: {{tokens: 1000000000, global_batch_tokens: {batch}, dtype: bf16, grad_accum_dtype: bf16}}
   deepspeed: {{{ds}}}
 backend: {backend}
 """
