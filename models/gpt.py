@@ -93,15 +93,19 @@ class GPT(nn.Module):
         init_module(self.cfg, module)  # by the module's role (models/parametrization.py)
 
     def num_params(self, non_embedding: bool = False) -> int:
-        """Parameters counted once (tied weights once); non-embedding drops wte and wpe."""
+        """Parameters counted once (tied weights once), the vocabulary unpadded
+        (models/vocab.py); non-embedding drops wte and wpe."""
         n = sum(p.numel() for p in self.parameters())
+        n -= (self.wte.num_embeddings - self.cfg.vocab_size) * self.cfg.d_model
         if non_embedding:
-            n -= self.wte.weight.numel() + self.wpe.weight.numel()
+            n -= self.cfg.vocab_size * self.cfg.d_model + self.wpe.weight.numel()
         return n
 
     def readout(self, h: Tensor) -> Tensor:
-        """Logits from hidden states (used by the final layer and by early-exit routing)."""
-        logits = self.lm_head(self.ln_f(h))
+        """Logits over the real vocabulary from hidden states (used by the final layer and by
+        early-exit routing): a padded vocabulary's extra columns are sliced off (a view); µP's
+        output multiplier applied (models/parametrization.py)."""
+        logits = self.lm_head(self.ln_f(h))[..., : self.cfg.vocab_size]
         return logits if self.logit_scale == 1.0 else logits * self.logit_scale
 
     def forward(

@@ -42,8 +42,9 @@ in elements per token and layer (x16-bit: 2 bytes each):
 
 (measured against `torch.autograd.graph.saved_tensors_hooks` by
 tests/orchestrator/test_memory_activations.py). The LM head keeps the final norm's input
-and output, the logits (held by the returned ModelOutput) and the log-softmax output, and
-the backward pass adds one logits-sized gradient.
+and output, the logits over the padded vocabulary (models/vocab.py; held by the returned
+ModelOutput) and the fp32 log-softmax output (the loss is taken on fp32 logits); the
+backward pass adds the fp32 logits gradient and its padded copy in the model dtype.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from typing import Any, Literal
 
 from models.config import ModelConfig
 from models.flops import tsa_router_hidden
+from models.vocab import padded_vocab_size
 
 GIB = 2**30
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -88,7 +90,7 @@ def parameter_sizes(cfg: ModelConfig) -> list[int]:
     if cfg.budget is not None:  # f_theta: d -> hidden -> 1, g_phi: d -> H (always biased)
         hidden = cfg.budget.budget_hidden
         block += [hidden * d, hidden, hidden, 1, H * d, H]
-    sizes = [cfg.vocab_size * d, cfg.block_size * d] + block * L + norm
+    sizes = [padded_vocab_size(cfg.vocab_size) * d, cfg.block_size * d] + block * L + norm
     if cfg.tsa is not None:
         r = tsa_router_hidden(d)
         sizes += [r * d, r, r, 1] * (L - 1)
@@ -280,8 +282,9 @@ def activation_model(
         routed = cfg.n_layer - 1
         gated = (2 * h + 2 * tsa_router_hidden(h) + 2) * act_bytes
     if cfg.task == "lm":
-        head = 2 * h * act_bytes + 2 * 4 + cfg.vocab_size * act_bytes + 8
-        logits = 2 * cfg.vocab_size * act_bytes
+        v, padded = cfg.vocab_size, padded_vocab_size(cfg.vocab_size)
+        head = 2 * h * act_bytes + 2 * 4 + v * 4 + 8
+        logits = 2 * padded * act_bytes + v * 4
     else:
         head, logits = 2 * h * act_bytes + 2 * 4 + 8, 0.0
     return ActivationModel(
