@@ -9,15 +9,8 @@ import torch
 import torch.distributed as dist
 
 from jobs.data import Batch
+from jobs.device_inputs import model_inputs
 from jobs.distributed import DistEnv
-
-
-def model_inputs(b: Batch, device: str) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-    """(x, y, keyword arguments) of a batch on `device`; pad_mask only when the batch has one."""
-    x = torch.from_numpy(b.x).to(device)
-    y = torch.from_numpy(b.y).to(device)
-    kw = {} if b.pad_mask is None else {"pad_mask": torch.from_numpy(b.pad_mask).to(device)}
-    return x, y, kw
 
 
 @torch.no_grad()

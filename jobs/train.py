@@ -13,9 +13,11 @@ ckpt/ and result.json (written last).
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -27,13 +29,15 @@ from jobs import checkpoint, distributed, universal
 from jobs.accounting import device_peak_flops, mfu
 from jobs.checks import preflight
 from jobs.config import JobConfig
-from jobs.data import TrainStream, open_data, prepare, train_windows, val_batches
+from jobs.data import Batch, TrainStream, open_data, prepare, train_windows, val_batches
+from jobs.device_inputs import prefetched
 from jobs.distributed import DistEnv
 from jobs.ds_config import BatchPlan, deepspeed_config
-from jobs.evaluate import evaluate, evaluate_early_exit, model_inputs
+from jobs.evaluate import evaluate, evaluate_early_exit
 from jobs.optim import adamw, lr_at, set_lr, total_steps, total_tokens
 from jobs.paths import JOB_FILE, RESULT_FILE, trial_dir
 from jobs.provenance import code_version, mlflow_params
+from jobs.step_metrics import MetricWindow, Reduced
 from jobs.tracking import VAL_LOSS_AT_GFLOP, Tracker
 from models.flops import count_params, train_flops_per_token
 
@@ -226,49 +230,52 @@ class _Trainer:
         return result
 
     def _loop(self, state: dict[str, Any], flag: checkpoint.PreemptionFlag) -> tuple:
-        job, env, engine = self.job, self.env, self.engine
-        t, peak = job.train, device_peak_flops(env.device)
-        window: dict[str, float] = {}
-        window_steps, window_t = 0, time.perf_counter()
+        """Steps until the budget. Nothing is read back from the device except at sync steps
+        (log, eval, checkpoint and the last step; jobs/step_metrics.py): only there are the
+        losses checked for divergence and the ranks asked whether one was signalled."""
+        env, engine, t = self.env, self.engine, self.job.train
+        peak, accum = device_peak_flops(env.device), self.plan.accum
+        log: dict[str, float] = {}  # sums over the log window's steps (host)
+        log_steps, log_t = 0, time.perf_counter()
         final_val = state.get("last_val")
+        inputs = prefetched(self._micro_batches(state["step"]), env.device)
+        window = MetricWindow(accum, state["step"])
         while state["step"] < self.steps:
             step = state["step"]
             lr = lr_at(step, self.steps, t)
             set_lr(self.optimizer, lr)
             progress = step / self.steps
-            sums: dict[str, torch.Tensor] = {}
-            batches = self.stream.micro_batches(step)
-            for a, b in enumerate(batches):
-                x, y, kw = model_inputs(b, env.device)  # kw: pad_mask for classification
+            done = step + 1
+            sync = done == self.steps or any(
+                done % every == 0 for every in (t.log_interval, t.eval_interval, t.checkpoint_interval)
+            )  # fmt: skip
+            for a in range(accum):
+                x, y, kw = next(inputs)  # kw: pad_mask for classification
                 out = engine(x, y, progress=progress, **kw)
-                _add(sums, "train/loss", out.task_loss)
-                _add(sums, "train/total_loss", out.loss)
-                for name, value in out.metrics.items():
-                    _add(sums, name, value)
-                for name, value in out.aux_losses.items():
-                    _add(sums, f"aux/{name}", value)
-                if a == len(batches) - 1:  # decide before the update: the state is still good
-                    means, preempt = self._reduce(sums, len(batches), flag.raised)
-                    problem = self._divergence(means["train/loss"], state)
-                    if problem:
-                        self._save(state)
-                        self.tracker.set_tag("scalelab.error", problem)
-                        return "FAILED", problem, None
+                window.add(out)
+                if a == accum - 1:
+                    window.end_step()
+                    if sync:  # decide before the update: the state is still good
+                        reduced = window.reduce(env.world_size, env.device, flag.raised)
+                        window = MetricWindow(accum, done)
+                        problem = self._divergence(reduced, state)
+                        if problem:
+                            self._save(state)
+                            self.tracker.set_tag("scalelab.error", problem)
+                            return "FAILED", problem, None
+                        for k, v in reduced.means.items():
+                            log[k] = log.get(k, 0.0) + v * reduced.steps
+                        log_steps += reduced.steps
                 engine.backward(out.loss)
                 engine.step()
-            state["step"] += 1
+            state["step"] = done
             state["tokens"] += self.step_tokens
             state["flops"] += self.step_tokens * self.flops_per_token
-            loss = means["train/loss"]
-            state["min_loss"] = loss if state["min_loss"] is None else min(state["min_loss"], loss)
-            for k, v in means.items():
-                window[k] = window.get(k, 0.0) + v
-            window_steps += 1
-            done = state["step"]
+            if not sync:
+                continue
             if done % t.log_interval == 0 or done == self.steps:
-                elapsed = time.perf_counter() - window_t
-                tok_s = window_steps * self.step_tokens / elapsed
-                point = {k: v / window_steps for k, v in window.items()}
+                tok_s = log_steps * self.step_tokens / (time.perf_counter() - log_t)
+                point = {k: v / log_steps for k, v in log.items()}
                 point |= {
                     "train/lr": lr,
                     "compute/flops": state["flops"],
@@ -278,10 +285,10 @@ class _Trainer:
                 if (u := mfu(tok_s * self.flops_per_token, env.world_size, peak)) is not None:
                     point["perf/mfu"] = u
                 self.tracker.log(done, state["tokens"], state["flops"], point)
-                window, window_steps, window_t = {}, 0, time.perf_counter()
+                log, log_steps, log_t = {}, 0, time.perf_counter()
             if done % t.eval_interval == 0 or done == self.steps:
                 final_val = self._validate(state, progress)
-            if preempt and done < self.steps:
+            if reduced.preempt and done < self.steps:
                 self._save(state)
                 sig = flag.signal or 0
                 return "PREEMPTED", f"signal {sig} (checkpointed at step {done})", final_val
@@ -289,30 +296,25 @@ class _Trainer:
                 self._save(state)
         return "FINISHED", "", final_val
 
-    def _reduce(
-        self, sums: dict[str, torch.Tensor], n: int, preempt: bool
-    ) -> tuple[dict[str, float], bool]:
-        """Means over micro-batches and ranks, and whether any rank was signalled."""
-        names = list(sums)
-        vec = torch.stack([sums[k].detach().float().cpu() / n for k in names] + [
-            torch.tensor(float(preempt))
-        ])  # fmt: skip
-        if self.env.world_size > 1:
-            vec = vec.to(self.env.device)
-            dist.all_reduce(vec)
-            vec = vec.cpu()
-            vec[:-1] /= self.env.world_size
-        return {k: float(vec[i]) for i, k in enumerate(names)}, bool(vec[-1] > 0)
+    def _micro_batches(self, first_step: int) -> Iterator[Batch]:
+        """This rank's micro-batches from `first_step` to the end, in order."""
+        for step in range(first_step, self.steps):
+            yield from self.stream.micro_batches(step)
 
-    def _divergence(self, loss: float, state: dict[str, Any]) -> str:
-        if loss != loss or loss in (float("inf"), float("-inf")):
-            return f"diverged: non-finite loss {loss} at step {state['step']}"
-        low = state["min_loss"]
-        if low is not None and loss > self.job.train.divergence_factor * low:
-            return (
-                f"diverged: loss {loss:.4g} at step {state['step']} exceeds "
-                f"{self.job.train.divergence_factor} x its minimum {low:.4g}"
-            )
+    def _divergence(self, reduced: Reduced, state: dict[str, Any]) -> str:
+        """The first step of the window whose loss is not finite or exceeds
+        divergence_factor x the running minimum (state['min_loss'] follows the steps)."""
+        for i, loss in enumerate(reduced.step_losses):
+            step = reduced.first_step + i
+            if not math.isfinite(loss):
+                return f"diverged: non-finite loss {loss} at step {step}"
+            low = state["min_loss"]
+            if low is not None and loss > self.job.train.divergence_factor * low:
+                return (
+                    f"diverged: loss {loss:.4g} at step {step} exceeds "
+                    f"{self.job.train.divergence_factor} x its minimum {low:.4g}"
+                )
+            state["min_loss"] = loss if low is None else min(low, loss)
         return ""
 
     def _validate(self, state: dict[str, Any], progress: float) -> float:
@@ -338,11 +340,6 @@ class _Trainer:
         checkpoint.save(
             self.engine, self.env, self.ckpt_dir, state, self.job.train.keep_checkpoints
         )
-
-
-def _add(sums: dict[str, torch.Tensor], name: str, value: torch.Tensor) -> None:
-    value = value.detach().float()
-    sums[name] = sums[name] + value if name in sums else value
 
 
 def load_job(path: str | Path) -> JobConfig:

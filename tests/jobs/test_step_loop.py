@@ -1,0 +1,72 @@
+"""The step loop's speed defaults on CPU: no host read between log points, the next
+micro-batch sent ahead."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import jobs
+from jobs.batch import Batch
+from jobs.device_inputs import prefetched
+from jobs.train import run
+
+PROJECT = Path(jobs.__file__).resolve().parents[1]
+OURS = (str(PROJECT / "jobs"), str(PROJECT / "models"))
+HOST_READS = ("item", "cpu", "tolist", "numpy", "__float__", "__int__", "__bool__")
+
+
+@pytest.mark.slow
+def test_the_step_loop_reads_the_device_only_at_log_steps(home, tiny_job, monkeypatch):
+    """Every host read of a tensor made by the project's own code (not DeepSpeed's), with
+    the number of optimizer steps done when it happened: with log_interval 4 over 8 steps,
+    only the reductions before the updates of steps 4 and 8 and the final evaluation and
+    checkpoint read anything."""
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    done, reads = [0], []
+    step = DeepSpeedEngine.step
+
+    def counted_step(self, *args, **kwargs):
+        boundary = self.is_gradient_accumulation_boundary()  # this call updates the weights
+        out = step(self, *args, **kwargs)
+        done[0] += boundary
+        return out
+
+    monkeypatch.setattr(DeepSpeedEngine, "step", counted_step)
+
+    def spy(name):
+        original = getattr(torch.Tensor, name)
+
+        def read(self, *args, **kwargs):
+            caller = sys._getframe(1).f_code
+            if caller.co_filename.startswith(OURS):
+                reads.append((done[0], name, f"{Path(caller.co_filename).name}:{caller.co_name}"))
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, read)
+
+    for name in HOST_READS:
+        spy(name)
+    job = tiny_job(train__log_interval=4, train__eval_interval=1000, deepspeed__micro_batch_size=4)
+    result = run(job)  # 8 steps of 2 micro-batches
+    assert result.status == "FINISHED" and result.steps == 8
+    assert {n for n, _, _ in reads} <= {3, 7, 8}, sorted(set(reads))
+    assert {n for n, _, _ in reads} >= {3, 7}  # the reductions themselves
+
+
+def test_the_next_micro_batch_is_sent_before_the_current_one_is_handed_out():
+    sent = []
+
+    def batches():
+        for i in range(3):
+            sent.append(i)
+            yield Batch(np.full((1, 4), i), np.full((1, 4), i))
+
+    handed = []
+    for x, _, _ in prefetched(batches(), "cpu"):
+        handed.append(int(x[0, 0]))
+        assert sent[-1] == min(handed[-1] + 1, 2)  # one ahead (the last has none after it)
+    assert handed == [0, 1, 2]
