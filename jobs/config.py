@@ -2,7 +2,8 @@
 
 A trial is a fully resolved `JobConfig`. Its science fields (model, data, train, seed)
 define the trial's identity; `deepspeed` only says how the same computation is laid out
-on devices (ZeRO stage, offload, activation checkpointing) and is not part of the hash.
+on devices (ZeRO stage, offload, activation checkpointing) and is not part of the hash;
+nor is `train.compile` (how the same computation is executed).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from models.config import FrozenConfig, ModelConfig, register_config
 #    FFN hidden layer; see docs/reproducing/baseline.md) and model.parametrization.
 VARIANT_SEMANTICS_VERSION = 3
 DATA_PLACEMENT = {"tokenizer_file"}  # DataConfig fields that say where, not what
+TRAIN_EXECUTION = {"compile"}  # TrainConfig fields that say how fast, not what
 MAX_SEED = 2**32 - 1  # numpy's and most libraries' seed range
 # DeepSpeed keys that jobs/ds_config.py derives from the science fields, each with the key that
 # decides it: deepspeed.extra may not set them (it would change what is computed, silently).
@@ -137,6 +139,10 @@ class TrainConfig(FrozenConfig):
         "and communication_data_type); default fp32. bf16 (with dtype bf16 only) is "
         "DeepSpeed's own default, kept for comparison and for ZeRO stage 0",
     )
+    compile: bool = Field(
+        False,
+        description="torch.compile the model (execution, not science: not in the trial id)",
+    )
     log_interval: int = Field(10, ge=1)
     eval_interval: int = Field(100, ge=1)
     checkpoint_interval: int = Field(200, ge=1)
@@ -247,7 +253,7 @@ class JobConfig(FrozenConfig):
         return {
             "model": self.model.model_dump(mode="json"),
             "data": self.data.model_dump(mode="json", exclude=DATA_PLACEMENT),
-            "train": self.train.model_dump(mode="json"),
+            "train": self.train.model_dump(mode="json", exclude=TRAIN_EXECUTION),
             "seed": self.seed,
             "semantics": VARIANT_SEMANTICS_VERSION,
         }

@@ -58,9 +58,10 @@ def deepspeed_config(job: JobConfig, plan: BatchPlan, device: str) -> dict[str, 
     BF16_Optimizer's fp32 gradient buffer, or each parameter's fp32 `grad_accum` with
     offload; ZeRO-2/3: fp32 gradient partitions) and refuses it at stage 0
     (jobs/checks.py). Reduction scatters gradients in the communication dtype, so that is
-    set too. `deepspeed.extra` cannot change any of the numerics (JobConfig refuses it)."""
+    set too. `overlap_comm` lets ZeRO reduce gradient buckets while the backward pass runs.
+    `deepspeed.extra` cannot change any of the numerics (JobConfig refuses it)."""
     ds, t = job.deepspeed, job.train
-    zero: dict[str, Any] = {"stage": ds.zero_stage}
+    zero: dict[str, Any] = {"stage": ds.zero_stage, "overlap_comm": True}
     if ds.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": device != "cpu"}
     cfg: dict[str, Any] = {

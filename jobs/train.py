@@ -139,6 +139,8 @@ class _Trainer:
         self.engine, *_ = deepspeed.initialize(
             model=model, optimizer=self.optimizer, config=self.ds_config, dist_init_required=False
         )
+        if job.train.compile:  # the module compiled in place: its state-dict keys stay
+            self.engine.compile()
         torch.manual_seed(job.seed * 1000 + 1 + self.env.rank)  # per-rank noise (dropout, ...)
 
     def _write_job_files(self) -> None:

@@ -124,6 +124,7 @@ def test_generated_config_follows_grad_accum_dtype(tiny_job):
     bf16 = ds(train__dtype="bf16")
     assert bf16["data_types"] == {"grad_accum_dtype": "fp32"}
     assert bf16["communication_data_type"] == "fp32"
+    assert bf16["zero_optimization"]["overlap_comm"] is True
     assert (
         ds(train__dtype="bf16", train__grad_accum_dtype="bf16")["communication_data_type"] == "bf16"
     )
@@ -136,6 +137,7 @@ def test_the_gradient_dtype_is_in_the_trial_id_and_compile_is_not(tiny_job):
     bf16 = tiny_job(train__dtype="bf16")
     assert bf16.train.grad_accum_dtype == "fp32"
     assert tiny_job(train__dtype="bf16", train__grad_accum_dtype="bf16").trial_id != bf16.trial_id
+    assert tiny_job(train__compile=True).trial_id == fp32.trial_id
     with pytest.raises(ValueError, match="needs dtype='bf16'"):
         tiny_job(train__grad_accum_dtype="bf16")
 

@@ -1,7 +1,8 @@
 """The step loop's speed defaults on CPU: no host read between log points, the next
-micro-batch sent ahead."""
+micro-batch sent ahead, the fused AdamW kernel under DeepSpeed, torch.compile opt-in."""
 
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,8 @@ import torch
 import jobs
 from jobs.batch import Batch
 from jobs.device_inputs import prefetched
-from jobs.train import run
+from jobs.ds_config import plan_batch
+from jobs.train import _Trainer, run
 
 PROJECT = Path(jobs.__file__).resolve().parents[1]
 OURS = (str(PROJECT / "jobs"), str(PROJECT / "models"))
@@ -70,3 +72,49 @@ def test_the_next_micro_batch_is_sent_before_the_current_one_is_handed_out():
         handed.append(int(x[0, 0]))
         assert sent[-1] == min(handed[-1] + 1, 2)  # one ahead (the last has none after it)
     assert handed == [0, 1, 2]
+
+
+@pytest.mark.parametrize(("stage", "dtype"), [(0, "fp32"), (2, "bf16")])
+def test_deepspeed_runs_the_fused_adamw_kernel(stage, dtype, home, tiny_job, monkeypatch):
+    from jobs import distributed
+
+    calls = []
+    fused = torch._fused_adamw_
+    monkeypatch.setattr(torch, "_fused_adamw_", lambda *a, **k: calls.append(1) or fused(*a, **k))
+    job = tiny_job(deepspeed__zero_stage=stage, train__dtype=dtype)
+    env = distributed.read_environment()
+    distributed.init(env)
+    try:
+        trainer = _Trainer(job, env, plan_batch(job, 1), time.time())
+        trainer._build_engine()
+        engine = trainer.engine
+        before = [p.detach().float().clone() for p in engine.module.parameters()]
+        x = torch.randint(0, job.model.vocab_size, (8, job.data.seq_len))
+        engine.backward(engine(x, x).loss)
+        engine.step()
+        after = list(engine.module.parameters())
+    finally:
+        distributed.shutdown(env)
+    assert calls  # the optimizer step went through the fused kernel ...
+    assert any(not torch.equal(a.float(), b) for a, b in zip(after, before, strict=True))
+
+
+@pytest.mark.slow
+def test_compile_is_opt_in_and_keeps_the_losses(home, tiny_job, curve, tmp_path, monkeypatch):
+    job = tiny_job(train__tokens=256 * 2)
+    run(job)
+    compiled = job.model_copy(update={"train": job.train.model_copy(update={"compile": True})})
+    assert compiled.trial_id == job.trial_id  # execution, not science
+    monkeypatch.setenv("SCALELAB_HOME", str(tmp_path / "compiled"))
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    compile_ = DeepSpeedEngine.compile
+    used = []
+    monkeypatch.setattr(
+        DeepSpeedEngine, "compile", lambda s, *a, **k: used.append(1) or compile_(s, *a, **k)
+    )
+    run(compiled)
+    assert used
+    eager = [v for _, v in curve(home, job.trial_id, "train/loss")]
+    fast = [v for _, v in curve(tmp_path / "compiled", job.trial_id, "train/loss")]
+    assert fast == pytest.approx(eager, rel=1e-4)
