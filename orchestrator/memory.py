@@ -22,7 +22,8 @@ accumulation it becomes DeepSpeed's BF16_Optimizer, which keeps the full gradien
 ZeRO-3 keeps tensors smaller than `stage3_param_persistence_threshold` whole on every rank.
 Optimizer offload moves the master copy, the moments and a fp32 gradient partition to host
 RAM. DeepSpeed's gradient buckets (`reduce_bucket_size` elements, two with `overlap_comm`)
-live during the backward pass (ZeRO-1/2) or for the whole run (ZeRO-3).
+live during the backward pass (ZeRO-1/2) or for the whole run (ZeRO-3, in the
+communication dtype: fp32 for bf16 trials, jobs/ds_config.py).
 
 Activations follow Korthikanti et al. 2022 (Sec. 4.1: s b h (34 + 5 a s / h) bytes per layer
 for 16-bit activations, dropout masks included) adapted to this project's blocks, counted
@@ -109,6 +110,7 @@ class ZeroSettings:
     stage: int
     param_bytes: int  # the model dtype
     grad_bytes: int  # the gradient-accumulation dtype
+    comm_bytes: int  # the communication dtype (ZeRO-3's gradient bucket is in it)
     offload_optimizer: bool
     reduce_bucket_size: int
     overlap_comm: bool
@@ -123,14 +125,14 @@ class ZeroSettings:
         model = "bf16" if ds.get("bf16", {}).get("enabled") else "fp32"
         model = "fp16" if ds.get("fp16", {}).get("enabled") else model
         accum = ds.get("data_types", {}).get("grad_accum_dtype") or model
-        accum = {"float32": "fp32", "fp32": "fp32", "bfloat16": "bf16", "bf16": "bf16"}.get(
-            str(accum), "fp16"
-        )
+        accum = _dtype_name(accum)
+        comm = ds.get("communication_data_type") or model
         offload = (zero.get("offload_optimizer") or {}).get("device", "none") in ("cpu", "nvme")
         return cls(
             stage=stage,
             param_bytes=DTYPE_BYTES[model],
             grad_bytes=DTYPE_BYTES[accum],
+            comm_bytes=DTYPE_BYTES[_dtype_name(comm)],
             offload_optimizer=offload and stage > 0,  # stage 0 has no ZeRO optimizer to offload
             reduce_bucket_size=int(zero.get("reduce_bucket_size", DS_REDUCE_BUCKET)),
             overlap_comm=bool(zero.get("overlap_comm", stage == 3)),
@@ -140,6 +142,13 @@ class ZeroSettings:
             ),
             prefetch_bucket_size=int(zero.get("stage3_prefetch_bucket_size", DS_PREFETCH_BUCKET)),
         )
+
+
+def _dtype_name(name: object) -> str:
+    """DeepSpeed's spellings of a dtype ('float32', 'fp32', ...) -> a DTYPE_BYTES key."""
+    return {"float32": "fp32", "fp32": "fp32", "bfloat16": "bf16", "bf16": "bf16"}.get(
+        str(name), "fp16"
+    )
 
 
 @dataclass(frozen=True)
@@ -191,7 +200,7 @@ def model_state_bytes(sizes: list[int], z: ZeroSettings, world: int) -> ModelSta
         grads = bg * part
         largest = max(sizes)
         gathered = bp * (largest + min(z.prefetch_bucket_size, psi))
-        buckets = bp * z.reduce_bucket_size  # allocated once, kept
+        buckets = z.comm_bytes * z.reduce_bucket_size  # allocated once, kept
     else:
         # ZeRO-1 accumulating in another dtype than the model's keeps whole gradients: in
         # BF16_Optimizer (bf16 with fp32 accumulation) or in each parameter's grad_accum

@@ -91,8 +91,10 @@ def test_when_the_model_states_do_not_fit_the_fix_shards_them():
     )
     spec, trials, (plan,) = _plans(_sweep("5.6B", backend, batch=2097152))
     assert plan.fits is False
-    # ZeRO-0: 16 bytes per parameter on every GPU, more than an A100 40GB holds
-    assert plan.params_bytes + plan.grads_bytes + plan.optimizer_bytes == 16 * trials[0].n_params
+    # ZeRO-0: 16 bytes per parameter on every GPU, more than an A100 40GB holds (the
+    # padded vocabulary's rows included: models/vocab.py)
+    held = 16 * sum(parameter_sizes(trials[0].job.model))
+    assert plan.params_bytes + plan.grads_bytes + plan.optimizer_bytes == held
     fix = plan.fix.changes
     assert fix.get("deepspeed.zero_stage", 0) >= 1  # no micro-batch alone can fit it
     for key in fix:  # and no part of the fix alone does: it is the smallest
@@ -161,8 +163,9 @@ def test_activation_checkpointing_costs_a_third_more_time_and_saves_memory():
     _, _, (ckpt,) = _plans(
         _sweep("350M", backend, micro_batch_size=8, activation_checkpointing="true")
     )
-    # the blocks keep 2h instead of ~16h per token; the logits (3 x 50257 per token) stay
-    assert ckpt.activations_bytes < plain.activations_bytes / 2
+    # the blocks keep 2h instead of ~16h per token; the LM head's bf16 logits, fp32
+    # log-softmax and logits gradients (~12 bytes x 50257 per token) stay
+    assert ckpt.activations_bytes < 0.55 * plain.activations_bytes
     assert ckpt.wall_s == pytest.approx(plain.wall_s * 4 / 3, rel=0.01)
 
 
