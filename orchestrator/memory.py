@@ -216,6 +216,12 @@ def model_state_bytes(sizes: list[int], z: ZeroSettings, world: int) -> ModelSta
             buckets = bucket_bytes * z.reduce_bucket_size * copies
     states = (MASTER + ADAM_MOMENTS) * part
     if z.offload_optimizer:  # master, moments and a fp32 gradient partition go to the host
+        if full_grads and n > 1:
+            # each parameter's `grad_accum` is a view into the contiguous gradient bucket it
+            # was reduced in, so whole buckets stay alive between steps (measured on 2 ranks:
+            # one 2 GB fp32 bucket for a 4.8M-parameter model; on 1 rank, no reduction)
+            buckets_held = math.ceil(psi / z.reduce_bucket_size) * z.reduce_bucket_size
+            grads = bg * (buckets_held if z.contiguous_gradients else psi)
         staging = bp * part + 2 * bp * max(sizes) if z.stage < 3 else 0
         return ModelStates(
             params=params,
