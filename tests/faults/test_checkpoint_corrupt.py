@@ -1,29 +1,17 @@
 """A damaged checkpoint is found before it is loaded, named, set aside for good, and the
 trial resumes from the newest intact one (issue 17, defect 3)."""
 
-import json
-import os
 import shutil
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
+from two_ranks import train_on_two_ranks
 
 from jobs.paths import RESULT_FILE, tracking_uri
 from jobs.train import run
 
-WORKER = Path(__file__).parents[1] / "jobs" / "dist_worker.py"
 MODEL_STATES = "mp_rank_00_model_states.pt"
 OPTIMIZER_STATES = "zero_pp_rank_0_mp_rank_00_optim_states.pt"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _killed_after_step_7(trial) -> None:
@@ -109,17 +97,7 @@ def test_two_ranks_agree_to_skip_a_file_only_one_of_them_checked(trial_copy, tmp
     _killed_after_step_7(trial)
     bad = trial.ckpt / "step00000006" / "rng_rank0.pt"  # 2nd of 3 files: rank 1's share
     _flip_a_byte(bad)
-    spec = tmp_path / "spec.json"
-    run_spec = {"home": str(trial.home), "job": json.loads(trial.job.model_dump_json())}
-    spec.write_text(json.dumps({"runs": [run_spec], "out": str(tmp_path / "out.json")}))
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-         "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), str(WORKER), str(spec)],
-        env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=400,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    [result] = json.loads((tmp_path / "out.json").read_text())
+    [result] = train_on_two_ranks([(trial.home, trial.job)], tmp_path)
     assert result["status"] == "FINISHED" and result["steps"] == 8
     assert str(bad) in (trial.ckpt / "rejected" / "step00000006" / "REJECTED").read_text()
     assert [s for s, _ in trial.curve()] == list(range(1, 9))

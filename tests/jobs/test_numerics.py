@@ -4,40 +4,16 @@ on real DeepSpeed (2 gloo ranks, ZeRO-2) 8 accumulation steps tracking the fp32 
 closely as one step does, with losses logged in fp32."""
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
+from two_ranks import train_on_two_ranks
 from typer.testing import CliRunner
 
 from jobs.checks import check_placement
 from jobs.config import JobCheckError
 from jobs.ds_config import deepspeed_config, plan_batch
-
-WORKER = Path(__file__).with_name("dist_worker.py")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _on_two_ranks(runs: list[dict], tmp_path: Path) -> None:
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"runs": runs, "out": str(tmp_path / "out.json")}))
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-         "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), str(WORKER), str(spec)],
-        env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=400,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
 
 
 @pytest.mark.slow
@@ -53,12 +29,11 @@ def test_bf16_with_8_accumulation_steps_tracks_fp32(home, tmp_path, tiny_job, cu
         "bf16 x8": tiny_job(**x8, train__dtype="bf16"),
         "bf16 x1": tiny_job(**common, train__dtype="bf16", deepspeed__micro_batch_size=8),
     }
-    runs = [{"home": str(tmp_path / f"run{i}"), "job": json.loads(job.model_dump_json())}
-            for i, job in enumerate(cases.values())]  # fmt: skip
-    _on_two_ranks(runs, tmp_path)
+    homes = [tmp_path / f"run{i}" for i in range(len(cases))]
+    train_on_two_ranks(list(zip(homes, cases.values(), strict=True)), tmp_path)
     losses = {
-        name: [v for _, v in curve(Path(item["home"]), job.trial_id, "train/loss")]
-        for (name, job), item in zip(cases.items(), runs, strict=True)
+        name: [v for _, v in curve(home, job.trial_id, "train/loss")]
+        for (name, job), home in zip(cases.items(), homes, strict=True)
     }
     assert all(len(v) == 16 for v in losses.values())
     gap = {

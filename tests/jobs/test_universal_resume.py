@@ -3,42 +3,16 @@ gloo ranks resume on 1 rank through a universal checkpoint, with the weights exa
 saved and the loss curve continuing the 2-rank run's."""
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
+from two_ranks import train_on_two_ranks
 
 from jobs import distributed
 from jobs.ds_config import plan_batch
 from jobs.paths import RESULT_FILE
 from jobs.train import _Trainer, run
-
-WORKER = Path(__file__).with_name("dist_worker.py")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _train_on_two_ranks(runs: list[tuple[Path, object]], tmp_path: Path) -> None:
-    """All `(home, job)` runs in one torchrun launch (process start-up is paid once)."""
-    spec = tmp_path / "spec.json"
-    items = [{"home": str(home), "job": json.loads(job.model_dump_json())} for home, job in runs]
-    spec.write_text(json.dumps({"runs": items, "out": str(tmp_path / "out.json")}))
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-         "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), str(WORKER), str(spec)],
-        env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=400,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
 
 
 def _weights_after_resume(job) -> dict[str, torch.Tensor]:
@@ -71,7 +45,7 @@ def test_zero_checkpoints_of_two_ranks_resume_on_one_rank(home, tmp_path, monkey
         for stage in (2, 3)
     }  # fmt: skip
     homes = {stage: tmp_path / f"zero{stage}" for stage in jobs}
-    _train_on_two_ranks([(homes[s], jobs[s]) for s in jobs], tmp_path)
+    train_on_two_ranks([(homes[s], jobs[s]) for s in jobs], tmp_path)
 
     for stage, job in jobs.items():
         monkeypatch.setenv("SCALELAB_HOME", str(homes[stage]))
