@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jobs.environ import scoped_environ
 from jobs.outbox import Outbox, metric
 from jobs.paths import CURVES_FILE
 
@@ -63,13 +64,11 @@ class Tracker:
         run of the same trial recorded)."""
         if not self.enabled:
             return run_id
-        # Fail fast inside one send instead of retrying for minutes: the spool retries.
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
         self.dir.mkdir(parents=True, exist_ok=True)
         fresh_run = run_id is None
         if fresh_run:
-            run_id = self._create_run(experiment, run_name)
+            with scoped_environ(_fail_fast()):
+                run_id = self._create_run(experiment, run_name)
         self.run_id = run_id
         self.outbox = Outbox(self.dir, run_id)
         curve = read_curve(self.dir, cut_at=resume_tokens)
@@ -87,7 +86,7 @@ class Tracker:
         self._sender = subprocess.Popen(
             [sys.executable, "-m", "jobs.tracking", str(self.dir), run_id, str(self.interval)],
             stdin=subprocess.PIPE,  # closing it means "send what is left, then exit"
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            env={**os.environ, **_fail_fast(), "OMP_NUM_THREADS": "1"},
         )
         return run_id
 
@@ -181,6 +180,19 @@ class Tracker:
     def last_error(self) -> str | None:
         """The sender's last failure to reach MLflow (None after a successful send)."""
         return self.outbox.last_error if self.outbox else None
+
+
+def _fail_fast() -> dict[str, str]:
+    """MLflow's HTTP settings for the job's own sends: one try each, instead of retrying
+    for minutes (the spool retries). Set around those calls only, never for the process:
+    children started later (a driver after an in-process trial) keep MLflow's retries."""
+    return {
+        key: os.environ.get(key, default)
+        for key, default in (
+            ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0"),
+            ("MLFLOW_HTTP_REQUEST_TIMEOUT", "10"),
+        )
+    }
 
 
 def read_curve(trial_dir: Path, cut_at: int | None = None) -> list[dict[str, Any]]:

@@ -39,26 +39,12 @@ from pathlib import Path
 
 import psutil
 
+from jobs.environ import scoped_environ
 from orchestrator.backends.watchdog import SESSION_VAR, end_clusters
 
 SINGLE_NODE = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 TOKEN_FILE = "auth_token"
-
-
-@contextmanager
-def scoped_environ(values: dict[str, str], restore: tuple[str, ...] = ()) -> Iterator[None]:
-    """os.environ with `values` set; those and the `restore` variables are put back after."""
-    saved = {key: os.environ.get(key) for key in (*values, *restore)}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
 
 
 def write_token(path: Path) -> Path:

@@ -125,3 +125,17 @@ def test_a_zero3_trial_leaves_torch_as_it_found_it(home, tiny_job):
     torch_linear = torch.nn.functional.linear
     assert run(tiny_job(deepspeed__zero_stage=3, train__tokens=256 * 2)).status == "FINISHED"
     assert torch.nn.functional.linear is torch_linear
+
+
+def test_a_trial_leaves_the_process_environment_as_it_found_it(home, mlflow_uri, tiny_job):
+    """What a trial run in this process sets in os.environ reaches every child the process
+    starts later: MLflow's fail-fast settings of the job's sends made a driver started
+    after it give up on the first refused request instead of riding out an outage."""
+    before = dict(os.environ)
+    assert run(tiny_job(train__tokens=256 * 2)).status == "FINISHED"
+    after = dict(os.environ)
+    changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+    launcher = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                "MASTER_PORT", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}  # fmt: skip
+    ours = {k for k in changed if k.startswith("MLFLOW_") or k in launcher}
+    assert not ours, ours  # (libraries' own, e.g. torch's inductor cache dir, aside)
