@@ -42,9 +42,12 @@ def _result(home: Path, trial_id: str) -> dict:
     return json.loads((home / "trials" / trial_id / "result.json").read_text())
 
 
-def _wait_for(predicate, timeout_s: float, what: str) -> None:
+def _wait_for(predicate, timeout_s: float, what: str, driver: subprocess.Popen) -> None:
     deadline = time.time() + timeout_s
     while not predicate():
+        assert driver.poll() is None, (
+            f"the driver exited waiting for {what}: " + (driver.stderr.read()[-3000:])
+        )
         assert time.time() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
 
@@ -63,13 +66,15 @@ def test_a_driver_sends_what_an_outage_held_back_then_marks_finished(tmp_path):
             env=env(home, server.uri), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         curves = home / "trials" / trial.trial_id / "curves.jsonl"
-        _wait_for(lambda: curves.exists() and '"step": 2,' in curves.read_text(), 600, "step 2")
+        _wait_for(
+            lambda: curves.exists() and '"step": 2,' in curves.read_text(), 600, "step 2", driver
+        )
         server.stop()
         stopped = time.time()
         # training ends, the job waits 30 s for MLflow, leaves the rest spooled and returns
         # (result.json); the outage lasts until then, and at least OUTAGE_S
         result = home / "trials" / trial.trial_id / "result.json"
-        _wait_for(result.exists, 600, "the job to end during the outage")
+        _wait_for(result.exists, 600, "the job to end during the outage", driver)
         time.sleep(max(0.0, stopped + OUTAGE_S - time.time()))
         server.start()
 
