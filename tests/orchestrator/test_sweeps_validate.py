@@ -134,7 +134,9 @@ def test_reference_charlm_cpu_is_the_same_recipe_at_cpu_size():
     (gpu,) = trials_of("reference_charlm.yaml")
     (cpu,) = trials_of("reference_charlm_cpu.yaml")
     assert cpu.job.data.source == gpu.job.data.source
-    sized = {"tokens", "global_batch_tokens", "dtype", "log_interval", "eval_interval"}
+    # sizes, and the dtype with what follows from it (bf16: fp32 gradient accumulation)
+    sized = {"tokens", "global_batch_tokens", "dtype", "grad_accum_dtype", "log_interval",
+             "eval_interval"}  # fmt: skip
     assert cpu.job.train.model_dump(exclude=sized) == gpu.job.train.model_dump(exclude=sized)
     assert (cpu.job.model.dropout, cpu.job.model.bias) == (gpu.job.model.dropout, False)
     assert get_size(cpu.size).cpu_sized and cpu.flops < 1e13
