@@ -1,4 +1,4 @@
-"""The work directory layout (DESIGN.md, 'Work directory'); one place knows it.
+"""The work directory layout (docs/architecture.md, 'Work directory'); one place knows it.
 
 $SCALELAB_HOME (default ./scalelab-runs)
   mlflow.db               sqlite tracking store (absolute URI)

@@ -31,7 +31,7 @@ from jobs.environ import scoped_environ
 from jobs.outbox import Outbox, metric
 from jobs.paths import CURVES_FILE
 
-# '@' is not allowed in MLflow metric names, so DESIGN.md's val/loss@gflop is logged as:
+# '@' is not allowed in MLflow metric names, so val/loss@gflop is logged as:
 VAL_LOSS_AT_GFLOP = "val/loss_at_gflop"
 METRIC_NAME = re.compile(r"^[\w\-. :/]+$")  # what MLflow accepts
 

@@ -1,8 +1,9 @@
 """Reading one sweep's trials: MLflow runs (the truth for membership and status) and each
 trial's local files (job.json, curves.jsonl, result.json) when this machine can see them.
 
-MLflow schema (DESIGN.md): experiment = sweep name, parent run `sweep:<name>`, one child
-run per trial tagged `scalelab.trial_id`, `scalelab.variant`, `scalelab.size`, ...
+MLflow schema (docs/architecture.md, 'Data flow of one sweep'): experiment = sweep name,
+parent run `sweep:<name>`, one child run per trial tagged `scalelab.trial_id`,
+`scalelab.variant`, `scalelab.size`, ...
 """
 
 from __future__ import annotations
