@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from jobs.environ import scoped_environ
+
 FORCE, FORBID = "TORCH_FORCE_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
 
 
@@ -37,18 +39,10 @@ def deepspeed_value_classes() -> list[type]:
 @contextmanager
 def weights_only_loading() -> Iterator[None]:
     """Every torch.load in this process, DeepSpeed's included, refuses to run code."""
-    saved = {key: os.environ.get(key) for key in (FORCE, FORBID)}
-    os.environ[FORCE] = "1"
-    os.environ.pop(FORBID, None)  # a user's global opt-out does not reach checkpoints
-    try:
+    with scoped_environ({FORCE: "1"}, restore=(FORBID,)):
+        os.environ.pop(FORBID, None)  # a user's global opt-out does not reach checkpoints
         with torch.serialization.safe_globals(deepspeed_value_classes()):
             yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def refused_globals(path: Path) -> list[str]:

@@ -3,14 +3,10 @@ stopped mid-run and started again. Nothing is lost, logging never blocks."""
 
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 
 import pytest
+from faults.mlflow_kit import MlflowServer
 from mlflow.tracking import MlflowClient
 
 from jobs.paths import CURVES_FILE
@@ -113,35 +109,10 @@ def test_invalid_metric_name_is_refused_at_once(tmp_path):
         tracker.log(1, 1, 1.0, {"val/loss@gflop": 1.0})
 
 
-def _start_server(port: int, store: str) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1", "--backend-store-uri", store],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-            return proc
-        except OSError:
-            time.sleep(0.3)
-    os.killpg(proc.pid, signal.SIGKILL)
-    raise RuntimeError("mlflow server did not start")
-
-
-def _stop_server(proc: subprocess.Popen) -> None:
-    os.killpg(proc.pid, signal.SIGTERM)  # the server and its uvicorn worker
-    proc.wait(timeout=30)
-
-
 @pytest.mark.slow
 def test_real_server_stopped_mid_run_loses_nothing(tmp_path, monkeypatch, mlflow_uri):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    uri = f"http://127.0.0.1:{port}"
-    server = _start_server(port, mlflow_uri)
+    server = MlflowServer(mlflow_uri).start()
+    uri = server.uri
     try:
         monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
         tracker = Tracker(tmp_path / "trial", enabled=True, flush_interval_s=0.2)
@@ -153,7 +124,7 @@ def test_real_server_stopped_mid_run_loses_nothing(tmp_path, monkeypatch, mlflow
             time.sleep(0.1)
         assert tracker.pending() == 0
 
-        _stop_server(server)
+        server.stop()
         slowest = 0.0
         for step in range(21, 41):  # the server is down: logging must not block
             t = time.perf_counter()
@@ -163,9 +134,9 @@ def test_real_server_stopped_mid_run_loses_nothing(tmp_path, monkeypatch, mlflow
         assert tracker.pending() > 0 and tracker.last_error  # spooled, send failed
         assert slowest < 0.05
 
-        server = _start_server(port, mlflow_uri)
+        server.start()  # the same port
         assert tracker.finish("FINISHED", timeout_s=60) is True
         assert _steps(uri, run_id, "train/loss") == list(range(1, 41))
         assert MlflowClient(uri).get_run(run_id).info.status == "FINISHED"
     finally:
-        _stop_server(server)
+        server.stop()
