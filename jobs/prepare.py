@@ -116,6 +116,8 @@ def prepare_source(
         if created and read_manifest(root) is None:  # nothing usable was made: leave no trace
             lock.release()
             _remove_tree(root)
+        elif root.is_dir():  # stopped between a shard's rename and the manifest that lists it
+            remove_unlisted(root, read_manifest(root))
         raise
     finally:
         if lock.is_locked:
