@@ -27,6 +27,7 @@ afterwards (sbatch jobs inherit the submitting environment) carries none of them
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import subprocess
@@ -45,6 +46,13 @@ from orchestrator.backends.watchdog import SESSION_VAR, end_clusters
 SINGLE_NODE = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 TOKEN_FILE = "auth_token"
+RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+def _not_the_opt_out_advice(record: logging.LogRecord) -> bool:
+    """Ray warns, each time it turns token auth on by default, that RAY_AUTH_MODE=disabled
+    opts out: for this cluster the token is the boundary, not a default to question."""
+    return "to opt out" not in record.getMessage()
 
 
 def write_token(path: Path) -> Path:
@@ -89,8 +97,13 @@ class DriverSession:
     def starting_cluster(self) -> Iterator[None]:
         """Around `ray.init(address="local")`: what the processes it starts inherit. Ray sets
         RAY_AUTH_MODE=token in this process when it turns auth on; that is put back too."""
-        with scoped_environ({**SINGLE_NODE, SESSION_VAR: self.mark, **self.auth}, AUTH_VARS):
-            yield
+        ray_auth_log = logging.getLogger(RAY_AUTH_LOGGER)
+        ray_auth_log.addFilter(_not_the_opt_out_advice)
+        try:
+            with scoped_environ({**SINGLE_NODE, SESSION_VAR: self.mark, **self.auth}, AUTH_VARS):
+                yield
+        finally:
+            ray_auth_log.removeFilter(_not_the_opt_out_advice)
 
     def end_clusters(self) -> int:
         """Stop what is left of this driver's clusters (after ray.shutdown); how many."""

@@ -152,7 +152,9 @@ def test_every_socket_of_a_real_sweep_listens_on_loopback_only(tmp_path: Path):
                 listening.setdefault(key, set()).update(socks)
             assert time.monotonic() < deadline, "the sweep did not finish"
             time.sleep(0.3)
-        assert driver.proc.returncode == 0, (tmp_path / "driver.log").read_text()[-2000:]
+        log = (tmp_path / "driver.log").read_text()
+        assert driver.proc.returncode == 0, log[-2000:]
+    assert "RAY_AUTH_MODE=disabled to opt out" not in log  # Ray's advice against the token
     names = {name for _, name in listening}
     # not vacuous: the GCS, the raylet, the agents and the trials' workers were all seen
     for expected in ("gcs_server", "raylet", "ray::DashboardAgent", "ray::scalelab-trial"):
