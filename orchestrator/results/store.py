@@ -114,21 +114,28 @@ def read_table(
     return pa.concat_tables(tables, promote_options="permissive").unify_dictionaries()
 
 
-def load_state(sweep: str, root: Path | None = None) -> dict[str, dict[str, Any]]:
-    """{trial_id: {"run_id", "status"}} of the last sync ({} when never synced)."""
+def load_state(
+    sweep: str, root: Path | None = None, derivation: str = ""
+) -> dict[str, dict[str, Any]]:
+    """{trial_id: {"run_id", "status"}} of the last sync ({} when never synced, or when the
+    rows were derived by other code than `derivation` names: they are all read again)."""
     path = sweep_dir(sweep, root) / STATE_FILE
     if not path.exists():
         return {}
     try:
-        return json.loads(path.read_text())["trials"]
+        state = json.loads(path.read_text())
+        return state["trials"] if state.get("derivation", "") == derivation else {}
     except (ValueError, KeyError):
         return {}  # a damaged state only costs a full re-read
 
 
-def save_state(sweep: str, trials: dict[str, dict[str, Any]], root: Path | None = None) -> Path:
+def save_state(
+    sweep: str, trials: dict[str, dict[str, Any]], root: Path | None = None, derivation: str = ""
+) -> Path:
     path = sweep_dir(sweep, root) / STATE_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"version": 1, "trials": trials}, indent=1, sort_keys=True))
+    state = {"version": 1, "derivation": derivation, "trials": trials}
+    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
     tmp.replace(path)
     return path

@@ -2,11 +2,14 @@
 
 Incremental: the sync state remembers each trial's run id and status; a trial synced as
 FINISHED (same run) keeps its rows from the previous tables and its files are not read
-again. Everything else (new, running, failed, requeued trials) is read afresh.
+again. Everything else (new, running, failed, requeued trials) is read afresh, and so is
+every trial once the code that derives rows changes (`row_derivation`): an upgrade that
+counts parameters or FLOPs differently must not leave old rows next to new ones.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -54,6 +57,22 @@ CONFIG_COLUMNS = (
     ("data_source", ("data", "source"), "str"),
     ("budget_flops", ("train", "flops"), "float"),  # the nominal (IsoFLOP) budget, if any
 )
+
+
+# The modules whose code turns a trial into its rows; a change to any of them re-reads all.
+DERIVING_MODULES = ("orchestrator.results.sync", "orchestrator.results.sources", "models.flops",
+                    "models.config", "models.sizes")  # fmt: skip
+
+
+def row_derivation() -> str:
+    """A fingerprint of the code that derives rows (the sources of DERIVING_MODULES)."""
+    import importlib.util
+
+    digest = hashlib.sha256()
+    for name in DERIVING_MODULES:
+        spec = importlib.util.find_spec(name)
+        digest.update(Path(spec.origin).read_bytes() if spec and spec.origin else name.encode())
+    return digest.hexdigest()[:16]
 
 
 def summary_column(metric: str) -> str:
@@ -123,7 +142,8 @@ def sync(
     runs = find_sweep_runs(sweep, tracking_uri)
     if send_owed(runs.trials, runs.uri)[0]:  # finished trials' spooled points, first
         runs = find_sweep_runs(sweep, tracking_uri)
-    state = store.load_state(sweep, root)
+    derivation = row_derivation()
+    state = store.load_state(sweep, root, derivation)
     old_trials = store.read_table(store.TRIALS, sweep, root)
     old_ids = set(old_trials.column("trial_id").to_pylist()) if old_trials is not None else set()
 
@@ -173,8 +193,9 @@ def sync(
     trials_path = store.write_table(store.TRIALS, sweep, trials, root)
     curves_path = store.write_table(store.CURVES, sweep, curves, root)
     state_path = store.save_state(
-        sweep, {t.trial_id: {"run_id": t.run_id, "status": t.status} for t in runs.trials}, root
-    )
+        sweep, {t.trial_id: {"run_id": t.run_id, "status": t.status} for t in runs.trials}, root,
+        derivation,
+    )  # fmt: skip
     return SyncResult(
         sweep=sweep,
         trials_path=trials_path,

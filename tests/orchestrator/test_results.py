@@ -92,6 +92,21 @@ def test_incremental_sync_does_not_reread_finished_trials(home, tmp_path, monkey
     assert load_curves("main").equals(before_curves)
 
 
+def test_rows_derived_by_other_code_are_all_read_again(home, monkeypatch):
+    """After an upgrade that changes how rows are derived (FLOPs, parameter counts), a sync
+    re-reads every finished trial instead of keeping rows the old code wrote."""
+    import importlib
+
+    sync_module = importlib.import_module("orchestrator.results.sync")  # the package's `sync`
+    write_sweep("upgrade", sizes=("nano",), multipliers={"dense": 1.0}, steps=3)
+    first = sync("upgrade")
+    assert (sync("upgrade").n_read, first.n_read) == (0, first.n_trials)
+    monkeypatch.setattr(sync_module, "row_derivation", lambda: "the next release")
+    upgraded = sync("upgrade")
+    assert (upgraded.n_read, upgraded.n_reused) == (first.n_trials, 0)
+    assert sync("upgrade").n_read == 0  # and the new rows are kept from then on
+
+
 def test_running_trial_is_read_again_until_finished(home):
     client = MlflowClient(paths.tracking_uri())
     [running] = write_sweep(
