@@ -1,0 +1,263 @@
+"""The house's rules, read from the source (docs/architecture.md, 'Layers').
+
+A package imports only downwards (cli -> orchestrator | analysis -> jobs -> models -> kernels,
+and everyone may import contract, which imports nothing of ours); no import cycles, none hidden
+behind strings; the modules the CLI needs at start load no heavy library; the names of the
+orchestrator <-> job contract (MLflow tags, statuses, the parent run's name) are spelled in
+contract/ only. The allowlists below name what is not there yet (issue 16's later steps
+empty them); a new entry needs a reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("cli", "orchestrator", "analysis", "jobs", "models", "kernels", "contract")
+ALLOWED = {
+    "cli": {"orchestrator", "analysis", "jobs", "models", "contract"},
+    "orchestrator": {"jobs", "models", "contract"},
+    "analysis": {"jobs", "models", "contract"},
+    "jobs": {"models", "contract"},
+    "models": {"kernels", "contract"},
+    "kernels": set(),
+    "contract": set(),
+}
+# Cycles that exist today, each as its set of modules (issue 16 steps 6, 7 and 9 remove them).
+KNOWN_CYCLES = {
+    frozenset(
+        {
+            "orchestrator.backends",
+            "orchestrator.backends.local",
+            "orchestrator.backends.ray",
+            "orchestrator.backends.slurm",
+        }
+    ),
+    frozenset(
+        {
+            "orchestrator.results.export",
+            "orchestrator.results.fit",
+            "orchestrator.results.forecast",
+        }
+    ),
+}
+# Modules that turn a string into code (issue 16 steps 4 and 6 shrink this to the CLI's
+# `--job module:function` and the mechanism catalog's SCALELAB_MECHANISMS). The strings in
+# models/components.py hide the cycle components -> gpt/attention -> components.
+STRING_IMPORTS = {"models/components.py", "orchestrator/backends/__init__.py"}
+# Imported when the CLI starts (scalelab --help, status, cancel, submit --dry-run's parse).
+TORCH_FREE = (
+    "orchestrator.cli",
+    "orchestrator.spec",
+    "orchestrator.expand",
+    "orchestrator.ledger",
+    "orchestrator.scheduler",
+    "orchestrator.results",
+    "orchestrator.report",
+    "orchestrator.plots",
+    "models.config",
+    "models.flops",
+    "models.variants",
+    "jobs.config",
+    "jobs.paths",
+    "contract",
+)
+HEAVY = ("torch", "ray", "mlflow", "pyarrow", "matplotlib", "scipy", "deepspeed", "submitit")
+HEAVY += ("datasets",)
+# Files that still spell contract names themselves (issue 16 step 1 moves them to contract/;
+# results and CLI modules follow in steps 7-8).
+SPELLED_OUTSIDE_CONTRACT = {
+    "jobs/outbox.py",
+    "jobs/tracking.py",
+    "jobs/train.py",
+    "orchestrator/backends/__init__.py",
+    "orchestrator/backends/slurm.py",
+    "orchestrator/cli.py",
+    "orchestrator/commands.py",
+    "orchestrator/delivery.py",
+    "orchestrator/ledger.py",
+    "orchestrator/results/fit.py",
+    "orchestrator/results/sources.py",
+    "orchestrator/results/sync.py",
+    "orchestrator/results/synthetic.py",
+    "orchestrator/scheduler.py",
+}
+
+
+def _modules() -> dict[str, Path]:
+    """Every project module by dotted name (packages by their own name)."""
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")) if (ROOT / package).is_dir() else []:
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The project modules that `name` imports, at module level or inside functions;
+    `from pkg import x` counts as an import of pkg.x when that is a module, else of pkg."""
+    is_package = path.name == "__init__.py"
+    here = name if is_package else name.rpartition(".")[0]
+    edges = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = here.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names
+            ]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                edges.add(target)
+    return edges
+
+
+@functools.cache
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def test_packages_import_only_downwards():
+    wrong = sorted(
+        f"{source} imports {target}"
+        for source, targets in _graph().items()
+        for target in targets
+        if (a := source.split(".")[0]) != (b := target.split(".")[0]) and b not in ALLOWED[a]
+    )
+    assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(frozenset(component))
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset("abc")]
+
+
+def test_no_import_cycles_beyond_the_known_ones():
+    cycles = set(_cycles(_graph()))
+    new = [sorted(c) for c in cycles - KNOWN_CYCLES]
+    gone = [sorted(c) for c in KNOWN_CYCLES - cycles]
+    assert not new, f"new import cycles: {new}"
+    assert not gone, f"cycles gone: remove them from KNOWN_CYCLES: {gone}"
+
+
+def test_no_string_imports_outside_the_allowlist():
+    found = set()
+    for path in _modules().values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                func = node.func
+                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if called in ("import_module", "__import__"):
+                    found.add(path.relative_to(ROOT).as_posix())
+    assert found == STRING_IMPORTS
+
+
+def test_cli_starts_without_heavy_libraries():
+    modules = [
+        m for m in TORCH_FREE if m.split(".")[0] in {p for p in PACKAGES if (ROOT / p).is_dir()}
+    ]
+    code = (
+        "import importlib, json, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        f"print(json.dumps(sorted(h for h in {HEAVY!r} if h in sys.modules)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert json.loads(out.stdout.splitlines()[-1]) == []
+
+
+# MLflow names of the orchestrator <-> job contract: tag and param keys, the parent run's name.
+CONTRACT_PREFIXES = ("scalelab.", "sweep:")
+RUN_STATUSES = {"SCHEDULED", "RUNNING", "FINISHED", "FAILED", "KILLED", "PREEMPTED"}
+
+
+def _contract_spellings(path: Path) -> list[str]:
+    """String constants (docstrings and other bare string statements left out) that spell a
+    contract name or are a bare run status."""
+    tree = ast.parse(path.read_text())
+    bare = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+    return [
+        f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in bare
+        and (node.value.startswith(CONTRACT_PREFIXES) or node.value in RUN_STATUSES)
+    ]
+
+
+def test_mlflow_names_are_spelled_only_in_the_contract():
+    spelled = {}
+    for path in _modules().values():
+        where = path.relative_to(ROOT).as_posix()
+        if not where.startswith("contract/") and _contract_spellings(path):
+            spelled[where] = _contract_spellings(path)
+    unexpected = {k: v for k, v in spelled.items() if k not in SPELLED_OUTSIDE_CONTRACT}
+    assert not unexpected, "use contract.runs instead of:\n" + "\n".join(
+        line for lines in unexpected.values() for line in lines
+    )
+    stale = SPELLED_OUTSIDE_CONTRACT - set(spelled)
+    assert not stale, f"spelled in the contract now: remove from the allowlist: {sorted(stale)}"
