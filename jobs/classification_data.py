@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from contract.workdir import data_dir
 from jobs.batch import Batch
 from jobs.config import DataConfig
-from jobs.paths import data_dir
 from jobs.tokenizers import Tokenizer
 
 FORMAT = 1  # bump when the stored arrays change meaning

@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from models.config import FrozenConfig, ModelConfig, register_config
+from contract.config import FrozenConfig
+from models.config import ModelConfig
 
 # Bumped whenever a mechanism's semantics change, so old results are not mistaken for new.
 # 2: text from shared token shards, a validation split fixed per (source, tokenizer) and a
@@ -263,7 +264,3 @@ class JobConfig(FrozenConfig):
         """sha256 of the canonical JSON of the science fields, first 16 hex digits."""
         canonical = json.dumps(self.science(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-
-
-for _cls in (DataConfig, TrainConfig, DeepSpeedConfig, JobConfig):
-    register_config(_cls)

@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from contract.workdir import CURVES_FILE
 from jobs.environ import scoped_environ
 from jobs.outbox import Outbox, metric
-from jobs.paths import CURVES_FILE
 
 # '@' is not allowed in MLflow metric names, so val/loss@gflop is logged as:
 VAL_LOSS_AT_GFLOP = "val/loss_at_gflop"
@@ -91,8 +91,8 @@ class Tracker:
         return run_id
 
     def _create_run(self, experiment: str, run_name: str) -> str:
+        from contract.workdir import artifact_root, tracking_uri
         from jobs import tracking_store
-        from jobs.paths import artifact_root, tracking_uri
 
         try:
             client = tracking_store.client()

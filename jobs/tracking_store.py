@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jobs import paths
+from contract import workdir
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -35,11 +35,11 @@ class StoreError(RuntimeError):
 
 
 def client(uri: str | None = None) -> MlflowClient:
-    """An MlflowClient for `uri` (default: `paths.tracking_uri()`), creating a sqlite store
+    """An MlflowClient for `uri` (default: `workdir.tracking_uri()`), creating a sqlite store
     safely first."""
     from mlflow import MlflowClient
 
-    uri = uri or paths.tracking_uri()
+    uri = uri or workdir.tracking_uri()
     if uri.startswith("sqlite:///"):
         ensure_sqlite(Path(uri.removeprefix("sqlite:///")))
     return MlflowClient(uri)

@@ -25,6 +25,7 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 
+from contract.workdir import JOB_FILE, RESULT_FILE, trial_dir
 from jobs import checkpoint, distributed, universal
 from jobs.accounting import device_peak_flops, mfu
 from jobs.checks import preflight
@@ -35,7 +36,6 @@ from jobs.distributed import DistEnv
 from jobs.ds_config import BatchPlan, deepspeed_config
 from jobs.evaluate import evaluate, evaluate_early_exit
 from jobs.optim import adamw, lr_at, set_lr, total_steps, total_tokens
-from jobs.paths import JOB_FILE, RESULT_FILE, trial_dir
 from jobs.provenance import code_version, mlflow_params
 from jobs.step_metrics import MetricWindow, Reduced
 from jobs.tracking import VAL_LOSS_AT_GFLOP, Tracker

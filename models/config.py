@@ -9,17 +9,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import field_validator, model_validator
 
+from contract.config import FrozenConfig
 from models.sizes import SIZES, SizePreset, get_size
-
-
-class FrozenConfig(BaseModel):
-    """Base of every scalelab config: immutable; unknown keys, NaN and infinities are errors."""
-
-    model_config = ConfigDict(
-        frozen=True, extra="forbid", validate_default=True, allow_inf_nan=False
-    )
 
 
 class BudgetConfig(FrozenConfig):
@@ -222,61 +215,9 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, min(n, 128) + 1) if n % k == 0]
 
 
-def format_config_error(error: ValidationError, source: str = "config") -> str:
-    """One line per problem: '<source>: <dotted.key>: <message>'."""
-    lines = []
-    for item in error.errors():
-        key = ".".join(str(p) for p in item["loc"]) or "<root>"
-        message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "extra_forbidden":
-            message = "unknown key"
-            allowed = _allowed_keys(error.title, item["loc"])
-            if allowed:
-                message += f" (allowed: {', '.join(allowed)})"
-        elif item["type"] == "literal_error":
-            message = f"{message}, got {item.get('input')!r}"
-        lines.append(f"{source}: {key}: {message}")
-    return "\n".join(lines)
-
-
-_CONFIG_CLASSES: dict[str, type[BaseModel]] = {}
-
-
-def register_config(cls: type[BaseModel]) -> type[BaseModel]:
-    """Let format_config_error list the allowed keys of a config class by its name."""
-    _CONFIG_CLASSES[cls.__name__] = cls
-    return cls
-
-
-def _allowed_keys(title: str, loc: tuple) -> list[str]:
-    cls = _CONFIG_CLASSES.get(title)
-    for part in loc[:-1]:
-        if cls is None:
-            return []
-        field = cls.model_fields.get(str(part))
-        cls = _config_class_of(field.annotation) if field else None
-    return sorted(cls.model_fields) if cls else []
-
-
-def _config_class_of(annotation: object) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()):
-        found = _config_class_of(arg)
-        if found:
-            return found
-    return None
-
-
-for _cls in (ModelConfig, BudgetConfig, TSAConfig):
-    register_config(_cls)
-
 __all__ = [
     "SIZES",
     "BudgetConfig",
-    "FrozenConfig",
     "ModelConfig",
     "TSAConfig",
-    "format_config_error",
-    "register_config",
 ]

@@ -12,7 +12,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from models.config import ModelConfig, format_config_error
+from contract.config import format_config_error
+from models.config import ModelConfig
 from models.sizes import SIZES
 from models.variants import all_variants, variant_fields
 from orchestrator.spec import DEFAULT_MAX_TRIALS

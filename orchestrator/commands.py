@@ -102,7 +102,7 @@ def _ledger(spec_name: str, experiment: str | None, create: bool = True) -> Any:
 
 def _read_statuses(spec: SweepSpec) -> dict[str, str]:
     """The ledger's statuses without creating anything (a missing sqlite file = all NEW)."""
-    from jobs.paths import tracking_uri
+    from contract.workdir import tracking_uri
 
     uri = tracking_uri()
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
@@ -454,7 +454,7 @@ def ui(
     import ipaddress
     import socket
 
-    from jobs.paths import tracking_uri
+    from contract.workdir import tracking_uri
 
     uri = tracking_uri()
     if uri.startswith("http"):

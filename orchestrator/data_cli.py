@@ -84,7 +84,7 @@ def prepare(
 @app.command("list")
 def list_(as_json: bool = typer.Option(False, "--json", help="A JSON list.")) -> None:
     """What is prepared: source, tokenizer, tokens, bytes, and whether it is the whole source."""
-    from jobs.paths import data_dir
+    from contract.workdir import data_dir
     from jobs.shards import list_prepared
 
     rows = []

@@ -19,7 +19,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from jobs import paths, tracking_store
+from contract import workdir
+from jobs import tracking_store
 from jobs.outbox import Busy, Outbox
 from jobs.tracking import read_curve
 
@@ -35,7 +36,7 @@ class RunOfTrial(Protocol):
 def trained(trial_id: str) -> dict[str, Any] | None:
     """The trial's result.json when it says the training finished (under any run), else
     None (not finished, or its folder is not on this machine)."""
-    path = paths.trial_dir(trial_id) / paths.RESULT_FILE
+    path = workdir.trial_dir(trial_id) / workdir.RESULT_FILE
     try:
         result = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -46,13 +47,13 @@ def trained(trial_id: str) -> dict[str, Any] | None:
 def adopt(trial_id: str, run_id: str) -> Outbox:
     """Make run `run_id` record the trial's finished training: spool the curve points it
     lacks and then FINISHED (nothing when they are spooled already). Idempotent."""
-    outbox = Outbox(paths.trial_dir(trial_id), run_id)
+    outbox = Outbox(workdir.trial_dir(trial_id), run_id)
     result = trained(trial_id) or {}
     if result.get("run_id") not in (None, run_id) and not outbox.exists():
         outbox.append(
             [{"kind": "tag", "key": "scalelab.trained_in_run", "value": result["run_id"]}]
         )
-    outbox.copy_curve(read_curve(paths.trial_dir(trial_id)), then_status=FINISHED)
+    outbox.copy_curve(read_curve(workdir.trial_dir(trial_id)), then_status=FINISHED)
     return outbox
 
 
@@ -73,7 +74,7 @@ def send_owed(runs: Iterable[RunOfTrial], uri: str | None = None) -> tuple[int, 
     for run in runs:
         if run.status == FINISHED:
             continue
-        outbox = Outbox(paths.trial_dir(run.trial_id), run.run_id)
+        outbox = Outbox(workdir.trial_dir(run.trial_id), run.run_id)
         if not outbox.pending():
             continue
         why = ""
@@ -113,7 +114,7 @@ class Deliveries:
 
     def _send(self, trial_id: str, run_id: str, adopt_first: bool) -> int:
         outbox = (
-            adopt(trial_id, run_id) if adopt_first else Outbox(paths.trial_dir(trial_id), run_id)
+            adopt(trial_id, run_id) if adopt_first else Outbox(workdir.trial_dir(trial_id), run_id)
         )
         outbox.deliver(self.uri)
         return outbox.pending()

@@ -20,7 +20,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-from jobs import paths
+from contract import workdir
 from orchestrator.backends.embedded import SINGLE_NODE, TOKEN_FILE, user_chose_auth, write_token
 
 DASHBOARD = os.environ.get("SCALELAB_RAY_DASHBOARD", "http://127.0.0.1:8265")
@@ -32,7 +32,7 @@ START_ARGS = shlex.split(os.environ.get("SCALELAB_RAY_START_ARGS", ""))
 
 def head_token() -> Path | None:
     """The token file of the head this home starts (None: the user set Ray's auth vars)."""
-    return None if user_chose_auth() else write_token(paths.scalelab_home() / "ray" / TOKEN_FILE)
+    return None if user_chose_auth() else write_token(workdir.scalelab_home() / "ray" / TOKEN_FILE)
 
 
 def _headers(token: Path | None) -> dict[str, str]:
@@ -58,7 +58,7 @@ def _usable(url: str, headers: dict[str, str]) -> bool:
     if status in (401, 403) and headers:
         raise RuntimeError(
             f"a Ray head answers at {url} but refuses this home's token "
-            f"({paths.scalelab_home() / 'ray' / TOKEN_FILE}): it was started by someone else "
+            f"({workdir.scalelab_home() / 'ray' / TOKEN_FILE}): it was started by someone else "
             "or from another SCALELAB_HOME; stop it, or set SCALELAB_RAY_DASHBOARD to "
             "another port"
         )
@@ -99,8 +99,8 @@ def submit_detached(sweep: Path, job: str, max_trials: int) -> tuple[str, str]:
 
     address = ensure_head()
     env = {
-        "SCALELAB_HOME": str(paths.scalelab_home()),
-        "MLFLOW_TRACKING_URI": paths.tracking_uri(),
+        "SCALELAB_HOME": str(workdir.scalelab_home()),
+        "MLFLOW_TRACKING_URI": workdir.tracking_uri(),
         "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)),
         "RAY_USAGE_STATS_ENABLED": "0",
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),

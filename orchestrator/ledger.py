@@ -29,7 +29,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs import paths, tracking_store
+from contract import workdir
+from jobs import tracking_store
 from jobs.provenance import code_version, mlflow_params
 
 if TYPE_CHECKING:
@@ -150,7 +151,7 @@ class Ledger:
     ):
         self.sweep = sweep
         self.experiment = experiment or sweep
-        self.uri = tracking_uri or paths.tracking_uri()
+        self.uri = tracking_uri or workdir.tracking_uri()
         check_reachable(self.uri)
         self.client: MlflowClient = _client(self.uri)
         self.driver_id = driver_id or new_driver_id()
@@ -175,7 +176,7 @@ class Ledger:
                 from mlflow.exceptions import MlflowException
 
                 try:
-                    artifacts = paths.artifact_root().as_uri()
+                    artifacts = workdir.artifact_root().as_uri()
                     location = None if self.uri.startswith("http") else artifacts
                     self._experiment_id = self.client.create_experiment(self.experiment, location)
                 except MlflowException:  # another driver created it just now (or a refusal)
@@ -430,7 +431,7 @@ def _pid_alive(pid: int) -> bool:
 
 def find_sweep(name: str, tracking_uri: str | None = None) -> Ledger:
     """The ledger of a sweep by name, whatever experiment it lives in."""
-    uri = tracking_uri or paths.tracking_uri()
+    uri = tracking_uri or workdir.tracking_uri()
     check_reachable(uri)
     exp = sweep_experiment(_client(uri), name)
     if exp is None:

@@ -166,7 +166,7 @@ def summarise_sweep(
     summary that says why."""
     from rich.console import Console
 
-    from jobs import paths
+    from contract import workdir
     from orchestrator import plots as plotting
     from orchestrator.results import load_curves, sweep_dir, sync
     from orchestrator.results.advice import costing
@@ -175,7 +175,7 @@ def summarise_sweep(
     from orchestrator.results.sources import find_sweep_runs
     from orchestrator.results.store import ResultsError
 
-    uri = tracking_uri or paths.tracking_uri()
+    uri = tracking_uri or workdir.tracking_uri()
     synced = sync(sweep, uri, root=root)
     cache = sweep_dir(sweep, root) / "summary.cache.json"
     key = _summary_key(sweep, root, baseline, n_resamples, width)

@@ -218,7 +218,7 @@ def fit_cmd(
 
 
 def _fit_and_plot(sweep: str, baseline: str, resamples: int, tracking_uri: str | None):  # noqa: ANN202
-    from jobs import paths
+    from contract import workdir
     from orchestrator import plots
     from orchestrator.results import load_curves, sweep_dir
     from orchestrator.results.fit import fit_sweep
@@ -227,7 +227,7 @@ def _fit_and_plot(sweep: str, baseline: str, resamples: int, tracking_uri: str |
     _synced(sweep, tracking_uri)
     fit = fit_sweep(sweep, baseline=baseline, n_resamples=resamples)
     files = plots.make_plots(fit, load_curves(sweep), sweep_dir(sweep) / "plots")
-    uri = tracking_uri or paths.tracking_uri()
+    uri = tracking_uri or workdir.tracking_uri()
     logged = plots.log_plots(find_sweep_runs(sweep, uri).parent_run_id, files, uri)
     return fit, files, logged, uri
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs import paths
+from contract import workdir
 from jobs.outbox import Outbox
 from orchestrator import delivery
 from orchestrator.backends import DEFAULT_JOB, JobRef, make_backend
@@ -249,7 +249,7 @@ def _settle(
     if max_retries < 0 and status != FINISHED:  # cancelled on request, however it ended
         status = KILLED
     if status == FINISHED:
-        outbox = Outbox(paths.trial_dir(tid), run_id)
+        outbox = Outbox(workdir.trial_dir(tid), run_id)
         spooled = outbox.pending() or outcome.get("metrics_pending") or 0
         if not spooled:
             ledger.set_status(run_id, FINISHED)

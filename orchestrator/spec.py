@@ -25,9 +25,9 @@ from pydantic import (
     model_validator,
 )
 
+from contract.config import FrozenConfig, config_class_of, format_config_error
 from jobs.config import JobCheckError, JobConfig
 from jobs.gpus import gpu_spec
-from models.config import FrozenConfig, format_config_error, register_config
 from models.sizes import get_size
 from models.variants import canonical_variant
 from orchestrator.sweep_file import SourceMap, SpecError, load_yaml, read_sweep
@@ -279,10 +279,6 @@ class SweepSpec(FrozenConfig):
         return self
 
 
-for _cls in (IsoFlopAxis, SlurmOptions, BackendConfig, EstimateConfig, SweepSpec):
-    register_config(_cls)
-
-
 def check_dotted_key(key: str) -> None:
     """'model.size' must name a JobConfig field; raise with the allowed keys otherwise."""
     cls: type[BaseModel] | None = JobConfig
@@ -298,9 +294,7 @@ def check_dotted_key(key: str) -> None:
             )
         if cls.__name__ == "DeepSpeedConfig" and part == "extra":
             return  # free-form DeepSpeed keys below
-        from models.config import _config_class_of
-
-        cls = _config_class_of(cls.model_fields[part].annotation)
+        cls = config_class_of(cls.model_fields[part].annotation)
 
 
 # ---------------------------------------------------------------- the file

@@ -64,8 +64,8 @@ TORCH_FREE = (
     "models.flops",
     "models.variants",
     "jobs.config",
-    "jobs.paths",
-    "contract",
+    "contract.workdir",
+    "contract.config",
 )
 HEAVY = ("torch", "ray", "mlflow", "pyarrow", "matplotlib", "scipy", "deepspeed", "submitit")
 HEAVY += ("datasets",)

@@ -77,8 +77,8 @@ def run_ranks(job: Any, run_id: str | None, ranks: int) -> dict[str, Any]:
     import tempfile
     import time
 
+    from contract.workdir import RESULT_FILE, trial_dir
     from jobs.local_ranks import run_local_ranks
-    from jobs.paths import RESULT_FILE, trial_dir
 
     result_path = trial_dir(job.trial_id) / RESULT_FILE
     started = time.time()

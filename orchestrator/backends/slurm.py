@@ -15,7 +15,7 @@ import time
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from jobs import paths
+from contract import workdir
 from orchestrator.backends import Backend, BackendError, JobRef, ray_init, run_job
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ class SlurmBackend(Backend):
     def start(self) -> None:
         check_slurm()
         self.owns_ray = ray_init("local", embedded=True)  # only the watchers run in Ray
-        self.folder = str(paths.scalelab_home() / "slurm" / self.ledger.sweep / "%j")
+        self.folder = str(workdir.scalelab_home() / "slurm" / self.ledger.sweep / "%j")
 
     def _executor(self) -> Any:
         import submitit

@@ -217,7 +217,7 @@ def _size_targets(rows: pa.Table, size: str) -> list[Target]:
         try:
             job = JobConfig.model_validate({**config, "model": model})
         except ValueError as e:
-            from models.config import format_config_error
+            from contract.config import format_config_error
 
             why = format_config_error(e) if hasattr(e, "errors") else str(e)
             why = "; ".join(why.splitlines())

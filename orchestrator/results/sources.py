@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs import paths
+from contract import workdir
 from jobs.tracking import VAL_LOSS_AT_GFLOP
 
 from .store import ResultsError
@@ -64,7 +64,7 @@ def find_sweep_runs(sweep: str, tracking_uri: str | None = None) -> SweepRuns:
 
     from orchestrator.ledger import sweep_experiment
 
-    uri = tracking_uri or paths.tracking_uri()
+    uri = tracking_uri or workdir.tracking_uri()
     _check_store(uri)
     client = MlflowClient(uri)
     try:
@@ -143,7 +143,7 @@ def unflatten(params: dict[str, str]) -> dict[str, Any]:
 
 def read_job(trial: TrialRun, tdir: Path) -> dict[str, Any]:
     """The trial's JobConfig as a nested dict: job.json if here, else the run's params."""
-    path = tdir / paths.JOB_FILE
+    path = tdir / workdir.JOB_FILE
     if path.exists():
         try:
             return json.loads(path.read_text())
@@ -153,7 +153,7 @@ def read_job(trial: TrialRun, tdir: Path) -> dict[str, Any]:
 
 
 def read_result(tdir: Path) -> dict[str, Any] | None:
-    path = tdir / paths.RESULT_FILE
+    path = tdir / workdir.RESULT_FILE
     if not path.exists():
         return None
     try:

@@ -1,6 +1,6 @@
 """Where the results tables live and how they are written and read (pyarrow, Parquet).
 
-results/                         (jobs.paths.results_dir())
+results/                         (jobs.workdir.results_dir())
   trials/sweep=<name>/part-0.parquet   one row per trial
   curves/sweep=<name>/part-0.parquet   one row per (trial, metric, step)
   <name>/sync_state.json               which trials are synced, at what status
@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs import paths
+from contract import workdir
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -34,7 +34,7 @@ class ResultsError(ValueError):
 
 
 def results_root(root: Path | None = None) -> Path:
-    return Path(root) if root is not None else paths.results_dir()
+    return Path(root) if root is not None else workdir.results_dir()
 
 
 def sweep_dir(sweep: str, root: Path | None = None) -> Path:

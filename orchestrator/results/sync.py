@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs import paths
+from contract import workdir
 
 from . import store
 from .sources import (
@@ -159,7 +159,7 @@ def sync(
     keep = [t for t in runs.trials if unchanged(t)]
     fresh = [t for t in runs.trials if not unchanged(t)]
     client = None
-    if any(not (paths.trial_dir(t.trial_id) / paths.CURVES_FILE).exists() for t in fresh):
+    if any(not (workdir.trial_dir(t.trial_id) / workdir.CURVES_FILE).exists() for t in fresh):
         from mlflow import MlflowClient
 
         client = MlflowClient(runs.uri)
@@ -264,10 +264,10 @@ def _read_trial(t: TrialRun, client: Any) -> tuple[dict[str, Any], pa.Table]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    tdir = paths.trial_dir(t.trial_id)
+    tdir = workdir.trial_dir(t.trial_id)
     job = read_job(t, tdir)
     result = read_result(tdir) or {}
-    curves_file = tdir / paths.CURVES_FILE
+    curves_file = tdir / workdir.CURVES_FILE
     if curves_file.exists():
         raw, source = read_local_curves(curves_file), "local"
     elif client is not None:

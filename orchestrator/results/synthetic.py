@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from jobs import paths
+from contract import workdir
 from jobs.provenance import mlflow_params
 
 LAW_E, LAW_A, LAW_ALPHA = 1.7, 270.0, 0.15
@@ -88,12 +88,12 @@ def write_sweep(
 
     multipliers = multipliers or {"dense": 1.0, "hadamard": 0.8}
     rng = np.random.default_rng(rng_seed)
-    client = MlflowClient(tracking_uri or paths.tracking_uri())
+    client = MlflowClient(tracking_uri or workdir.tracking_uri())
     exp = client.get_experiment_by_name(sweep)
     eid = (
         exp.experiment_id
         if exp
-        else client.create_experiment(sweep, paths.artifact_root().as_uri())
+        else client.create_experiment(sweep, workdir.artifact_root().as_uri())
     )
     parent = client.create_run(
         eid,
@@ -199,9 +199,9 @@ def _write_trial(
     step_no = np.arange(1, steps + 1)
     tok = np.rint(tokens * frac).astype(np.int64)
     if ctx.local_files:
-        tdir = paths.trial_dir(tid)
+        tdir = workdir.trial_dir(tid)
         tdir.mkdir(parents=True, exist_ok=True)
-        (tdir / paths.JOB_FILE).write_text(job.model_dump_json(indent=2))
+        (tdir / workdir.JOB_FILE).write_text(job.model_dump_json(indent=2))
         lines = [
             json.dumps(
                 {
@@ -215,7 +215,7 @@ def _write_trial(
             for i, (s, t, cc) in enumerate(zip(step_no, tok, c, strict=True))
             for k, v in curve.items()
         ]
-        (tdir / paths.CURVES_FILE).write_text("\n".join(lines) + "\n")
+        (tdir / workdir.CURVES_FILE).write_text("\n".join(lines) + "\n")
         if status == "FINISHED":
             result = {
                 "status": status, "reason": "", "trial_id": tid, "run_id": run_id,
@@ -223,7 +223,7 @@ def _write_trial(
                 "best_val_loss": float(np.nanmin(val)) if np.isfinite(val).any() else None,
                 "n_params": n, "n_nonembed": None, "wall_time_s": 1.5,
             }  # fmt: skip
-            (tdir / paths.RESULT_FILE).write_text(json.dumps(result))
+            (tdir / workdir.RESULT_FILE).write_text(json.dumps(result))
     if ctx.log_metrics:
         now = int(time.time() * 1000)
         metrics = [

@@ -7,7 +7,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from two_ranks import train_on_two_ranks
 
-from jobs.paths import RESULT_FILE, tracking_uri
+from contract.workdir import RESULT_FILE, tracking_uri
 from jobs.train import run
 
 MODEL_STATES = "mp_rank_00_model_states.pt"

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from jobs.paths import RESULT_FILE
+from contract.workdir import RESULT_FILE
 from jobs.train import run
 
 

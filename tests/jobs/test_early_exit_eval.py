@@ -5,8 +5,8 @@ import json
 
 import pytest
 
+from contract.workdir import RESULT_FILE
 from jobs.config import JobConfig
-from jobs.paths import RESULT_FILE
 from jobs.train import run
 
 

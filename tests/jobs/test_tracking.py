@@ -9,7 +9,7 @@ import pytest
 from faults.mlflow_kit import MlflowServer
 from mlflow.tracking import MlflowClient
 
-from jobs.paths import CURVES_FILE
+from contract.workdir import CURVES_FILE
 from jobs.provenance import PARAM_VALUE_LIMIT, flatten
 from jobs.tracking import Tracker, deliver_outbox
 

@@ -10,7 +10,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from jobs.paths import JOB_FILE, RESULT_FILE
+from contract.workdir import JOB_FILE, RESULT_FILE
 from jobs.tracking import VAL_LOSS_AT_GFLOP
 from jobs.train import EXIT_REQUEUE, run
 

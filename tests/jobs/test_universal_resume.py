@@ -9,9 +9,9 @@ import pytest
 import torch
 from two_ranks import train_on_two_ranks
 
+from contract.workdir import RESULT_FILE
 from jobs import distributed
 from jobs.ds_config import plan_batch
-from jobs.paths import RESULT_FILE
 from jobs.train import _Trainer, run
 
 

@@ -1,7 +1,8 @@
 import pytest
 from pydantic import ValidationError
 
-from models.config import ModelConfig, format_config_error
+from contract.config import format_config_error
+from models.config import ModelConfig
 from models.sizes import SIZES
 from models.variants import all_variants, canonical_variant, variant_fields
 

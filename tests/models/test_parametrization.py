@@ -6,10 +6,11 @@ import pytest
 import torch
 from pydantic import ValidationError
 
+from contract.config import format_config_error
 from jobs.config import TrainConfig
 from jobs.optim import adamw, set_lr
 from models.build import build
-from models.config import ModelConfig, format_config_error
+from models.config import ModelConfig
 from models.parametrization import attention_scale, logit_scale, width_mult
 from models.variants import variant_fields
 

@@ -5,9 +5,10 @@ import pytest
 import torch
 from pydantic import ValidationError
 
+from contract.config import format_config_error
 from jobs.synthetic.sequence_tasks import answer_accuracy, sequence_task_batch
 from models.build import build
-from models.config import ModelConfig, format_config_error
+from models.config import ModelConfig
 from models.context import ForwardContext
 from models.early_exit import early_exit_logits, threshold_for_active_fraction
 from models.flops import count_params, tsa_router_hidden

@@ -24,7 +24,7 @@ def work_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     from mlflow import MlflowClient
 
-    from jobs.paths import tracking_uri
+    from contract.workdir import tracking_uri
 
     MlflowClient(tracking_uri()).search_experiments()  # creates the database once
     return home

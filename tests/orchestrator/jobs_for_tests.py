@@ -12,8 +12,8 @@ import time
 import uuid
 from pathlib import Path
 
+from contract.workdir import scalelab_home
 from jobs.config import JobConfig
-from jobs.paths import scalelab_home
 
 
 def _calls(run_id: str | None) -> Path:

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from mlflow import MlflowClient
 
-from jobs import paths
+from contract import workdir
 from orchestrator import plots
 from orchestrator.results import load_curves, sweep_dir, sync
 from orchestrator.results.fit import fit_sweep
@@ -77,7 +77,7 @@ def test_make_plots_writes_pngs_and_logs_them_on_the_parent_run(fits):
     assert all(
         p.stat().st_size > 10_000 and p.read_bytes()[:4] == b"\x89PNG" for p in files.values()
     )
-    uri = paths.tracking_uri()
+    uri = workdir.tracking_uri()
     parent = find_sweep_runs("mech", uri).parent_run_id
     assert plots.log_plots(parent, files, uri)
     logged = {a.path for a in MlflowClient(uri).list_artifacts(parent, "plots")}

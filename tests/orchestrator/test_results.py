@@ -13,7 +13,7 @@ import pytest
 from mlflow import MlflowClient
 from typer.testing import CliRunner
 
-from jobs import paths
+from contract import workdir
 from orchestrator.results import (
     ResultsError,
     load_curves,
@@ -81,11 +81,11 @@ def test_row_groups_are_large(tmp_path):
 def test_incremental_sync_does_not_reread_finished_trials(home, tmp_path, monkeypatch):
     before_trials, before_curves = load_trials("main"), load_curves("main")
     victim = home["trials"][0].trial_id
-    tdir = paths.trial_dir(victim)
-    (tdir / paths.CURVES_FILE).write_text(
+    tdir = workdir.trial_dir(victim)
+    (tdir / workdir.CURVES_FILE).write_text(
         '{"step": 1, "tokens": 1, "flops": 1.0, "metric": "val/loss", "value": 99.0}\n'
     )
-    (tdir / paths.RESULT_FILE).unlink()
+    (tdir / workdir.RESULT_FILE).unlink()
     again = sync("main")
     assert (again.n_read, again.n_reused) == (0, len(home["trials"]))
     assert load_trials("main").equals(before_trials)
@@ -108,7 +108,7 @@ def test_rows_derived_by_other_code_are_all_read_again(home, monkeypatch):
 
 
 def test_running_trial_is_read_again_until_finished(home):
-    client = MlflowClient(paths.tracking_uri())
+    client = MlflowClient(workdir.tracking_uri())
     [running] = write_sweep(
         "inc",
         sizes=("nano",),
@@ -121,8 +121,8 @@ def test_running_trial_is_read_again_until_finished(home):
     first = sync("inc")
     assert first.n_read == 1 and load_trials("inc")["status"].to_pylist() == ["RUNNING"]
     # the job finishes: more points and its result land, the run turns FINISHED
-    tdir = paths.trial_dir(running.trial_id)
-    with open(tdir / paths.CURVES_FILE, "a") as f:
+    tdir = workdir.trial_dir(running.trial_id)
+    with open(tdir / workdir.CURVES_FILE, "a") as f:
         f.write(
             json.dumps({"step": 6, "tokens": 7, "flops": 8.0, "metric": "val/loss", "value": 1.25})
             + "\n"
@@ -236,7 +236,7 @@ def test_bad_input_gives_clear_messages(home):
     sync("nans")
     fit = fit_sweep("nans", n_resamples=10)
     assert "tsa" not in fit.variants and any("NaN" in n for n in fit.notes)
-    MlflowClient(paths.tracking_uri()).create_experiment("empty")
+    MlflowClient(workdir.tracking_uri()).create_experiment("empty")
     assert sync("empty").n_trials == 0
     with pytest.raises(ResultsError, match="empty sweep"):
         fit_sweep("empty")

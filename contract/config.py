@@ -1,0 +1,68 @@
+"""The base of every scalelab config, and its one-line error messages.
+
+Every config class (model, job, sweep, backend) derives from `FrozenConfig`: immutable,
+unknown keys, NaN and infinities are errors. `format_config_error` turns pydantic's
+`ValidationError` into one line per problem naming the dotted key, and for an unknown key
+the keys allowed at that depth (docs/architecture.md, 'Configs').
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+# Every FrozenConfig subclass by class name: a ValidationError names its model by title only.
+_CONFIG_CLASSES: dict[str, type[BaseModel]] = {}
+
+
+class FrozenConfig(BaseModel):
+    """Base of every scalelab config: immutable; unknown keys, NaN and infinities are errors."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", validate_default=True, allow_inf_nan=False
+    )
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        _CONFIG_CLASSES[cls.__name__] = cls
+
+
+def format_config_error(error: ValidationError, source: str = "config") -> str:
+    """One line per problem: '<source>: <dotted.key>: <message>'."""
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(p) for p in item["loc"]) or "<root>"
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+            allowed = allowed_keys(error.title, item["loc"])
+            if allowed:
+                message += f" (allowed: {', '.join(allowed)})"
+        elif item["type"] == "literal_error":
+            message = f"{message}, got {item.get('input')!r}"
+        lines.append(f"{source}: {key}: {message}")
+    return "\n".join(lines)
+
+
+def allowed_keys(title: str, loc: tuple) -> list[str]:
+    """The keys of the config at `loc[:-1]` below the config class named `title`."""
+    cls = _CONFIG_CLASSES.get(title)
+    for part in loc[:-1]:
+        if cls is None:
+            return []
+        field = cls.model_fields.get(str(part))
+        cls = config_class_of(field.annotation) if field else None
+    return sorted(cls.model_fields) if cls else []
+
+
+def config_class_of(annotation: object) -> type[BaseModel] | None:
+    """The config class inside a field's annotation (`BudgetConfig | None` -> BudgetConfig)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = config_class_of(arg)
+        if found:
+            return found
+    return None
