@@ -12,6 +12,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+
+class NotIdentity:
+    """Marks a config field that does not change what a trial computes (cadence, placement,
+    execution): `x: Annotated[int, NotIdentity] = 10`. The trial id leaves it out
+    (jobs/identity.py; docs/architecture.md, 'Trial identity')."""
+
+
 # Every FrozenConfig subclass by class name: a ValidationError names its model by title only.
 _CONFIG_CLASSES: dict[str, type[BaseModel]] = {}
 

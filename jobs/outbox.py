@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from contract.runs import Status
 from jobs import tracking_store
 
 OUTBOX_DIR = "outbox"
@@ -215,8 +216,8 @@ class Outbox:
             elif kind == "status":
                 send()
                 try:
-                    if item["status"] == "RUNNING":
-                        client.update_run(run_id, status="RUNNING")
+                    if item["status"] == Status.RUNNING:
+                        client.update_run(run_id, status=Status.RUNNING)
                     else:
                         client.set_terminated(run_id, status=item["status"])
                 except MlflowException as e:  # a refused transition must not block the rest

@@ -27,12 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from contract.runs import Status
 from contract.workdir import CURVES_FILE
 from jobs.environ import scoped_environ
 from jobs.outbox import Outbox, metric
 
-# '@' is not allowed in MLflow metric names, so val/loss@gflop is logged as:
-VAL_LOSS_AT_GFLOP = "val/loss_at_gflop"
 METRIC_NAME = re.compile(r"^[\w\-. :/]+$")  # what MLflow accepts
 
 
@@ -77,7 +76,7 @@ class Tracker:
         self.outbox.copy_curve(curve)
         self._spooled = self.outbox.positions()
         self._spool, self._curves = self.outbox.open(), open(self.dir / CURVES_FILE, "a")
-        self._put({"kind": "status", "status": "RUNNING"})
+        self._put({"kind": "status", "status": Status.RUNNING})
         for key, value in tags.items():
             self._put({"kind": "tag", "key": key, "value": str(value)})
         if fresh_run or new_spool:

@@ -20,11 +20,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from contract import runs
+from contract.outcome import Ending, exit_code
+from contract.runs import EXPERIMENT_ENV, STANDALONE_EXPERIMENT, Metric, Status, Tag
 from contract.workdir import JOB_FILE, RESULT_FILE, trial_dir
 from jobs import checkpoint, distributed, universal
 from jobs.accounting import device_peak_flops, mfu
@@ -38,17 +41,15 @@ from jobs.evaluate import evaluate, evaluate_early_exit
 from jobs.optim import adamw, lr_at, set_lr, total_steps, total_tokens
 from jobs.provenance import code_version, mlflow_params
 from jobs.step_metrics import MetricWindow, Reduced
-from jobs.tracking import VAL_LOSS_AT_GFLOP, Tracker
+from jobs.tracking import Tracker
 from models.flops import count_params, train_flops_per_token
 
-EXIT_REQUEUE = 75  # EX_TEMPFAIL: "requeue me" for every backend
 DS_CONFIG_FILE = "deepspeed.json"
-Status = Literal["FINISHED", "FAILED", "PREEMPTED"]
 
 
 @dataclass(frozen=True)
 class TrainResult:
-    status: Status
+    status: Ending
     reason: str
     trial_id: str
     run_id: str | None
@@ -153,20 +154,21 @@ class _Trainer:
     def _start_tracking(self, run_id: str | None, resume_tokens: int) -> str | None:
         job = self.job
         tags = {
-            "scalelab.trial_id": job.trial_id,
-            "scalelab.variant": job.model.variant,
-            "scalelab.size": job.model.size,
-            "scalelab.backend": os.environ.get("SCALELAB_BACKEND", "local"),
-            "scalelab.job_ref": os.environ.get("SCALELAB_JOB_REF")
-            or os.environ.get("SLURM_JOB_ID", ""),
-            "scalelab.code_version": code_version(),
-            "scalelab.world_size": str(self.env.world_size),
+            Tag.TRIAL_ID: job.trial_id,
+            Tag.VARIANT: job.model.variant,
+            Tag.SIZE: job.model.size,
+            Tag.CODE_VERSION: code_version(),
+            Tag.WORLD_SIZE: str(self.env.world_size),
         }
+        if run_id is None:  # a run of its own; a scheduler's run keeps its placement tags
+            slurm_job = os.environ.get("SLURM_JOB_ID")
+            tags[Tag.BACKEND] = "local"
+            tags[Tag.JOB_REF] = runs.job_ref("slurm", slurm_job) if slurm_job else ""
         params = mlflow_params(job)
         run_id = self.tracker.start(
             run_id,
-            experiment=os.environ.get("SCALELAB_EXPERIMENT", "scalelab-train"),
-            run_name=f"{job.model.size}-{job.model.variant}-{job.trial_id}",
+            experiment=os.environ.get(EXPERIMENT_ENV, STANDALONE_EXPERIMENT),
+            run_name=runs.trial_run_name(job.model.variant, job.model.size, job.trial_id),
             tags=tags,
             params=params,
             resume_tokens=resume_tokens,  # points logged after it are logged again
@@ -198,17 +200,17 @@ class _Trainer:
         state["run_id"] = run_id
         if self.skipped_checkpoints:
             self.tracker.set_tag(
-                "scalelab.checkpoints_skipped", " | ".join(self.skipped_checkpoints)[:5000]
+                Tag.CHECKPOINTS_SKIPPED, " | ".join(self.skipped_checkpoints)[:5000]
             )
         try:
             with checkpoint.PreemptionFlag() as flag:
                 status, reason, final_val = self._loop(state, flag)
-            final_metrics = self._final_evaluation(state) if status == "FINISHED" else {}
+            final_metrics = self._final_evaluation(state) if status == Status.FINISHED else {}
         except BaseException as e:
-            self.tracker.set_tag("scalelab.error", f"{type(e).__name__}: {e}"[:5000])
-            self.tracker.finish("FAILED")
+            self.tracker.set_tag(Tag.ERROR, f"{type(e).__name__}: {e}"[:5000])
+            self.tracker.finish(Status.FAILED)
             raise
-        self.tracker.finish(None if status == "PREEMPTED" else status)
+        self.tracker.finish(None if status == Status.PREEMPTED else status)
         result = TrainResult(
             status=status,
             reason=reason,
@@ -263,8 +265,8 @@ class _Trainer:
                         problem = self._divergence(reduced, state)
                         if problem:
                             self._save(state)
-                            self.tracker.set_tag("scalelab.error", problem)
-                            return "FAILED", problem, None
+                            self.tracker.set_tag(Tag.ERROR, problem)
+                            return Status.FAILED, problem, None
                         for k, v in reduced.means.items():
                             log[k] = log.get(k, 0.0) + v * reduced.steps
                         log_steps += reduced.steps
@@ -293,10 +295,10 @@ class _Trainer:
             if reduced.preempt and done < self.steps:
                 self._save(state)
                 sig = flag.signal or 0
-                return "PREEMPTED", f"signal {sig} (checkpointed at step {done})", final_val
+                return Status.PREEMPTED, f"signal {sig} (checkpointed at step {done})", final_val
             if done % t.checkpoint_interval == 0 or done == self.steps:
                 self._save(state)
-        return "FINISHED", "", final_val
+        return Status.FINISHED, "", final_val
 
     def _micro_batches(self, first_step: int) -> Iterator[Batch]:
         """This rank's micro-batches from `first_step` to the end, in order."""
@@ -326,7 +328,7 @@ class _Trainer:
         state["last_val"] = val
         self.tracker.log(state["step"], state["tokens"], state["flops"], metrics)
         gflop = int(state["flops"] / 1e9)  # the UI's x-axis becomes compute
-        self.tracker.log(gflop, state["tokens"], state["flops"], {VAL_LOSS_AT_GFLOP: val})
+        self.tracker.log(gflop, state["tokens"], state["flops"], {Metric.VAL_LOSS_AT_GFLOP: val})
         return val
 
     def _final_evaluation(self, state: dict[str, Any]) -> dict[str, float]:
@@ -358,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     result = run(load_job(argv[0]), argv[1] if len(argv) > 1 else None)
     print(json.dumps(asdict(result)))
-    return {"FINISHED": 0, "FAILED": 1, "PREEMPTED": EXIT_REQUEUE}[result.status]
+    return exit_code(result.status)
 
 
 if __name__ == "__main__":

@@ -142,14 +142,15 @@ def train(
         job = _job_file(config) if trial is None else _sweep_trial(config, trial, max_trials)
     except SpecError as e:
         raise fail("\n".join(e.problems)) from None
-    from jobs.train import EXIT_REQUEUE, run
+    from contract.outcome import exit_code
+    from jobs.train import run
 
     try:
         result = run(job, run_id)
     except ValueError as e:  # the job's checks: devices, batch split, data
         raise fail(f"{config}: {e}") from None
     print(json.dumps(result.__dict__))
-    raise typer.Exit({"FINISHED": 0, "FAILED": 1, "PREEMPTED": EXIT_REQUEUE}[result.status])
+    raise typer.Exit(exit_code(result.status))
 
 
 def _job_file(path: str) -> object:

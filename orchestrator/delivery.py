@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from contract import workdir
+from contract.runs import Status, Tag
 from jobs import tracking_store
 from jobs.outbox import Busy, Outbox
 from jobs.tracking import read_curve
-
-FINISHED = "FINISHED"
 
 
 class RunOfTrial(Protocol):
@@ -41,7 +40,7 @@ def trained(trial_id: str) -> dict[str, Any] | None:
         result = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return result if result.get("status") == FINISHED else None
+    return result if result.get("status") == Status.FINISHED else None
 
 
 def adopt(trial_id: str, run_id: str) -> Outbox:
@@ -50,10 +49,8 @@ def adopt(trial_id: str, run_id: str) -> Outbox:
     outbox = Outbox(workdir.trial_dir(trial_id), run_id)
     result = trained(trial_id) or {}
     if result.get("run_id") not in (None, run_id) and not outbox.exists():
-        outbox.append(
-            [{"kind": "tag", "key": "scalelab.trained_in_run", "value": result["run_id"]}]
-        )
-    outbox.copy_curve(read_curve(workdir.trial_dir(trial_id)), then_status=FINISHED)
+        outbox.append([{"kind": "tag", "key": Tag.TRAINED_IN_RUN, "value": result["run_id"]}])
+    outbox.copy_curve(read_curve(workdir.trial_dir(trial_id)), then_status=Status.FINISHED)
     return outbox
 
 
@@ -72,7 +69,7 @@ def send_owed(runs: Iterable[RunOfTrial], uri: str | None = None) -> tuple[int, 
     for a spool another process is sending. Returns (writes sent, runs still owing)."""
     sent, owed = 0, []
     for run in runs:
-        if run.status == FINISHED:
+        if run.status == Status.FINISHED:
             continue
         outbox = Outbox(workdir.trial_dir(run.trial_id), run.run_id)
         if not outbox.pending():

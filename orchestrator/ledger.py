@@ -30,6 +30,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contract import workdir
+from contract.runs import (
+    TERMINAL,
+    Param,
+    Role,
+    Status,
+    Tag,
+    cancelled_filter,
+    search_all,
+    sweep_experiment,
+    sweep_filter,
+    sweep_run_name,
+    trial_run_name,
+    trials_filter,
+)
 from jobs import tracking_store
 from jobs.provenance import code_version, mlflow_params
 
@@ -39,16 +53,6 @@ if TYPE_CHECKING:
     from orchestrator.expand import Trial
     from orchestrator.spec import SweepSpec
 
-TAG = "scalelab."
-CLAIM = "scalelab.claim."
-SCHEDULED, RUNNING, FINISHED, FAILED, KILLED = (
-    "SCHEDULED",
-    "RUNNING",
-    "FINISHED",
-    "FAILED",
-    "KILLED",
-)
-TERMINAL = {FINISHED, FAILED, KILLED}
 SETTLE_S = 0.5  # > the time from creating a run to seeing it in a search, with margin
 MAX_TAG = 8000
 
@@ -105,17 +109,21 @@ class TrialRecord:
 
     @property
     def attempts(self) -> int:
-        return int(self.tags.get(TAG + "attempts", "0"))
+        return int(self.tags.get(Tag.ATTEMPTS, "0"))
 
     @property
     def claim(self) -> tuple[int, str | None]:
         """(epoch, driver id) of the latest claim; (-1, None) when never claimed."""
-        epochs = [(int(k[len(CLAIM) :]), v) for k, v in self.params.items() if k.startswith(CLAIM)]
+        epochs = [
+            (int(k[len(Param.CLAIM_PREFIX) :]), v)
+            for k, v in self.params.items()
+            if k.startswith(Param.CLAIM_PREFIX)
+        ]
         return max(epochs) if epochs else (-1, None)
 
     @property
     def cancelled(self) -> bool:
-        return self.tags.get(TAG + "cancel") == "1"
+        return self.tags.get(Tag.CANCEL) == "1"
 
 
 def new_driver_id() -> str:
@@ -191,21 +199,11 @@ class Ledger:
         eid = self.experiment_id()
         if eid is None:
             return []
-        runs, token = [], None
-        while True:
-            page = self.client.search_runs(
-                [eid], filter_string, max_results=10_000, page_token=token
-            )
-            runs.extend(page)
-            token = page.token
-            if not token:
-                return runs
+        return search_all(self.client, [eid], filter_string)
 
     def find_parent(self) -> str | None:
         if self.parent_id is None:
-            runs = self._search(
-                f"tags.`scalelab.role` = 'sweep' and tags.`scalelab.sweep` = '{self.sweep}'"
-            )
+            runs = self._search(sweep_filter(self.sweep))
             if runs:
                 self.parent_id = min(
                     runs, key=lambda r: (r.info.start_time, r.info.run_id)
@@ -214,12 +212,10 @@ class Ledger:
 
     def records(self) -> dict[str, TrialRecord]:
         """The trials' runs, by trial id (one search, paged)."""
-        runs = self._search(
-            f"tags.`scalelab.role` = 'trial' and tags.`scalelab.sweep` = '{self.sweep}'"
-        )
+        runs = self._search(trials_filter(self.sweep))
         out: dict[str, TrialRecord] = {}
         for run in sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id)):
-            tid = run.data.tags.get(TAG + "trial_id")
+            tid = run.data.tags.get(Tag.TRIAL_ID)
             if tid and tid not in out:
                 out[tid] = _record(run)
         return out
@@ -247,37 +243,38 @@ class Ledger:
             return self.parent_id
         eid = self.experiment_id(create=True)
         tags = {
-            "mlflow.runName": f"sweep:{self.sweep}",
-            TAG + "role": "sweep",
-            TAG + "sweep": self.sweep,
-            TAG + "code_version": code_version(),
+            Tag.RUN_NAME: sweep_run_name(self.sweep),
+            Tag.ROLE: Role.SWEEP,
+            Tag.SWEEP: self.sweep,
+            Tag.CODE_VERSION: code_version(),
         }
-        run = self.client.create_run(eid, tags=tags, run_name=f"sweep:{self.sweep}")
+        run = self.client.create_run(eid, tags=tags, run_name=sweep_run_name(self.sweep))
         time.sleep(SETTLE_S)
         self.parent_id = None
         parent = self.find_parent()
         if parent != run.info.run_id:
             self.client.delete_run(run.info.run_id)  # lost a creation race: use the winner's
         else:
-            self.client.update_run(parent, status=SCHEDULED)
+            self.client.update_run(parent, status=Status.SCHEDULED)
         self._update_parent_tags(spec, spec_yaml, spec_path)
         return parent
 
     def _update_parent_tags(self, spec: SweepSpec, spec_yaml: str, spec_path: str) -> None:
         from mlflow.entities import RunTag
 
-        tags = {TAG + "backend": spec.backend.kind}
+        tags = {Tag.BACKEND: spec.backend.kind}
         if spec_yaml and len(spec_yaml) <= MAX_TAG:
-            tags[TAG + "spec_yaml"] = spec_yaml
+            tags[Tag.SPEC_YAML] = spec_yaml
         if spec_path:
-            tags[TAG + "spec_path"] = spec_path
+            tags[Tag.SPEC_PATH] = spec_path
         self.client.log_batch(self.parent_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
     def sync(
         self, spec: SweepSpec, trials: list[Trial], **parent_info: str
     ) -> dict[str, TrialRecord]:
         """Create the parent and every missing child run (SCHEDULED); never duplicates."""
-        from mlflow.entities import Param, RunTag
+        from mlflow.entities import Param as MlflowParam
+        from mlflow.entities import RunTag
 
         parent = self.ensure_parent(spec, **parent_info)
         existing = self.records()
@@ -288,24 +285,24 @@ class Ledger:
 
         def create(t: Trial) -> str:
             tags = {
-                "mlflow.parentRunId": parent,
-                "mlflow.runName": f"{t.variant}-{t.size}-{t.trial_id[:8]}",
-                TAG + "role": "trial",
-                TAG + "sweep": self.sweep,
-                TAG + "trial_id": t.trial_id,
-                TAG + "variant": t.variant,
-                TAG + "size": t.size,
-                TAG + "backend": spec.backend.kind,
-                TAG + "code_version": code_version(),
-                TAG + "attempts": "0",
+                Tag.PARENT_RUN_ID: parent,
+                Tag.RUN_NAME: trial_run_name(t.variant, t.size, t.trial_id),
+                Tag.ROLE: Role.TRIAL,
+                Tag.SWEEP: self.sweep,
+                Tag.TRIAL_ID: t.trial_id,
+                Tag.VARIANT: t.variant,
+                Tag.SIZE: t.size,
+                Tag.BACKEND: spec.backend.kind,
+                Tag.CODE_VERSION: code_version(),
+                Tag.ATTEMPTS: "0",
             }
-            run = self.client.create_run(eid, tags=tags, run_name=tags["mlflow.runName"])
+            run = self.client.create_run(eid, tags=tags, run_name=tags[Tag.RUN_NAME])
             params = mlflow_params(t.job)
-            params.update({"n_params": str(t.n_params), "tokens": str(t.tokens)})
-            items = [Param(k, v) for k, v in params.items()]
+            params.update({Param.N_PARAMS: str(t.n_params), Param.TOKENS: str(t.tokens)})
+            items = [MlflowParam(k, v) for k, v in params.items()]
             for i in range(0, len(items), 100):
                 self.client.log_batch(run.info.run_id, params=items[i : i + 100])
-            self.client.update_run(run.info.run_id, status=SCHEDULED)
+            self.client.update_run(run.info.run_id, status=Status.SCHEDULED)
             return run.info.run_id
 
         created = self.map(create, missing)
@@ -315,7 +312,7 @@ class Ledger:
         for run_id in created:
             if run_id not in keep:  # another driver created this trial first
                 self.client.delete_run(run_id)
-        self.client.log_batch(parent, tags=[RunTag(TAG + "n_trials", str(len(records)))])
+        self.client.log_batch(parent, tags=[RunTag(Tag.N_TRIALS, str(len(records)))])
         return records
 
     # ------------------------------------------------------------ claims and heartbeats
@@ -323,14 +320,14 @@ class Ledger:
     def heartbeat(self) -> None:
         host, pid, _ = self.driver_id.split(":")
         beat = json.dumps({"t": time.time(), "host": host, "pid": int(pid)})
-        self.client.set_tag(self.parent_id, f"{TAG}driver.{_tag_safe(self.driver_id)}", beat)
+        self.client.set_tag(self.parent_id, f"{Tag.DRIVER_PREFIX}{_tag_safe(self.driver_id)}", beat)
 
     def driver_alive(self, driver_id: str | None, parent_tags: dict[str, str]) -> bool:
         if driver_id is None:
             return False
         if driver_id == self.driver_id:
             return True
-        raw = parent_tags.get(f"{TAG}driver.{_tag_safe(driver_id)}")
+        raw = parent_tags.get(f"{Tag.DRIVER_PREFIX}{_tag_safe(driver_id)}")
         if raw is None:
             return False
         beat = json.loads(raw)
@@ -351,10 +348,10 @@ class Ledger:
         if owner is not None and self.driver_alive(owner, parent_tags or self.parent_tags()):
             return False
         try:
-            self.client.log_param(rec.run_id, f"{CLAIM}{epoch + 1}", self.driver_id)
+            self.client.log_param(rec.run_id, f"{Param.CLAIM_PREFIX}{epoch + 1}", self.driver_id)
         except MlflowException:
             return False  # another driver logged this epoch first
-        rec.params[f"{CLAIM}{epoch + 1}"] = self.driver_id
+        rec.params[f"{Param.CLAIM_PREFIX}{epoch + 1}"] = self.driver_id
         return True
 
     # ------------------------------------------------------------ transitions
@@ -365,8 +362,8 @@ class Ledger:
         self.client.log_batch(run_id, tags=[RunTag(k, v[:MAX_TAG]) for k, v in tags.items()])
 
     def started(self, rec: TrialRecord, attempt: int) -> None:
-        self.set_tags(rec.run_id, {TAG + "attempts": str(attempt)})
-        rec.tags[TAG + "attempts"] = str(attempt)
+        self.set_tags(rec.run_id, {Tag.ATTEMPTS: str(attempt)})
+        rec.tags[Tag.ATTEMPTS] = str(attempt)
 
     def set_status(self, run_id: str, status: str) -> None:
         if status in TERMINAL:
@@ -386,16 +383,14 @@ class Ledger:
         for rec in chosen:
             if rec.status in TERMINAL:
                 continue
-            self.set_tags(rec.run_id, {TAG + "cancel": "1"})
-            if rec.status == SCHEDULED:
-                self.set_status(rec.run_id, KILLED)
+            self.set_tags(rec.run_id, {Tag.CANCEL: "1"})
+            if rec.status == Status.SCHEDULED:
+                self.set_status(rec.run_id, Status.KILLED)
             touched.append(rec.run_id)
         return touched
 
     def cancelled_run_ids(self) -> set[str]:
-        runs = self._search(
-            f"tags.`scalelab.sweep` = '{self.sweep}' and tags.`scalelab.cancel` = '1'"
-        )
+        runs = self._search(cancelled_filter(self.sweep))
         return {r.info.run_id for r in runs}
 
 
@@ -407,7 +402,7 @@ def _pool() -> ThreadPoolExecutor:
 def _record(run: Any) -> TrialRecord:
     return TrialRecord(
         run_id=run.info.run_id,
-        trial_id=run.data.tags.get(TAG + "trial_id", ""),
+        trial_id=run.data.tags.get(Tag.TRIAL_ID, ""),
         status=run.info.status,
         tags=dict(run.data.tags),
         params=dict(run.data.params),
@@ -439,16 +434,3 @@ def find_sweep(name: str, tracking_uri: str | None = None) -> Ledger:
     ledger = Ledger(name, exp.name, uri)
     ledger.find_parent()
     return ledger
-
-
-def sweep_experiment(client: MlflowClient, name: str) -> Any:
-    """The experiment that holds sweep `name`'s parent run (whatever it is called), or None."""
-    quoted = name.replace("\\", "\\\\").replace("'", "\\'")
-    for exp in client.search_experiments():
-        if client.search_runs(
-            [exp.experiment_id],
-            f"tags.`scalelab.role` = 'sweep' and tags.`scalelab.sweep` = '{quoted}'",
-            max_results=1,
-        ):
-            return exp
-    return None

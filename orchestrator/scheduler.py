@@ -18,20 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contract import workdir
+from contract.runs import Status, Tag
 from jobs.outbox import Outbox
 from orchestrator import delivery
 from orchestrator.backends import DEFAULT_JOB, JobRef, make_backend
 from orchestrator.expand import Trial
-from orchestrator.ledger import (
-    FAILED,
-    FINISHED,
-    KILLED,
-    RUNNING,
-    SCHEDULED,
-    TAG,
-    Ledger,
-    TrialRecord,
-)
+from orchestrator.ledger import Ledger, TrialRecord
 from orchestrator.spec import SweepSpec
 
 MAX_ERROR_LINES = 20
@@ -100,20 +92,20 @@ def run_sweep(
     pending: list[_Live] = []
     for trial in trials:  # already sorted by compute
         rec = records[trial.trial_id]
-        if rec.status == FINISHED:
+        if rec.status == Status.FINISHED:
             out.skipped.append(trial.trial_id)
-        elif rec.status == KILLED and ledger.driver_alive(rec.claim[1], parent_tags):
+        elif rec.status == Status.KILLED and ledger.driver_alive(rec.claim[1], parent_tags):
             out.elsewhere.append(trial.trial_id)  # cancelled under a driver still running
         elif (
-            rec.status == FAILED
+            rec.status == Status.FAILED
             and rec.attempts > cfg.max_retries
             and not delivery.trained(trial.trial_id)
         ):
             out.skipped.append(trial.trial_id)
         else:
             if rec.cancelled:  # re-submitting a cancelled trial runs it again
-                ledger.set_tags(rec.run_id, {TAG + "cancel": "0"})
-                rec.tags[TAG + "cancel"] = "0"
+                ledger.set_tags(rec.run_id, {Tag.CANCEL: "0"})
+                rec.tags[Tag.CANCEL] = "0"
             pending.append(_Live(trial, rec))
     if not pending:  # nothing to run: the statuses just read are the sweep's
         _close_parent(ledger, out, {tid: rec.status for tid, rec in records.items()})
@@ -147,7 +139,7 @@ def run_sweep(
                         import ray  # only after start(), which imports Ray in single-node mode
                     _launch(ledger, backend, to_train, inflight)
             for tid, run_id in sends.poll():
-                ledger.set_status(run_id, FINISHED)  # its spool is empty now
+                ledger.set_status(run_id, Status.FINISHED)  # its spool is empty now
                 trained_in = (delivery.trained(tid) or {}).get("run_id")
                 (out.finished if trained_in in (None, run_id) else out.reused).append(tid)
             if not inflight:
@@ -186,10 +178,10 @@ def _claim(
     for live in ready:
         pending.remove(live)
         live.rec = fresh.get(live.rec.run_id, live.rec)
-        if live.rec.status == FINISHED:
+        if live.rec.status == Status.FINISHED:
             out.skipped.append(live.trial.trial_id)
         elif live.rec.cancelled:
-            ledger.set_status(live.rec.run_id, KILLED)
+            ledger.set_status(live.rec.run_id, Status.KILLED)
             out.killed.append(live.trial.trial_id)
         else:
             candidates.append(live)
@@ -216,10 +208,10 @@ def _launch(ledger: Ledger, backend: Any, claimed: list[_Live], inflight: dict) 
     items = [(live.trial, live.rec) for live in claimed]
     writes = []
     for live, (handle, job_ref) in zip(claimed, backend.launch_many(items), strict=True):
-        reattached = job_ref == live.rec.tags.get(TAG + "job_ref")  # a SLURM job still alive
+        reattached = job_ref == live.rec.tags.get(Tag.JOB_REF)  # a SLURM job still alive
         attempt = live.rec.attempts + (0 if reattached or live.requeued else 1)
         live.requeued = False
-        tags = {TAG + "attempts": str(attempt), TAG + "job_ref": job_ref, TAG + "cancel": "0"}
+        tags = {Tag.ATTEMPTS: str(attempt), Tag.JOB_REF: job_ref, Tag.CANCEL: "0"}
         writes.append((live.rec.run_id, tags))
         live.rec.tags.update(tags)
         inflight[handle] = live
@@ -242,39 +234,39 @@ def _settle(
     try:
         outcome = ray.get(handle)
     except ray.exceptions.TaskCancelledError:
-        outcome = {"status": KILLED, "reason": "cancelled"}
+        outcome = {"status": Status.KILLED, "reason": "cancelled"}
     except Exception as e:  # the job raised, or its worker died
-        outcome = {"status": FAILED, "reason": _error_text(e)}
+        outcome = {"status": Status.FAILED, "reason": _error_text(e)}
     status = outcome["status"]
-    if max_retries < 0 and status != FINISHED:  # cancelled on request, however it ended
-        status = KILLED
-    if status == FINISHED:
+    if max_retries < 0 and status != Status.FINISHED:  # cancelled on request, however it ended
+        status = Status.KILLED
+    if status == Status.FINISHED:
         outbox = Outbox(workdir.trial_dir(tid), run_id)
         spooled = outbox.pending() or outcome.get("metrics_pending") or 0
         if not spooled:
-            ledger.set_status(run_id, FINISHED)
+            ledger.set_status(run_id, Status.FINISHED)
             out.finished.append(tid)
         elif outbox.exists():  # MLflow was unreachable when the job ended: send the rest
             sends.add(tid, run_id)
         else:  # spooled in a folder this driver cannot see: the next job there sends it
-            ledger.set_tags(run_id, {TAG + "outbox_pending": str(spooled)})
+            ledger.set_tags(run_id, {Tag.OUTBOX_PENDING: str(spooled)})
             out.undelivered.append(tid)
-    elif status == "PREEMPTED":
-        ledger.set_tags(run_id, {TAG + "preempted": str(int(time.time()))})
+    elif status == Status.PREEMPTED:
+        ledger.set_tags(run_id, {Tag.PREEMPTED: str(int(time.time()))})
         live.not_before, live.requeued = 0.0, True
         pending.insert(0, live)  # same run id, resumes from its checkpoint
-    elif status == KILLED:
-        ledger.set_status(run_id, KILLED)
+    elif status == Status.KILLED:
+        ledger.set_status(run_id, Status.KILLED)
         out.killed.append(tid)
     elif live.rec.attempts < max_retries + 1:
         delay = backoff_s * 2 ** (live.rec.attempts - 1)
-        ledger.set_tags(run_id, {TAG + "error": str(outcome.get("reason") or "failed")})
-        ledger.set_status(run_id, SCHEDULED)
+        ledger.set_tags(run_id, {Tag.ERROR: str(outcome.get("reason") or "failed")})
+        ledger.set_status(run_id, Status.SCHEDULED)
         live.not_before = time.monotonic() + delay
         pending.append(live)
     else:
-        ledger.set_tags(run_id, {TAG + "error": str(outcome.get("reason") or "failed")})
-        ledger.set_status(run_id, FAILED)
+        ledger.set_tags(run_id, {Tag.ERROR: str(outcome.get("reason") or "failed")})
+        ledger.set_status(run_id, Status.FAILED)
         out.failed.append(tid)
 
 
@@ -291,7 +283,7 @@ def _apply_cancels(
         return
     for live in [p for p in pending if p.rec.run_id in cancelled]:
         pending.remove(live)
-        ledger.set_status(live.rec.run_id, KILLED)
+        ledger.set_status(live.rec.run_id, Status.KILLED)
         out.killed.append(live.trial.trial_id)
     for handle, live in list(inflight.items()):
         if live.rec.run_id in cancelled and handle not in killing:
@@ -303,11 +295,11 @@ def _close_parent(
     ledger: Ledger, out: SweepOutcome, statuses: dict[str, str] | None = None
 ) -> None:
     statuses = statuses if statuses is not None else ledger.statuses()
-    if all(s == FINISHED for s in statuses.values()):
-        ledger.finish_sweep(FINISHED)
-    elif out.elsewhere or any(s in (RUNNING, SCHEDULED) for s in statuses.values()):
-        ledger.set_status(ledger.parent_id, RUNNING)
-    elif any(s == FAILED for s in statuses.values()):
-        ledger.finish_sweep(FAILED)
+    if all(s == Status.FINISHED for s in statuses.values()):
+        ledger.finish_sweep(Status.FINISHED)
+    elif out.elsewhere or any(s in (Status.RUNNING, Status.SCHEDULED) for s in statuses.values()):
+        ledger.set_status(ledger.parent_id, Status.RUNNING)
+    elif any(s == Status.FAILED for s in statuses.values()):
+        ledger.finish_sweep(Status.FAILED)
     else:
-        ledger.finish_sweep(KILLED)
+        ledger.finish_sweep(Status.KILLED)

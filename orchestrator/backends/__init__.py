@@ -17,6 +17,8 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
+from contract.runs import Status
+
 if TYPE_CHECKING:
     from orchestrator.expand import Trial
     from orchestrator.ledger import Ledger, TrialRecord
@@ -47,10 +49,10 @@ def outcome_of(result: Any) -> dict[str, Any]:
     """A job's return value (TrainResult, dict, None) -> {'status', 'reason',
     'metrics_pending'} (MLflow writes the job left spooled in its trial folder)."""
     if result is None:
-        return {"status": "FINISHED", "reason": None, "metrics_pending": 0}
+        return {"status": Status.FINISHED, "reason": None, "metrics_pending": 0}
     get = result.get if isinstance(result, dict) else lambda k, d: getattr(result, k, d)
     return {
-        "status": get("status", "FINISHED"),
+        "status": get("status", Status.FINISHED),
         "reason": get("reason", None),
         "metrics_pending": get("metrics_pending", 0),
     }
@@ -90,7 +92,7 @@ def run_ranks(job: Any, run_id: str | None, ranks: int) -> dict[str, Any]:
         code = run_local_ranks(cmd, ranks)
     if result_path.exists() and result_path.stat().st_mtime >= started:
         return outcome_of(json.loads(result_path.read_text()))
-    return {"status": "FAILED", "reason": f"{ranks} ranks: one exited with code {code}"}
+    return {"status": Status.FAILED, "reason": f"{ranks} ranks: one exited with code {code}"}
 
 
 def ray_init(address: str, *, embedded: bool) -> bool:

@@ -16,6 +16,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from contract import workdir
+from contract.runs import Status, Tag, job_ref
 from orchestrator.backends import Backend, BackendError, JobRef, ray_init, run_job
 
 if TYPE_CHECKING:
@@ -95,10 +96,10 @@ def watch_slurm(folder: str, job_id: str, poll_s: float) -> dict[str, Any]:
     except Exception as e:  # job failed, was cancelled, or left no result
         state = job.state
         if state.startswith("CANCELLED"):
-            return {"status": "KILLED", "reason": f"SLURM job {job_id}: {state}"}
+            return {"status": Status.KILLED, "reason": f"SLURM job {job_id}: {state}"}
         lines = str(e).strip().splitlines()
         return {
-            "status": "FAILED",
+            "status": Status.FAILED,
             "reason": f"SLURM job {job_id} {state}: " + "\n".join(lines[-15:]),
         }
 
@@ -140,7 +141,7 @@ class SlurmBackend(Backend):
         """The SLURM job id of a trial whose job still exists (a previous driver's)."""
         import submitit
 
-        ref = rec.tags.get("scalelab.job_ref", "")
+        ref = rec.tags.get(Tag.JOB_REF, "")
         if not ref.startswith("slurm:"):
             return None
         job_id = ref.removeprefix("slurm:")
@@ -174,12 +175,12 @@ class SlurmBackend(Backend):
                     job_ids[i] = job.job_id
         watcher = ray.remote(watch_slurm).options(num_cpus=WATCHER_CPUS, max_retries=3)
         poll = self.cfg.slurm.poll_s
-        return [(watcher.remote(self.folder, jid, poll), f"slurm:{jid}") for jid in job_ids]
+        return [(watcher.remote(self.folder, jid, poll), job_ref("slurm", jid)) for jid in job_ids]
 
     def cancel(self, handle: Any, rec: TrialRecord) -> None:
         import ray
 
-        ref = rec.tags.get("scalelab.job_ref", "")
+        ref = rec.tags.get(Tag.JOB_REF, "")
         if ref.startswith("slurm:"):
             subprocess.run(
                 ["scancel", ref.removeprefix("slurm:")], check=False, capture_output=True

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contract import workdir
-from jobs.tracking import VAL_LOSS_AT_GFLOP
+from contract.runs import PREFIX, Metric, Role, Tag, search_all, sweep_experiment, sweep_run_name
 
 from .store import ResultsError
 
@@ -22,10 +22,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from mlflow import MlflowClient
 
-TAG = "scalelab."
 # A derived view of val/loss whose `step` is GFLOPs (for the MLflow UI's x-axis): the
 # curves table has the flops column instead, so these are left out.
-SKIP_SUFFIX = VAL_LOSS_AT_GFLOP.removeprefix("val/loss")  # "_at_gflop"
+SKIP_SUFFIX = Metric.VAL_LOSS_AT_GFLOP.removeprefix("val/loss")  # "_at_gflop"
 
 
 @dataclass
@@ -62,8 +61,6 @@ def find_sweep_runs(sweep: str, tracking_uri: str | None = None) -> SweepRuns:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from orchestrator.ledger import sweep_experiment
-
     uri = tracking_uri or workdir.tracking_uri()
     _check_store(uri)
     client = MlflowClient(uri)
@@ -75,18 +72,18 @@ def find_sweep_runs(sweep: str, tracking_uri: str | None = None) -> SweepRuns:
             names = sorted(e.name for e in client.search_experiments() if e.name != "Default")
             known = ", ".join(names[:20]) or "none"
             raise ResultsError(f"unknown sweep {sweep!r}: not in {uri} (sweeps there: {known})")
-        runs = _search_all(client, exp.experiment_id)
+        runs = search_all(client, [exp.experiment_id])
     except MlflowException as e:
         raise ResultsError(f"cannot read MLflow at {uri}: {e.message}") from None
     parent = None
     by_trial: dict[str, TrialRun] = {}
     for run in sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id)):
         tags = run.data.tags
-        if tags.get(TAG + "role") == "sweep" or tags.get("mlflow.runName") == f"sweep:{sweep}":
+        if tags.get(Tag.ROLE) == Role.SWEEP or tags.get(Tag.RUN_NAME) == sweep_run_name(sweep):
             parent = parent or run.info.run_id
             continue
-        tid = tags.get(TAG + "trial_id")
-        if not tid or tags.get(TAG + "sweep", sweep) != sweep or tid in by_trial:
+        tid = tags.get(Tag.TRIAL_ID)
+        if not tid or tags.get(Tag.SWEEP, sweep) != sweep or tid in by_trial:
             continue  # not a trial of this sweep, or a duplicate (the oldest run wins)
         by_trial[tid] = TrialRun(
             run_id=run.info.run_id,
@@ -99,16 +96,6 @@ def find_sweep_runs(sweep: str, tracking_uri: str | None = None) -> SweepRuns:
             end_time=run.info.end_time,
         )
     return SweepRuns(sweep, uri, exp.experiment_id, parent, list(by_trial.values()))
-
-
-def _search_all(client: MlflowClient, experiment_id: str) -> list[Any]:
-    runs, token = [], None
-    while True:
-        page = client.search_runs([experiment_id], "", max_results=5000, page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
 
 
 # ------------------------------------------------------------------ the job's config
@@ -127,7 +114,7 @@ def unflatten(params: dict[str, str]) -> dict[str, Any]:
     """{'model.tsa.lambda_depth': '0.1'} -> {'model': {'tsa': {'lambda_depth': 0.1}}}."""
     out: dict[str, Any] = {}
     for key, text in params.items():
-        if key.startswith(TAG):
+        if key.startswith(PREFIX):
             continue
         node = out
         *parents, leaf = key.split(".")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from faults.mlflow_kit import curve_points, env, mlflow_points, repeated, tiny_job
 
-from jobs.tracking import VAL_LOSS_AT_GFLOP
+from contract.runs import Metric
 
 STEPS = 12
 
@@ -89,7 +89,7 @@ def test_replayed_steps_reach_mlflow_and_the_curve_once(tmp_path, checkpoint_eve
     assert sorted(curve) == sorted(sent)
     for name, points in curve.items():
         assert repeated(points) == [], f"curves.jsonl repeats {name} at steps {repeated(points)}"
-        if name == VAL_LOSS_AT_GFLOP:  # its step is int(GFLOPs): tiny runs share step 0
+        if name == Metric.VAL_LOSS_AT_GFLOP:  # its step is int(GFLOPs): tiny runs share step 0
             assert len(sent[name]) == len(points) == STEPS // 4
             continue
         assert repeated(sent[name]) == [], f"MLflow repeats {name} at {repeated(sent[name])}"

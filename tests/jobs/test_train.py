@@ -10,9 +10,10 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
+from contract.outcome import EXIT_REQUEUE
+from contract.runs import Metric
 from contract.workdir import JOB_FILE, RESULT_FILE
-from jobs.tracking import VAL_LOSS_AT_GFLOP
-from jobs.train import EXIT_REQUEUE, run
+from jobs.train import run
 
 
 def test_run_writes_trial_files_and_mlflow(home, mlflow_uri, tiny_job, curve):
@@ -37,9 +38,29 @@ def test_run_writes_trial_files_and_mlflow(home, mlflow_uri, tiny_job, curve):
     assert mlrun.data.params["model.size"] == "nano"
     history = client.get_metric_history(result.run_id, "train/loss")
     assert [m.value for m in sorted(history, key=lambda m: m.step)] == losses
-    gflop = client.get_metric_history(result.run_id, VAL_LOSS_AT_GFLOP)
+    gflop = client.get_metric_history(result.run_id, Metric.VAL_LOSS_AT_GFLOP)
     assert sorted(m.step for m in gflop) == [int(result.flops / 2e9), int(result.flops / 1e9)]
     assert "perf/mfu" not in mlrun.data.metrics  # no peak for CPUs: not logged
+
+
+def test_an_attached_job_keeps_the_schedulers_placement_tags(
+    home, mlflow_uri, tiny_job, monkeypatch
+):
+    """A run the scheduler created on SLURM says so (backend slurm, job_ref slurm:<id>);
+    the job that attaches to it must not rewrite that (SlurmBackend reattaches and
+    `scalelab cancel` scancels by these tags)."""
+    job = tiny_job(train__tokens=512)
+    client = MlflowClient(mlflow_uri)
+    experiment = client.get_experiment_by_name("tests-jobs")
+    eid = experiment.experiment_id if experiment else client.create_experiment("tests-jobs")
+    placement = {"scalelab.backend": "slurm", "scalelab.job_ref": "slurm:123"}
+    run_id = client.create_run(eid, tags=placement).info.run_id
+    monkeypatch.setenv("SLURM_JOB_ID", "123")
+    result = run(job, run_id)
+    assert result.status == "FINISHED" and result.run_id == run_id
+    tags = client.get_run(run_id).data.tags
+    assert {k: tags[k] for k in placement} == placement
+    assert tags["scalelab.trial_id"] == job.trial_id  # what the job does say about itself
 
 
 def test_divergence_fails_after_checkpoint(home, mlflow_uri, tiny_job):

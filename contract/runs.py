@@ -1,0 +1,139 @@
+"""The MLflow names the orchestrator and the jobs agree on (docs/architecture.md, 'MLflow
+schema'): tag and param keys, run roles, statuses, run names and the filters that find
+them. Spelled here only (tests/test_layers.py checks it); no mlflow import.
+
+Experiment = sweep; the sweep's parent run is `sweep:<name>`, with a child run per trial.
+The ledger and scheduler write the placement tags (`backend`, `job_ref`); a job attached
+to a run they created never overwrites them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PREFIX = "scalelab."
+
+
+class Tag:
+    """Keys of scalelab's run tags."""
+
+    ROLE = "scalelab.role"  # Role.SWEEP or Role.TRIAL
+    SWEEP = "scalelab.sweep"
+    TRIAL_ID = "scalelab.trial_id"
+    VARIANT = "scalelab.variant"
+    SIZE = "scalelab.size"
+    BACKEND = "scalelab.backend"  # local | ray | slurm: where the trial runs
+    JOB_REF = "scalelab.job_ref"  # the backend's handle of the attempt (job_ref())
+    CODE_VERSION = "scalelab.code_version"
+    WORLD_SIZE = "scalelab.world_size"
+    ERROR = "scalelab.error"  # why a trial failed
+    ATTEMPTS = "scalelab.attempts"
+    CANCEL = "scalelab.cancel"  # "1": cancel requested
+    PREEMPTED = "scalelab.preempted"  # time of the last preemption
+    OUTBOX_PENDING = "scalelab.outbox_pending"  # points still spooled on a node
+    TRAINED_IN_RUN = "scalelab.trained_in_run"  # the run a shared trial folder trained in
+    CHECKPOINTS_SKIPPED = "scalelab.checkpoints_skipped"
+    N_TRIALS = "scalelab.n_trials"  # on the parent
+    SPEC_YAML = "scalelab.spec_yaml"  # on the parent: the sweep file's text
+    SPEC_PATH = "scalelab.spec_path"
+    DRIVER_PREFIX = "scalelab.driver."  # on the parent: one heartbeat per driver
+    RUN_NAME = "mlflow.runName"
+    PARENT_RUN_ID = "mlflow.parentRunId"
+
+
+class Param:
+    CLAIM_PREFIX = "scalelab.claim."  # + epoch: the driver that owns the trial (write-once)
+    N_PARAMS = "n_params"
+    TOKENS = "tokens"
+
+
+class Role:
+    SWEEP = "sweep"
+    TRIAL = "trial"
+
+
+class Status:
+    """MLflow run statuses, and PREEMPTED: a job's outcome (the run stays RUNNING)."""
+
+    SCHEDULED = "SCHEDULED"
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    KILLED = "KILLED"
+    PREEMPTED = "PREEMPTED"
+
+
+TERMINAL = frozenset({Status.FINISHED, Status.FAILED, Status.KILLED})
+
+
+class Metric:
+    """Metric names that more than one package reads."""
+
+    VAL_LOSS_AT_GFLOP = "val/loss_at_gflop"  # val/loss with step = GFLOPs (MLflow refuses '@')
+
+
+STANDALONE_EXPERIMENT = "scalelab-train"  # a job started without a sweep
+EXPERIMENT_ENV = "SCALELAB_EXPERIMENT"
+
+
+def sweep_run_name(sweep: str) -> str:
+    return f"sweep:{sweep}"
+
+
+def trial_run_name(variant: str, size: str, trial_id: str) -> str:
+    return f"{variant}-{size}-{trial_id[:8]}"
+
+
+def job_ref(kind: str, ident: str) -> str:
+    """A backend's handle of one attempt: 'slurm:123', 'ray:<task id>'."""
+    return f"{kind}:{ident}"
+
+
+def quote(value: str) -> str:
+    """`value` as a literal of an MLflow filter string. MLflow's parser has no escapes: a
+    value is quoted with whichever quote it does not contain."""
+    for mark in ("'", '"'):
+        if mark not in value:
+            return f"{mark}{value}{mark}"
+    raise ValueError(f"an MLflow filter cannot match a value with both quote marks: {value!r}")
+
+
+def tag_filter(key: str, value: str) -> str:
+    return f"tags.`{key}` = {quote(value)}"
+
+
+def sweep_filter(sweep: str) -> str:
+    """The parent run of `sweep`."""
+    return f"{tag_filter(Tag.ROLE, Role.SWEEP)} and {tag_filter(Tag.SWEEP, sweep)}"
+
+
+def trials_filter(sweep: str) -> str:
+    """The trial runs of `sweep`."""
+    return f"{tag_filter(Tag.ROLE, Role.TRIAL)} and {tag_filter(Tag.SWEEP, sweep)}"
+
+
+def cancelled_filter(sweep: str) -> str:
+    return f"{tag_filter(Tag.SWEEP, sweep)} and {tag_filter(Tag.CANCEL, '1')}"
+
+
+def search_all(
+    client: Any, experiment_ids: list[str], filter_string: str = "", page_size: int = 10_000
+) -> list[Any]:
+    """Every run that matches, page by page (`client`: an MlflowClient)."""
+    runs, token = [], None
+    while True:
+        page = client.search_runs(
+            experiment_ids, filter_string, max_results=page_size, page_token=token
+        )
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def sweep_experiment(client: Any, sweep: str) -> Any | None:
+    """The experiment that holds `sweep`'s parent run (whatever it is called), or None."""
+    for exp in client.search_experiments():
+        if client.search_runs([exp.experiment_id], sweep_filter(sweep), max_results=1):
+            return exp
+    return None
