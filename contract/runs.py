@@ -33,6 +33,9 @@ class Tag:
     OUTBOX_PENDING = "scalelab.outbox_pending"  # points still spooled on a node
     TRAINED_IN_RUN = "scalelab.trained_in_run"  # the run a shared trial folder trained in
     CHECKPOINTS_SKIPPED = "scalelab.checkpoints_skipped"
+    IDENTITY_RULE = "scalelab.identity_rule"  # the rule its trial id was computed by
+    TRIAL_ID_PREV = "scalelab.trial_id_prev"  # the id before `scalelab migrate` re-keyed it
+    SUPERSEDED_BY = "scalelab.superseded_by"  # the trial id that holds its science now
     N_TRIALS = "scalelab.n_trials"  # on the parent
     SPEC_YAML = "scalelab.spec_yaml"  # on the parent: the sweep file's text
     SPEC_PATH = "scalelab.spec_path"
@@ -43,6 +46,7 @@ class Tag:
 
 class Param:
     CLAIM_PREFIX = "scalelab.claim."  # + epoch: the driver that owns the trial (write-once)
+    IDENTITY = "scalelab.identity"  # the canonical identity tree the trial id hashes
     N_PARAMS = "n_params"
     TOKENS = "tokens"
 
@@ -50,6 +54,7 @@ class Param:
 class Role:
     SWEEP = "sweep"
     TRIAL = "trial"
+    SUPERSEDED = "superseded"  # a trial run whose science another run of the sweep holds
 
 
 class Status:

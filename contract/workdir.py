@@ -3,10 +3,11 @@
 $SCALELAB_HOME (default ./scalelab-runs)
   mlflow.db               sqlite tracking store (absolute URI)
   artifacts/              MLflow artifacts
-  trials/<trial_id>/      job.json, ckpt/, curves.jsonl, result.json, outbox/<run_id>/, logs
+  trials/<trial_id>/      job.json, identity.json, ckpt/, curves.jsonl, result.json,
+                          outbox/<run_id>/, logs
   data/                   token shards, one folder per (source, tokenizer), shared by
                           every trial ($SCALELAB_DATA moves it, e.g. to a cluster filesystem)
-  results/                Parquet tables, plots, reports
+  results/<sweep>/        Parquet tables, plots, reports, migrations.jsonl
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 JOB_FILE = "job.json"  # the resolved JobConfig
 CURVES_FILE = "curves.jsonl"  # one JSON object per point: step, tokens, flops, metric, value
 RESULT_FILE = "result.json"  # the job's summary, written last
+IDENTITY_FILE = "identity.json"  # the canonical identity tree the trial id hashes
+MIGRATIONS_FILE = "migrations.jsonl"  # results/<sweep>/: trial ids re-keyed by migrate
 
 
 def scalelab_home() -> Path:

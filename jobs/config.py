@@ -1,30 +1,22 @@
 """Typed, frozen configuration of one training job (torch-free).
 
 A trial is a fully resolved `JobConfig`. Its science fields (model, data, train, seed)
-define the trial's identity; `deepspeed` only says how the same computation is laid out
-on devices (ZeRO stage, offload, activation checkpointing) and is not part of the hash;
-nor is `train.compile` (how the same computation is executed).
+define the trial's identity (jobs/identity.py); fields marked `NotIdentity` do not: the
+cadence of logs, evaluations and checkpoints, `deepspeed` (how the same computation is laid
+out on devices), `data.tokenizer_file` (where a vocabulary is) and `train.compile` (how the
+same computation is executed).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from contract.config import FrozenConfig
+from contract.config import FrozenConfig, NotIdentity
+from jobs import identity
 from models.config import ModelConfig
 
-# Bumped whenever a mechanism's semantics change, so old results are not mistaken for new.
-# 2: text from shared token shards, a validation split fixed per (source, tokenizer) and a
-#    global sample order (issue 12); version 1 trials saw per-seed windows.
-# 3: the baseline's defaults of issue 19 (fan-in init, no decay on embeddings, dropout on the
-#    FFN hidden layer; see docs/reproducing/baseline.md) and model.parametrization.
-VARIANT_SEMANTICS_VERSION = 3
-DATA_PLACEMENT = {"tokenizer_file"}  # DataConfig fields that say where, not what
-TRAIN_EXECUTION = {"compile"}  # TrainConfig fields that say how fast, not what
 MAX_SEED = 2**32 - 1  # numpy's and most libraries' seed range
 # DeepSpeed keys that jobs/ds_config.py derives from the science fields, each with the key that
 # decides it: deepspeed.extra may not set them (it would change what is computed, silently).
@@ -92,8 +84,8 @@ class DataConfig(FrozenConfig):
         description="byte (vocab 256), gpt2 (GPT-2 BPE, offline), or a path to a "
         ".tiktoken file or a tokenizers JSON",
     )
-    # Placement, not science: where GPT-2's vocabulary is on this machine (JobConfig.science).
-    tokenizer_file: str | None = Field(
+    # Placement, not science: where GPT-2's vocabulary is on this machine.
+    tokenizer_file: Annotated[str | None, NotIdentity] = Field(
         None,
         description="for tokenizer gpt2 when its vocabulary is not installed: "
         "r50k_base.tiktoken, or a folder with GPT-2's vocab.bpe and encoder.json",
@@ -130,31 +122,28 @@ class TrainConfig(FrozenConfig):
     beta2: float = 0.95
     grad_clip: float = Field(1.0, ge=0)
     dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
-    # Resolved on validation (None for fp32 models, left out of the dump and so of the trial
-    # id: their gradients are fp32 anyway); a bf16/fp16 trial's id names it.
+    # Resolved on validation (None for fp32 models, whose ids do not name it: their gradients
+    # are fp32 anyway); a bf16/fp16 trial's id names it.
     grad_accum_dtype: Literal["fp32", "bf16"] | None = Field(
         None,
-        exclude_if=lambda dtype: dtype is None,
         description="with dtype bf16 or fp16: the dtype gradients are accumulated over "
         "micro-batches and reduced across ranks in (DeepSpeed's data_types.grad_accum_dtype "
         "and communication_data_type); default fp32. bf16 (with dtype bf16 only) is "
         "DeepSpeed's own default, kept for comparison and for ZeRO stage 0",
     )
-    compile: bool = Field(
+    compile: Annotated[bool, NotIdentity] = Field(
         False,
         description="torch.compile the model (execution, not science: not in the trial id)",
     )
-    log_interval: int = Field(10, ge=1)
-    eval_interval: int = Field(100, ge=1)
-    checkpoint_interval: int = Field(200, ge=1)
-    keep_checkpoints: int = Field(2, ge=1)
+    log_interval: Annotated[int, NotIdentity] = Field(10, ge=1)
+    eval_interval: Annotated[int, NotIdentity] = Field(100, ge=1)
+    checkpoint_interval: Annotated[int, NotIdentity] = Field(200, ge=1)
+    keep_checkpoints: Annotated[int, NotIdentity] = Field(2, ge=1)
     divergence_factor: float = Field(
         4.0, gt=1, description="stop if loss exceeds this x its running min"
     )
-    # Left out of the dump (and so of the trial id) while empty: existing trials keep their ids.
     early_exit_alphas: tuple[float, ...] = Field(
         (),
-        exclude_if=lambda alphas: not alphas,
         description="after training, evaluate the LM with confidence early exit "
         "(models.early_exit) at these active fractions alpha in (0, 1]; logs "
         "early_exit/val_loss_a<alpha> and early_exit/alpha_a<alpha>",
@@ -215,7 +204,7 @@ class JobConfig(FrozenConfig):
     model: ModelConfig
     data: DataConfig = DataConfig()
     train: TrainConfig
-    deepspeed: DeepSpeedConfig = DeepSpeedConfig()
+    deepspeed: Annotated[DeepSpeedConfig, NotIdentity] = DeepSpeedConfig()
     seed: int = Field(0, ge=0, le=MAX_SEED)
 
     @model_validator(mode="after")
@@ -249,18 +238,17 @@ class JobConfig(FrozenConfig):
             )
         return self
 
-    def science(self) -> dict[str, Any]:
-        """The fields that define what is computed (and so the trial's identity)."""
-        return {
-            "model": self.model.model_dump(mode="json"),
-            "data": self.data.model_dump(mode="json", exclude=DATA_PLACEMENT),
-            "train": self.train.model_dump(mode="json", exclude=TRAIN_EXECUTION),
-            "seed": self.seed,
-            "semantics": VARIANT_SEMANTICS_VERSION,
-        }
+    def identity_tree(self) -> dict[str, Any]:
+        """What the trial id hashes (jobs/identity.py)."""
+        return identity.identity_tree(self)
 
     @property
     def trial_id(self) -> str:
-        """sha256 of the canonical JSON of the science fields, first 16 hex digits."""
-        canonical = json.dumps(self.science(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+        """sha256 of the canonical JSON of the identity tree, first 16 hex digits."""
+        return identity.trial_id(self)
+
+
+def load_recorded(recorded: dict[str, Any]) -> JobConfig:
+    """A JobConfig from a recorded job.json (or its MLflow params), each field missing from it
+    at the default it had when the trial ran (jobs/identity.py, CHANGED_DEFAULTS)."""
+    return JobConfig.model_validate(identity.with_changed_defaults(recorded))

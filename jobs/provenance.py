@@ -11,7 +11,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from jobs.config import VARIANT_SEMANTICS_VERSION, JobConfig
+from contract.runs import PREFIX
+from jobs.config import JobConfig
+from jobs.identity import SEMANTICS_VERSION
 
 PARAM_VALUE_LIMIT = 6000  # MLflow 3's limit on a param value (older servers: 500)
 
@@ -37,7 +39,7 @@ def code_version() -> str:
             ref = version("scalelab")
         except PackageNotFoundError:
             ref = "unknown"
-    return f"semantics{VARIANT_SEMANTICS_VERSION}+{ref}"
+    return f"semantics{SEMANTICS_VERSION}+{ref}"
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
@@ -56,3 +58,30 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
 def mlflow_params(job: JobConfig) -> dict[str, str]:
     """The run's params: the flattened, fully resolved JobConfig."""
     return flatten(job.model_dump(mode="json"))
+
+
+def parse_param(text: str) -> Any:
+    """An MLflow param back to a value: JSON ('0.001', 'null', '"x"') or Python's str()
+    of it ('None', 'True'), else the string itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {"None": None, "True": True, "False": False}.get(text, text)
+
+
+def unflatten(params: dict[str, str]) -> dict[str, Any]:
+    """{'model.tsa.lambda_depth': '0.1'} -> {'model': {'tsa': {'lambda_depth': 0.1}}}."""
+    out: dict[str, Any] = {}
+    for key, text in params.items():
+        if key.startswith(PREFIX):  # scalelab.* params are not the job's
+            continue
+        node = out
+        *parents, leaf = key.split(".")
+        for p in parents:
+            nxt = node.setdefault(p, {})
+            if not isinstance(nxt, dict):
+                break
+            node = nxt
+        else:
+            node[leaf] = parse_param(text)
+    return out

@@ -28,8 +28,8 @@ import torch.distributed as dist
 from contract import runs
 from contract.outcome import Ending, exit_code
 from contract.runs import EXPERIMENT_ENV, STANDALONE_EXPERIMENT, Metric, Status, Tag
-from contract.workdir import JOB_FILE, RESULT_FILE, trial_dir
-from jobs import checkpoint, distributed, universal
+from contract.workdir import IDENTITY_FILE, JOB_FILE, RESULT_FILE, trial_dir
+from jobs import checkpoint, distributed, identity, universal
 from jobs.accounting import device_peak_flops, mfu
 from jobs.checks import preflight
 from jobs.config import JobConfig
@@ -149,6 +149,7 @@ class _Trainer:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / JOB_FILE).write_text(self.job.model_dump_json(indent=2))
+        (self.dir / IDENTITY_FILE).write_text(identity.canonical_json(self.job.identity_tree()))
         (self.dir / DS_CONFIG_FILE).write_text(json.dumps(self.ds_config, indent=2))
 
     def _start_tracking(self, run_id: str | None, resume_tokens: int) -> str | None:
@@ -164,6 +165,7 @@ class _Trainer:
             slurm_job = os.environ.get("SLURM_JOB_ID")
             tags[Tag.BACKEND] = "local"
             tags[Tag.JOB_REF] = runs.job_ref("slurm", slurm_job) if slurm_job else ""
+            tags[Tag.IDENTITY_RULE] = identity.IDENTITY_RULE
         params = mlflow_params(job)
         run_id = self.tracker.start(
             run_id,

@@ -258,6 +258,7 @@ def _drive(spec: SweepSpec, trials: list[Trial], text: str, path: str, job: str)
     except BackendError as e:
         raise _fail(f"{e}; nothing submitted") from None
     ledger = _ledger(spec.name, spec.experiment_name)
+    _refuse_unmigrated(ledger)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=err, transient=False) as progress:
         task = progress.add_task(f"sweep {spec.name}", total=len(trials))
@@ -500,6 +501,48 @@ def schema() -> None:
     print(json.dumps(SweepSpec.model_json_schema(), indent=2))
 
 
+def _refuse_unmigrated(ledger: Any) -> None:
+    from orchestrator.migrate import needs_migration
+
+    stale = needs_migration(ledger)
+    if stale:
+        raise _fail(
+            f"sweep {ledger.sweep} has {stale} trials recorded under an older identity rule; "
+            f"run `scalelab migrate {ledger.sweep}` first (nothing submitted)"
+        )
+
+
+def migrate(
+    sweep: str = typer.Argument(..., help="Sweep name (or its YAML file)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change; change nothing."),
+) -> None:
+    """Re-key the trials a sweep recorded under an older trial-identity rule, so its finished
+    trials count under this version (docs/architecture.md, 'Trial identity'). Idempotent."""
+    from orchestrator.ledger import LedgerUnavailable
+    from orchestrator.migrate import MigrationRefused, migrate_sweep
+
+    ledger = _find(sweep)
+    try:
+        report = migrate_sweep(ledger, dry_run=dry_run)
+    except (MigrationRefused, LedgerUnavailable) as e:
+        raise _fail(str(e)) from None
+    verb = "would re-key" if dry_run else "re-keyed"
+    out.print(
+        f"sweep {ledger.sweep}: {verb} {len(report.rekeyed)} trials, "
+        f"{len(report.tagged)} kept their id, {len(report.current)} already current"
+    )
+    for old, new in report.rekeyed.items():
+        out.print(f"  {old} -> {new}", highlight=False)
+    for old, new in report.superseded.items():
+        out.print(f"  {old} superseded by {new} (one trial under the new rule)", highlight=False)
+    for old in report.unmatched:
+        out.print(f"  {old}: recorded id matches neither rule, left as it is", highlight=False)
+    for old in report.owing:
+        out.print(f"  {old}: metrics still spooled elsewhere, migrate again later", highlight=False)
+    if report.superseded or report.owing:
+        raise typer.Exit(code=1)
+
+
 def register(app: typer.Typer) -> None:
-    for fn in (submit, status, cancel, resume, ui, schema):
+    for fn in (submit, status, cancel, resume, ui, schema, migrate):
         app.command()(fn)

@@ -44,7 +44,7 @@ from contract.runs import (
     trial_run_name,
     trials_filter,
 )
-from jobs import tracking_store
+from jobs import identity, tracking_store
 from jobs.provenance import code_version, mlflow_params
 
 if TYPE_CHECKING:
@@ -295,10 +295,12 @@ class Ledger:
                 Tag.BACKEND: spec.backend.kind,
                 Tag.CODE_VERSION: code_version(),
                 Tag.ATTEMPTS: "0",
+                Tag.IDENTITY_RULE: identity.IDENTITY_RULE,
             }
             run = self.client.create_run(eid, tags=tags, run_name=tags[Tag.RUN_NAME])
             params = mlflow_params(t.job)
             params.update({Param.N_PARAMS: str(t.n_params), Param.TOKENS: str(t.tokens)})
+            params[Param.IDENTITY] = identity.canonical_json(t.job.identity_tree())
             items = [MlflowParam(k, v) for k, v in params.items()]
             for i in range(0, len(items), 100):
                 self.client.log_batch(run.info.run_id, params=items[i : i + 100])
@@ -334,6 +336,19 @@ class Ledger:
         if beat["host"] == socket.gethostname() and not _pid_alive(beat["pid"]):
             return False
         return time.time() - beat["t"] < self.lease_s
+
+    def live_drivers(self, parent_tags: dict[str, str]) -> list[str]:
+        """The drivers of this sweep whose heartbeat is fresh (other than this one)."""
+        live = []
+        for key, raw in parent_tags.items():
+            if not key.startswith(Tag.DRIVER_PREFIX) or key.endswith(_tag_safe(self.driver_id)):
+                continue
+            beat = json.loads(raw)
+            if beat["host"] == socket.gethostname() and not _pid_alive(beat["pid"]):
+                continue
+            if time.time() - beat["t"] < self.lease_s:
+                live.append(key.removeprefix(Tag.DRIVER_PREFIX))
+        return live
 
     def parent_tags(self) -> dict[str, str]:
         return self.client.get_run(self.parent_id).data.tags

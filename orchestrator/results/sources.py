@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contract import workdir
-from contract.runs import PREFIX, Metric, Role, Tag, search_all, sweep_experiment, sweep_run_name
+from contract.runs import Metric, Role, Tag, search_all, sweep_experiment, sweep_run_name
+from jobs.provenance import unflatten
 
 from .store import ResultsError
 
@@ -99,33 +100,6 @@ def find_sweep_runs(sweep: str, tracking_uri: str | None = None) -> SweepRuns:
 
 
 # ------------------------------------------------------------------ the job's config
-
-
-def parse_param(text: str) -> Any:
-    """An MLflow param back to a value: JSON ('0.001', 'null', '"x"') or Python's str()
-    of it ('None', 'True'), else the string itself."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        return {"None": None, "True": True, "False": False}.get(text, text)
-
-
-def unflatten(params: dict[str, str]) -> dict[str, Any]:
-    """{'model.tsa.lambda_depth': '0.1'} -> {'model': {'tsa': {'lambda_depth': 0.1}}}."""
-    out: dict[str, Any] = {}
-    for key, text in params.items():
-        if key.startswith(PREFIX):
-            continue
-        node = out
-        *parents, leaf = key.split(".")
-        for p in parents:
-            nxt = node.setdefault(p, {})
-            if not isinstance(nxt, dict):
-                break
-            node = nxt
-        else:
-            node[leaf] = parse_param(text)
-    return out
 
 
 def read_job(trial: TrialRun, tdir: Path) -> dict[str, Any]:

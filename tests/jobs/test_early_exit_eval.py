@@ -6,17 +6,7 @@ import json
 import pytest
 
 from contract.workdir import RESULT_FILE
-from jobs.config import JobConfig
 from jobs.train import run
-
-
-def test_early_exit_alphas_do_not_change_existing_trial_ids(tiny_job):
-    job = tiny_job()
-    assert "early_exit_alphas" not in job.science()["train"]
-    with_ee = tiny_job(train__early_exit_alphas=[0.7])
-    assert with_ee.science()["train"]["early_exit_alphas"] == [0.7]
-    assert with_ee.trial_id != job.trial_id
-    assert JobConfig.model_validate_json(with_ee.model_dump_json()) == with_ee
 
 
 @pytest.mark.parametrize("alphas", [[0.0], [1.5], [0.5, 0.5]])

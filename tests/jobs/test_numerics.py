@@ -105,7 +105,7 @@ def test_generated_config_follows_grad_accum_dtype(tiny_job):
 
 def test_the_gradient_dtype_is_in_the_trial_id_and_compile_is_not(tiny_job):
     fp32 = tiny_job()
-    assert "grad_accum_dtype" not in fp32.science()["train"]  # fp32 trials keep their ids
+    assert "grad_accum_dtype" not in fp32.identity_tree()["train"]  # fp32 trials keep their ids
     assert tiny_job(train__grad_accum_dtype="fp32").trial_id == fp32.trial_id
     bf16 = tiny_job(train__dtype="bf16")
     assert bf16.train.grad_accum_dtype == "fp32"

@@ -54,9 +54,9 @@ def assert_pairs_differ_only_in_attn_out(trials: list[Trial]) -> None:
     """Within a size, dense and Hadamard see the same data, tokens, batch, LR and seed."""
     for size, pair in pairs(trials).items():
         assert set(pair) == {"dense", "hadamard"}, size
-        dense, had = pair["dense"].job.science(), pair["hadamard"].job.science()
-        assert dense["model"].pop("attn_out") == "dense"
-        assert had["model"].pop("attn_out") == "hadamard"
+        dense, had = pair["dense"].job.identity_tree(), pair["hadamard"].job.identity_tree()
+        assert "mechanisms" not in dense
+        assert had.pop("mechanisms") == {"hadamard": {}}
         assert dense == had, size
 
 

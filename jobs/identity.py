@@ -1,0 +1,153 @@
+"""Trial identity by explicit fields (docs/architecture.md, 'Trial identity'); torch-free.
+
+    trial_id(job) = sha256(canonical_json(identity_tree(job)))[:16]
+
+The identity tree holds `semantics` (bumped when code changes what an unchanged config
+computes) and, per section (model, mechanisms, data, train, seed), every science field whose
+value differs from its baseline default: the default it had when trials were first recorded
+with it (`CHANGED_DEFAULTS`, else today's). Fields marked `NotIdentity` (cadence, placement,
+execution) are left out. A sub-config that is present counts even with all defaults
+(`budget: {}` is not `budget: null`). So adding a field with a default keeps every id, and
+changing a default keeps old and new trials apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from contract.config import NotIdentity
+
+if TYPE_CHECKING:
+    from jobs.config import JobConfig
+
+# Bumped whenever code changes what an unchanged config computes, so old results are not
+# mistaken for new.
+# 2: text from shared token shards, a validation split fixed per (source, tokenizer) and a
+#    global sample order (issue 12); version 1 trials saw per-seed windows.
+# 3: the baseline's defaults of issue 19 (fan-in init, no decay on embeddings, dropout on the
+#    FFN hidden layer; see docs/reproducing/baseline.md) and model.parametrization.
+SEMANTICS_VERSION = 3
+# The rule that turns a JobConfig into its id, recorded on every trial run
+# (scalelab.identity_rule): "1" hashed the whole science dump, "2" is this module's rule.
+IDENTITY_RULE = "2"
+# "<section>.<field>" -> the default the field had before it changed. Empty: no default of a
+# science field changed since rule 2 began (the merges of issue 19 (µP, baseline) and issue
+# 13 (numerics, speed) added fields with defaults and bumped SEMANTICS_VERSION instead).
+# tests/jobs/data/science_defaults.json holds today's defaults: a changed one fails
+# test_science_defaults_match_the_snapshot until it is listed here.
+CHANGED_DEFAULTS: dict[str, Any] = {}
+# ModelConfig fields that switch a mechanism on; their entry is under "mechanisms".
+_MECHANISM_FIELDS = ("attn_out", "budget", "tsa")
+
+
+def identity_tree(job: JobConfig, semantics: int = SEMANTICS_VERSION) -> dict[str, Any]:
+    """What a trial's id hashes (sections that come out empty are left out)."""
+    tree = {
+        "semantics": semantics,
+        "model": science(job.model, "model", skip=_MECHANISM_FIELDS),
+        "mechanisms": _mechanisms(job.model),
+        "data": science(job.data, "data"),
+        "train": science(job.train, "train"),
+        "seed": science(job, "job", keep=("seed",)).get("seed"),
+    }
+    return {k: v for k, v in tree.items() if v not in ({}, None)}
+
+
+def canonical_json(tree: Mapping[str, Any]) -> str:
+    return json.dumps(
+        tree, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    )
+
+
+def trial_id(job: JobConfig, semantics: int = SEMANTICS_VERSION) -> str:
+    """The first 16 hex digits of the sha256 of the canonical identity tree."""
+    return hashlib.sha256(canonical_json(identity_tree(job, semantics)).encode()).hexdigest()[:16]
+
+
+def science(
+    cfg: BaseModel, section: str, skip: tuple[str, ...] = (), keep: tuple[str, ...] | None = None
+) -> dict[str, Any]:
+    """The fields of `cfg` that count: not NotIdentity, and different from their baseline
+    default (a config value counts whenever present, as its own science)."""
+    out: dict[str, Any] = {}
+    for name, field in type(cfg).model_fields.items():
+        if name in skip or (keep is not None and name not in keep):
+            continue
+        if any(m is NotIdentity or isinstance(m, NotIdentity) for m in field.metadata):
+            continue
+        value = getattr(cfg, name)
+        if isinstance(value, BaseModel):
+            out[name] = science(value, f"{section}.{name}")
+            continue
+        value = _json(value)
+        key = f"{section}.{name}"
+        if field.is_required() or key in CHANGED_DEFAULTS:
+            default = CHANGED_DEFAULTS.get(key, _MISSING)
+        else:
+            default = _json(field.get_default(call_default_factory=True))
+        if value != default:
+            out[name] = value
+    return out
+
+
+def _mechanisms(model: Any) -> dict[str, Any]:
+    """The active mechanisms, each with its own science (issue 16 step 4 derives this from
+    the mechanism registry, byte for byte the same)."""
+    out: dict[str, Any] = {}
+    if model.attn_out == "hadamard":
+        out["hadamard"] = {}
+    for name in ("budget", "tsa"):
+        cfg = getattr(model, name)
+        if cfg is not None:
+            out[name] = science(cfg, f"model.{name}")
+    return out
+
+
+_MISSING = object()
+
+
+def _json(value: Any) -> Any:
+    """A field value as pydantic's JSON mode gives it (tuples as lists, literals as str)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return json.loads(json.dumps(value)) if value is not None else None
+
+
+def legacy_trial_id(job: JobConfig, semantics: int = SEMANTICS_VERSION) -> str:
+    """Rule "1", frozen: the sha256 of the whole science dump (every field of model, data
+    without tokenizer_file, train without compile, empty early_exit_alphas and unresolved
+    grad_accum_dtype left out, seed, semantics). Only `scalelab migrate` uses it, to
+    recognise trials recorded before rule 2."""
+    train = job.train.model_dump(mode="json", exclude={"compile"})
+    if not train.get("early_exit_alphas"):
+        train.pop("early_exit_alphas", None)
+    if train.get("grad_accum_dtype") is None:
+        train.pop("grad_accum_dtype", None)
+    dump = {
+        "model": job.model.model_dump(mode="json"),
+        "data": job.data.model_dump(mode="json", exclude={"tokenizer_file"}),
+        "train": train,
+        "seed": job.seed,
+        "semantics": semantics,
+    }
+    canonical = json.dumps(dump, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def with_changed_defaults(recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded job dict with each field missing from it set to the default it had before
+    that default changed (CHANGED_DEFAULTS), so an old trial keeps its old science."""
+    out = json.loads(json.dumps(recorded))
+    for key, old in CHANGED_DEFAULTS.items():
+        *path, name = key.split(".")
+        node = out
+        for part in path[1:] if path and path[0] == "job" else path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and name not in node:
+            node[name] = old
+    return out
