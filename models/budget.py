@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 from models.attention import MultiHeadAttention, merge_heads
 from models.config import BudgetConfig, ModelConfig
-from models.context import ForwardContext
+from models.context import ForwardContext, masked_mean
 from models.flops import budget_layer_flops, budget_net_flops
 from models.parametrization import set_role
 
@@ -95,10 +95,8 @@ class BudgetAttention(MultiHeadAttention):
         if self.causal:
             count = torch.arange(1, x.size(1) + 1, device=x.device, dtype=x.dtype)
             return x.cumsum(dim=1) / count[:, None]
-        if ctx.pad_mask is None:
-            return x.mean(dim=1, keepdim=True)
-        w = ctx.pad_mask.to(x.dtype).unsqueeze(-1)
-        return (x * w).sum(dim=1, keepdim=True) / w.sum(dim=1, keepdim=True).clamp_min(1.0)
+        mask = None if ctx.pad_mask is None else ctx.pad_mask.unsqueeze(-1)
+        return masked_mean(x, mask, dim=1, keepdim=True)
 
     def decide(self, x_bar: Tensor) -> tuple[Tensor, Tensor]:
         """s (B, T'), r (B, T', H) from the pooled input."""

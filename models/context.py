@@ -8,6 +8,19 @@ from dataclasses import dataclass, field
 from torch import Tensor
 
 
+def masked_mean(
+    x: Tensor, mask: Tensor | None, dim: int | None = None, keepdim: bool = False
+) -> Tensor:
+    """The mean of x over `dim` (every dim: None) counting only the entries where `mask`
+    (broadcast to x's shape, True = real token) is set; the plain mean without a mask."""
+    if mask is None:
+        return x.mean() if dim is None else x.mean(dim=dim, keepdim=keepdim)
+    weights = mask.to(x.dtype).expand_as(x)
+    dims = tuple(range(x.dim())) if dim is None else dim
+    total = (x * weights).sum(dim=dims, keepdim=keepdim)
+    return total / weights.sum(dim=dims, keepdim=keepdim).clamp_min(1.0)
+
+
 @dataclass
 class ForwardContext:
     """Per-call scratchpad: mechanisms read the schedule position and leave their

@@ -41,7 +41,7 @@ def early_exit_logits(model: torch.nn.Module, idx: Tensor, threshold: float) -> 
     """Run the LM `model` (models.gpt.GPT) with confidence-threshold early exit."""
     B, T = idx.shape
     ctx = ForwardContext(readout=model.readout)
-    x = model.drop(model.wte(idx) + model.wpe(torch.arange(T, device=idx.device)))
+    x = model.embed(idx)
     active = torch.ones(B, T, dtype=torch.bool, device=idx.device)
     exit_layer = torch.zeros(B, T, dtype=torch.long, device=idx.device)
     executed = []

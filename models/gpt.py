@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from models.components import build_attention, build_depth_routing
 from models.config import ModelConfig
-from models.context import ForwardContext, ModelOutput
+from models.context import ForwardContext, ModelOutput, masked_mean
 from models.parametrization import init_module, logit_scale, set_role
 
 
@@ -101,6 +101,11 @@ class GPT(nn.Module):
             n -= self.cfg.vocab_size * self.cfg.d_model + self.wpe.weight.numel()
         return n
 
+    def embed(self, idx: Tensor) -> Tensor:
+        """Token plus position embeddings of idx (B, T), after dropout: the input of block 0."""
+        pos = torch.arange(idx.size(1), device=idx.device)
+        return self.drop(self.wte(idx) + self.wpe(pos))
+
     def readout(self, h: Tensor) -> Tensor:
         """Logits over the real vocabulary from hidden states (used by the final layer and by
         early-exit routing): a padded vocabulary's extra columns are sliced off (a view); µP's
@@ -124,9 +129,7 @@ class GPT(nn.Module):
         ctx = ForwardContext(progress=progress, pad_mask=pad_mask)
         if self.cfg.task == "lm":
             ctx.readout = self.readout
-        pos = torch.arange(T, device=idx.device)
-        x = self.drop(self.wte(idx) + self.wpe(pos))
-        x = self.depth(x, self.blocks, ctx)
+        x = self.depth(self.embed(idx), self.blocks, ctx)
         if self.cfg.task == "lm":
             logits = self.readout(x)
             task_loss = None
@@ -135,16 +138,10 @@ class GPT(nn.Module):
                     logits.flatten(0, 1).float(), targets.reshape(-1), ignore_index=-100
                 )
         else:
-            logits = self.classifier(_mean_pool(self.ln_f(x), pad_mask))
+            mask = None if pad_mask is None else pad_mask.unsqueeze(-1)
+            logits = self.classifier(masked_mean(self.ln_f(x), mask, dim=1))
             task_loss = F.cross_entropy(logits.float(), targets) if targets is not None else None
         loss = None
         if task_loss is not None:
             loss = task_loss + sum(ctx.aux_losses.values(), torch.zeros((), device=idx.device))
         return ModelOutput(logits, loss, task_loss, ctx.aux_losses, ctx.metrics)
-
-
-def _mean_pool(x: Tensor, pad_mask: Tensor | None) -> Tensor:
-    if pad_mask is None:
-        return x.mean(dim=1)
-    weights = pad_mask.to(x.dtype).unsqueeze(-1)
-    return (x * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)

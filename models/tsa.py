@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from models.config import ModelConfig
-from models.context import ForwardContext
+from models.context import ForwardContext, masked_mean
 from models.flops import tsa_router_hidden
 from models.parametrization import set_role
 
@@ -116,11 +116,7 @@ class TokenSelectiveDepth(nn.Module):
 
     def _record(self, gates: Tensor, n_layer: int, ctx: ForwardContext) -> None:
         """gates: (L-1, B, T) of 1 - p (soft) or of the executed 0/1 decisions (sparse)."""
-        if ctx.pad_mask is not None:  # encoder: padded tokens do not count
-            weights = ctx.pad_mask.to(gates.dtype).expand_as(gates)
-            alpha_mean = (gates * weights).sum() / weights.sum().clamp_min(1.0)
-        else:
-            alpha_mean = gates.mean()
+        alpha_mean = masked_mean(gates, ctx.pad_mask)  # encoder: padded tokens do not count
         if self.training:
             ctx.add_loss("tsa/depth", self.lambda_depth * alpha_mean)
         ctx.add_metric("tsa/alpha", alpha_mean)
