@@ -134,6 +134,14 @@ def resume(engine: Any, env: DistEnv, ckpt_dir: Path) -> Resumed:
     return Resumed(None, tuple(skipped), touched)
 
 
+def verify(tag_dir: Path) -> str:
+    """Every check `resume` makes before loading `tag_dir` (files as recorded, no pickle
+    that would run code), by this process alone ('' if it passes): for reading a
+    checkpoint outside training (jobs/trained_model.py)."""
+    alone = DistEnv(0, 1, 0, 1, "127.0.0.1", 0, "none", "cpu", owns_process_group=False)
+    return _verify(alone, tag_dir)
+
+
 def _verify(env: DistEnv, tag_dir: Path) -> str:
     """This rank's share of the comparison of the files with their record ('' if equal)."""
     try:

@@ -41,6 +41,7 @@ class Tokenizer:
     eot: int | None  # document separator token, if the vocabulary has one
     encode_batch: Callable[[list[str]], list[list[int]]]
     encode_arrays: Callable[[list[str]], list[np.ndarray]]  # the same ids, as integer arrays
+    decode: Callable[[list[int]], str]  # ids -> text (invalid UTF-8 bytes as U+FFFD)
 
     @property
     def separator(self) -> list[int]:
@@ -64,6 +65,7 @@ def load_tokenizer(spec: str, tokenizer_file: str | None = None) -> Tokenizer:
             None,
             lambda texts: [list(t.encode("utf-8")) for t in texts],
             lambda texts: [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts],
+            lambda ids: bytes(ids).decode("utf-8", errors="replace"),
         )
     if spec == "gpt2":
         return _gpt2(tokenizer_file) if tokenizer_file is not None else _installed_gpt2()
@@ -170,6 +172,7 @@ def _from_tiktoken(name: str, fingerprint: str, enc: object) -> Tokenizer:
         lambda texts: enc.encode_ordinary_batch(texts, num_threads=1),
         # encode_to_numpy skips the Python ints; with no special tokens it is encode_ordinary
         lambda texts: [enc.encode_to_numpy(t, disallowed_special=()) for t in texts],
+        lambda ids: enc.decode(ids, errors="replace"),
     )
 
 
@@ -212,6 +215,7 @@ def _tokenizers_json(path: Path) -> Tokenizer:
         eot,
         encode,
         lambda texts: [np.asarray(ids, dtype=np.uint32) for ids in encode(texts)],
+        lambda ids: tok.decode(ids, skip_special_tokens=False),
     )
 
 

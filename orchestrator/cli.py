@@ -184,6 +184,10 @@ from orchestrator import commands as _orchestrator_commands  # noqa: E402
 _orchestrator_commands.register(app)
 
 
+from orchestrator import generate_cli as _generate_cli  # noqa: E402
+
+_generate_cli.register(app)
+
 from orchestrator.results_cli import app as results_app  # noqa: E402
 
 app.add_typer(results_app, name="results")

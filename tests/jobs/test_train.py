@@ -9,6 +9,7 @@ import time
 
 import pytest
 from mlflow.tracking import MlflowClient
+from trained_checks import checkpoint_val_loss
 
 from contract.outcome import EXIT_REQUEUE
 from contract.runs import Metric
@@ -41,6 +42,8 @@ def test_run_writes_trial_files_and_mlflow(home, mlflow_uri, tiny_job, curve):
     gflop = client.get_metric_history(result.run_id, Metric.VAL_LOSS_AT_GFLOP)
     assert sorted(m.step for m in gflop) == [int(result.flops / 2e9), int(result.flops / 1e9)]
     assert "perf/mfu" not in mlrun.data.metrics  # no peak for CPUs: not logged
+    # the ZeRO-0 checkpoint's weights, loaded for inference, give the final validation loss
+    assert checkpoint_val_loss(job) == pytest.approx(result.final_val_loss, rel=1e-5)
 
 
 def test_an_attached_job_keeps_the_schedulers_placement_tags(
@@ -144,8 +147,13 @@ def test_a_zero3_trial_leaves_torch_as_it_found_it(home, tiny_job):
     import torch
 
     torch_linear = torch.nn.functional.linear
-    assert run(tiny_job(deepspeed__zero_stage=3, train__tokens=256 * 2)).status == "FINISHED"
+    job = tiny_job(deepspeed__zero_stage=3, train__tokens=256 * 2)
+    result = run(job)
+    assert result.status == "FINISHED"
     assert torch.nn.functional.linear is torch_linear
+    # and its partitioned checkpoint is usable outside training (`scalelab generate`):
+    # the consolidated weights give the trial's final validation loss
+    assert checkpoint_val_loss(job) == pytest.approx(result.final_val_loss, rel=1e-5)
 
 
 def test_a_trial_leaves_the_process_environment_as_it_found_it(home, mlflow_uri, tiny_job):

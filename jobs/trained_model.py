@@ -1,0 +1,125 @@
+"""A trained trial's model, outside training: find its checkpoint, verify it, and build the
+model with the checkpoint's consolidated weights (for `scalelab generate`).
+
+The weights come from whichever form the trial's ZeRO stage saved: with ZeRO 1-3 the fp32
+master weights, merged from every rank's optimizer shard by DeepSpeed's zero_to_fp32 (the
+only complete copy at stage 3, the exact one under bf16 / fp16 at stages 1-2); at stage 0
+the module's own weights in `mp_rank_00_model_states.pt` (in the training dtype, which is
+the precision an fp32 or bf16 stage-0 run holds them in). Before anything is unpickled the
+files are compared with their recorded checksums and scanned for pickles that would call
+a function (jobs.checkpoint.verify), and every torch.load runs weights-only
+(jobs.safe_load): nothing in a trial folder can make this run code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from pydantic import ValidationError
+
+from jobs import checkpoint, safe_load
+from jobs.config import JobConfig
+from jobs.paths import JOB_FILE, scalelab_home
+
+
+class TrialError(ValueError):
+    """A trial or checkpoint that cannot be used, with the one-line reason."""
+
+
+@dataclass(frozen=True)
+class Located:
+    trial_dir: Path
+    tag_dir: Path  # the checkpoint folder (trials/<id>/ckpt/step<N>)
+    job: JobConfig
+
+
+def locate(target: str) -> Located:
+    """A trial id (or a unique prefix) under $SCALELAB_HOME/trials, a trial folder, or one
+    checkpoint folder of a trial (trials/<id>/ckpt/step<N>); a trial means its newest
+    complete checkpoint."""
+    path = Path(target).expanduser()
+    tag_dir = None
+    if (path / checkpoint.MARKER).is_file():
+        tag_dir, trial_dir = path, path.parent.parent
+    elif (path / JOB_FILE).is_file():
+        trial_dir = path
+    else:
+        trial_dir = _trial_by_id(target)
+    job = _read_job(trial_dir / JOB_FILE)
+    if tag_dir is None:
+        tag_dir = checkpoint.latest(trial_dir / "ckpt")
+        if tag_dir is None:
+            raise TrialError(
+                f"trial {trial_dir.name} has no complete checkpoint in {trial_dir / 'ckpt'} "
+                "(it saves one every train.checkpoint_interval steps and at the end)"
+            )
+    return Located(trial_dir, tag_dir, job)
+
+
+def _trial_by_id(selector: str) -> Path:
+    trials = scalelab_home() / "trials"
+    if "/" in selector or not selector:
+        raise TrialError(f"{selector}: not a trial folder (no {JOB_FILE}) or checkpoint folder")
+    found = sorted(p for p in trials.glob(f"{selector}*") if (p / JOB_FILE).is_file())
+    exact = [p for p in found if p.name == selector]
+    if exact or len(found) == 1:
+        return (exact or found)[0]
+    if not found:
+        raise TrialError(f"no trial {selector!r} under {trials} (a trial id, or a folder)")
+    names = ", ".join(p.name for p in found[:5]) + (", ..." if len(found) > 5 else "")
+    raise TrialError(f"{selector!r} matches {len(found)} trials under {trials}: {names}")
+
+
+def _read_job(path: Path) -> JobConfig:
+    try:
+        return JobConfig.model_validate_json(path.read_bytes())
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "<root>"
+        raise TrialError(f"{path}: {where}: {first['msg']}") from None
+    except OSError as e:
+        raise TrialError(f"{path} is unreadable: {e.strerror}") from None
+
+
+def consolidated_weights(tag_dir: Path, zero_stage: int) -> dict[str, torch.Tensor]:
+    """The model's full state dict from checkpoint folder `tag_dir` (module docstring)."""
+    problem = checkpoint.verify(tag_dir)
+    if problem:
+        raise TrialError(f"checkpoint {tag_dir} is not usable: {problem}")
+    with safe_load.weights_only_loading():
+        try:
+            if zero_stage == 0:
+                states = torch.load(tag_dir / "mp_rank_00_model_states.pt", map_location="cpu")
+                return states["module"]
+            from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+            progress = io.StringIO()  # it prints and draws progress bars
+            with contextlib.redirect_stdout(progress), contextlib.redirect_stderr(progress):
+                return get_fp32_state_dict_from_zero_checkpoint(
+                    str(tag_dir.parent), tag=tag_dir.name
+                )
+        except Exception as e:
+            first = (str(e).strip().splitlines() or [""])[0][:500]
+            raise TrialError(
+                f"checkpoint {tag_dir} could not be read: {type(e).__name__}: {first}"
+            ) from None
+
+
+def load_model(located: Located, device: str = "cpu") -> torch.nn.Module:
+    """The trial's model in eval mode, fp32, with the checkpoint's weights."""
+    from models.build import build
+
+    model = build(located.job.model)
+    weights = consolidated_weights(located.tag_dir, located.job.deepspeed.zero_stage)
+    try:
+        model.load_state_dict(weights, strict=True)
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[0]
+        raise TrialError(
+            f"checkpoint {located.tag_dir} does not fit the model of {JOB_FILE}: {first}"
+        ) from None
+    return model.float().to(device).eval()
