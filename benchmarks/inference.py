@@ -17,7 +17,8 @@ throughput is better). The mechanisms run at a stated operating point (an untrai
 model's decisions say nothing about a trained one's): BudgetFormer at its initial budget
 s = 0.5 (k = H/2 heads per token), TSA with its routers' output bias set so that the
 routed token-layers that run are alpha = 0.726 (the TSA paper's matched operating point,
---tsa-alpha); the executed fractions measured on the prefill batch are printed with the table. GPU shapes (124M, 1.3B in bf16) run only where CUDA is present.
+--tsa-alpha); the executed fractions measured on the prefill batch are printed with the
+table. CPU presets use the CPU sweeps' byte vocabulary (256; --vocab); GPU shapes (124M, 1.3B in bf16, GPT-2's 50257) run only where CUDA is present.
 Paste the output into docs/benchmarks.md ("Inference").
 """
 
@@ -74,10 +75,10 @@ def build_case(
     size: str, variant: str, block: int, device: str, dtype: torch.dtype, args: argparse.Namespace
 ) -> Case:
     torch.manual_seed(0)
-    cfg = ModelConfig(size=size, vocab_size=50257, block_size=block, **variant_fields(variant))
+    cfg = ModelConfig(size=size, vocab_size=args.vocab, block_size=block, **variant_fields(variant))
     model = build(cfg, device=device).to(dtype).eval()
     calibration = torch.randint(
-        0, 50257, (8, args.prompt), generator=torch.Generator().manual_seed(2)
+        0, args.vocab, (8, args.prompt), generator=torch.Generator().manual_seed(2)
     )
     operating_point(model, calibration.to(device), args.tsa_alpha)
     weights = sum(p.nbytes for p in {id(p): p for p in model.parameters()}.values())
@@ -107,10 +108,10 @@ def run_size(size: str, args: argparse.Namespace, device: str, dtype: torch.dtyp
     cases = [build_case(size, v, capacity, device, dtype, args) for v in args.variants]
     gen = torch.Generator().manual_seed(1)
     prompt = {
-        b: torch.randint(0, 50257, (b, args.prompt), generator=gen).to(device)
+        b: torch.randint(0, args.vocab, (b, args.prompt), generator=gen).to(device)
         for b in (*DECODE_BATCHES, args.prefill_batch)
     }
-    steps = torch.randint(0, 50257, (max(DECODE_BATCHES), args.new), generator=gen).to(device)
+    steps = torch.randint(0, args.vocab, (max(DECODE_BATCHES), args.new), generator=gen).to(device)
     for case in cases:
         case.executed = executed_fraction(case.model, prompt[args.prefill_batch])
     for repeat in range(args.repeats + 1):  # repeat 0 warms up (allocator, kernels)
@@ -191,6 +192,9 @@ def main() -> None:
     parser.add_argument("--prefill-batch", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--vocab", type=int, default=256, help="CPU presets' vocabulary (the CPU sweeps' bytes)"
+    )
     parser.add_argument("--tsa-alpha", type=float, default=0.726, help="TSA operating point")
     args = parser.parse_args()
     if "dense" not in args.variants:
@@ -198,7 +202,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(
         f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-        f"{torch.get_num_threads()} thread(s); CPU fp32"
+        f"{torch.get_num_threads()} thread(s); CPU fp32, vocabulary {args.vocab}"
     )
     for size in args.sizes:
         print_table(size, run_size(size, args, "cpu", torch.float32), args, "cpu")
@@ -206,7 +210,8 @@ def main() -> None:
         print(f"\nGPU ({', '.join(args.gpu_sizes)}): not measured: no CUDA device here")
         return
     print(f"\nGPU: {torch.cuda.get_device_name()}, bf16")
-    gpu = argparse.Namespace(**{**vars(args), "prompt": 512, "new": 128, "prefill_batch": 16})
+    gpu = {"prompt": 512, "new": 128, "prefill_batch": 16, "vocab": 50257}  # GPT-2 BPE
+    gpu = argparse.Namespace(**{**vars(args), **gpu})
     for size in args.gpu_sizes:
         print_table(size, run_size(size, gpu, "cuda", torch.bfloat16), gpu, "cuda")
 

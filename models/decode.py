@@ -186,7 +186,7 @@ def budget_heads_step(
     pool = step.cache.pool_sum
     running = a.float().cumsum(dim=1) + pool[layer].unsqueeze(1)
     pool[layer] = running[:, -1]
-    count = torch.arange(step.start + 1, step.start + T + 1, device=a.device, dtype=a.dtype)
+    count = torch.arange(step.start + 1, step.start + T + 1, device=a.device).float()
     s, r = attn.decide((running / count[:, None]).to(a.dtype))
     _, active = attn.hard_mask(s, r)  # (B, T, H)
     if need is not None:
