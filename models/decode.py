@@ -179,8 +179,9 @@ def budget_heads_step(
 ) -> Tensor:
     """BudgetFormer's hard path: each token's k most relevant heads, decided from the prefix
     mean of the layer input. K/V of every head are written; Q, the attention rows and the
-    output mixing run for the heads some new token of the batch selected (the union),
-    with each token's other heads zeroed before the mixing."""
+    output mixing run for the heads some new token of the batch selected (the union; all
+    heads once the union is half of them), with each token's other heads zeroed before
+    the mixing."""
     B, T, d = a.shape
     H, dh = attn.n_head, attn.d_head
     pool = step.cache.pool_sum
@@ -199,7 +200,11 @@ def budget_heads_step(
     U = heads.numel()
     if U == 0:  # every new token halted (TSA): nothing reads this update
         return a.new_zeros(B, T, d)
-    every = U == H
+    # Gathering U heads' cached K/V reads and writes 2U head-caches; attending with every
+    # head reads H of them. From U = H/2 on, every head is cheaper (others stay masked).
+    every = 2 * U >= H
+    if every:
+        heads, U = torch.arange(H, device=a.device), H
     w_q = w[:d].view(H, dh, d)
     w_q = (w_q if every else w_q.index_select(0, heads)).reshape(U * dh, d)
     b_q = None if b is None else (b[:d].view(H, dh) if every else b[:d].view(H, dh)[heads])
