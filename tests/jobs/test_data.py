@@ -108,6 +108,7 @@ def test_gpt2_loads_offline_from_the_installed_vocabulary(tmp_path, monkeypatch)
     assert (tok.vocab_size, tok.eot, tok.fingerprint) == (50257, 50256, "tiktoken:gpt2")
     assert tok.encode_batch(["Hello world"]) == [[15496, 995]]
     assert list(tok.encode_arrays(["Hello world<|endoftext|>"])[0][:2]) == [15496, 995]
+    assert tok.decode([15496, 995, 50256]) == "Hello world<|endoftext|>"  # scalelab generate
 
 
 def test_gpt2_from_a_tokenizer_file_has_the_same_fingerprint(tmp_path):
@@ -130,6 +131,9 @@ def test_local_tiktoken_file(tmp_path):
     tok = load_tokenizer(str(path))
     assert tok.vocab_size == 257 and tok.eot == 256
     assert tok.encode_batch(["hi"]) == [[ord("h"), ord("i")]]
+    assert tok.decode([ord("h"), ord("i")]) == "hi"
+    byte = load_tokenizer("byte")
+    assert byte.decode(byte.encode_batch(["né"])[0]) == "né" and byte.decode([0xC3]) == "\ufffd"
 
 
 def test_synthetic_sort_task_is_deterministic(home):
