@@ -180,7 +180,7 @@ def budget_heads_step(
     """BudgetFormer's hard path: each token's k most relevant heads, decided from the prefix
     mean of the layer input. K/V of every head are written; Q, the attention rows and the
     output mixing run for the heads some new token of the batch selected (the union; all
-    heads once the union is half of them), with each token's other heads zeroed before
+    heads once the union is a third of them), with each token's other heads zeroed before
     the mixing."""
     B, T, d = a.shape
     H, dh = attn.n_head, attn.d_head
@@ -200,9 +200,10 @@ def budget_heads_step(
     U = heads.numel()
     if U == 0:  # every new token halted (TSA): nothing reads this update
         return a.new_zeros(B, T, d)
-    # Gathering U heads' cached K/V reads and writes 2U head-caches; attending with every
-    # head reads H of them. From U = H/2 on, every head is cheaper (others stay masked).
-    every = 2 * U >= H
+    # Gathering U heads' cached K/V reads and writes U head-caches and attention reads the
+    # copy again (3U); attending with every head reads H. From U = H/3 on every head moves
+    # fewer bytes (the other heads' outputs are masked).
+    every = 3 * U >= H
     if every:
         heads, U = torch.arange(H, device=a.device), H
     w_q = w[:d].view(H, dh, d)
