@@ -152,8 +152,8 @@ def _split(t: Tensor, n_head: int) -> Tensor:
 def all_heads_step(
     attn: MultiHeadAttention, a: Tensor, step: _Step, layer: int, need: Tensor | None
 ) -> Tensor:
-    """Every head. With `need`, one new token per sequence (decode): the sequences that do
-    not need the update compute only their K/V."""
+    """Every head. With `need`, a sequence none of whose new tokens needs the update (a
+    halted token in decode) computes only its K/V: no query, attention or mixing."""
     B, T, d = a.shape
     if need is None or bool(need.all()):
         q, k, v = attn.split_heads(a)
