@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 from pydantic import ValidationError
 
+from contract.workdir import JOB_FILE, scalelab_home
 from jobs import checkpoint, safe_load
 from jobs.config import JobConfig
-from jobs.paths import JOB_FILE, scalelab_home
 
 
 class TrialError(ValueError):

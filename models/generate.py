@@ -6,7 +6,7 @@ import torch
 from pydantic import Field
 from torch import Tensor, nn
 
-from models.config import FrozenConfig
+from contract.config import FrozenConfig
 from models.decode import KVCache, forward_cached
 
 

@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import typer
+from rich.console import Console
+from rich.markup import escape
 
 DEFAULT_NEW_TOKENS = 64
+
+
+def fail(message: str) -> typer.Exit:
+    """One clean `error:` line on stderr (no traceback) and exit code 2."""
+    Console(stderr=True, soft_wrap=True).print(
+        f"[bold red]error:[/] {escape(message)}", highlight=False
+    )
+    return typer.Exit(code=2)
 
 
 def generate(
@@ -48,7 +58,6 @@ def generate(
     from jobs.trained_model import TrialError, load_model, locate
     from models.generate import SamplingConfig
     from models.generate import generate as sample
-    from orchestrator.cli import fail
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
