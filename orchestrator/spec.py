@@ -91,6 +91,12 @@ class SlurmOptions(FrozenConfig):
     account: str | None = None
     qos: str | None = None
     time_min: int = Field(60, ge=1, description="wall-clock limit per job, minutes")
+    signal_delay_s: int = Field(
+        180,
+        ge=10,
+        description="SLURM's warning signal comes this many seconds before the time limit: "
+        "time to finish the step and write a checkpoint, then the job requeues itself",
+    )
     nodes: int = Field(1, ge=1)
     gpus_per_node: int = Field(0, ge=0)
     tasks_per_node: int = Field(1, ge=1)
@@ -108,6 +114,15 @@ class SlurmOptions(FrozenConfig):
         None, ge=1, description="default: the cluster's MaxArraySize (scontrol show config)"
     )
     poll_s: float = Field(5.0, gt=0, description="how often a watcher polls its job")
+
+    @model_validator(mode="after")
+    def _warning_within_the_limit(self) -> SlurmOptions:
+        if self.signal_delay_s >= self.time_min * 60:
+            raise ValueError(
+                f"signal_delay_s ({self.signal_delay_s}) must be shorter than time_min "
+                f"({self.time_min} min = {self.time_min * 60} s)"
+            )
+        return self
 
 
 class BackendConfig(FrozenConfig):

@@ -3,8 +3,9 @@
 The driver submits (so the SLURM job id is recorded in MLflow as `scalelab.job_ref` at
 once); a Ray task with a fraction of a CPU then watches each job until it ends. A driver
 started again finds the job id in MLflow and re-attaches instead of submitting twice.
-Preemption and time limits: the trial callable is `Checkpointable`, so submitit requeues
-it with the same arguments (the same run id) after the job checkpointed on the signal.
+Preemption and time limits: the job checkpoints on SLURM's warning signal and requeues
+itself in place (orchestrator/backends/requeue.py): the same job id, the same arguments
+(the same run id), not a retry, with or without a driver.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from contract import workdir
+from contract.outcome import EXIT_REQUEUE
 from contract.runs import Status, Tag, job_ref
 from orchestrator.backends import Backend, BackendError, JobRef, ray_init, run_job
 
@@ -23,6 +25,9 @@ if TYPE_CHECKING:
     from orchestrator.expand import Trial
     from orchestrator.ledger import TrialRecord
 
+# submitit's own handler (for a signal that comes before or after the training loop) stops
+# requeueing a trial after this many time-outs; the trial's step budget ends it instead.
+MAX_TIME_LIMIT_SLICES = 10_000
 ACTIVE = {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "CONFIGURING", "COMPLETING"}
 WATCHER_CPUS = 0.05
 
@@ -73,10 +78,17 @@ def sbatch_extras(lines: list[str]) -> dict[str, Any]:
 
 
 class SlurmTrial:
-    """What runs inside the SLURM job; Checkpointable so submitit requeues it unchanged."""
+    """What runs inside the SLURM job: a trial that requeues its job in place when it was
+    preempted (after its checkpoint); Checkpointable, so a signal that comes while the trial
+    is not in its training loop is handled by submitit, which requeues it unchanged."""
 
     def __call__(self, job_ref: JobRef, job_json: str, run_id: str | None) -> dict[str, Any]:
-        return run_job(job_ref, job_json, run_id)
+        from orchestrator.backends.requeue import requeue_in_place
+
+        outcome = run_job(job_ref, job_json, run_id)
+        if outcome["status"] == Status.PREEMPTED and requeue_in_place():
+            raise SystemExit(EXIT_REQUEUE)  # no result file: watchers wait for the requeued run
+        return outcome
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         import submitit
@@ -116,9 +128,12 @@ class SlurmBackend(Backend):
         import submitit
 
         opts = self.cfg.slurm
-        ex = submitit.AutoExecutor(folder=self.folder, cluster="slurm")
+        ex = submitit.AutoExecutor(
+            folder=self.folder, cluster="slurm", slurm_max_num_timeout=MAX_TIME_LIMIT_SLICES
+        )
         params: dict[str, Any] = {
             "timeout_min": opts.time_min,
+            "slurm_signal_delay_s": opts.signal_delay_s,
             "nodes": opts.nodes,
             "tasks_per_node": opts.tasks_per_node,
             "cpus_per_task": opts.cpus_per_task,

@@ -6,12 +6,17 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 from conftest import HERE, calls, sweep_yaml
+from mlflow import MlflowClient
 from typer.testing import CliRunner
 
+from jobs import paths
+from jobs.paths import tracking_uri
 from orchestrator.cli import app
 from orchestrator.expand import expand
 from orchestrator.ledger import Ledger
@@ -102,3 +107,63 @@ def test_a_restarted_driver_reattaches_to_the_running_slurm_job(
     assert after.tags["scalelab.job_ref"] == job_ref and after.attempts == 1
     assert _sbatch_count(job_name) == 1  # re-attached, not submitted again
     assert calls(work_home, rec.run_id, "start") == 1 and calls(work_home, rec.run_id) == 1
+
+
+def _steps_logged(curves: Path) -> int:
+    if not curves.exists():
+        return 0
+    return sum('"train/loss"' in line for line in curves.read_text().splitlines())
+
+
+def test_a_trial_warned_of_its_time_limit_requeues_its_job_in_place(
+    slurm_cluster, ray_session, work_home, sweep_name, tmp_path
+):
+    """jobs.train on the real SLURM gets the time-limit warning (SIGUSR2, as SLURM sends it
+    `signal_delay_s` before the limit): it checkpoints, requeues the same SLURM job and
+    resumes there; the driver follows that job, no retry, one MLflow run, no gap or repeat."""
+    steps = 40
+    path = tmp_path / "sweep.yaml"
+    path.write_text(f"""
+name: {sweep_name}
+base:
+  model: {{size: nano, vocab_size: 256, block_size: 32}}
+  data: {{source: "builtin:pydoc", seq_len: 32, val_tokens: 256}}
+  train: {{tokens: {256 * steps}, global_batch_tokens: 256, lr: 3.0e-3, log_interval: 1,
+           eval_interval: 1000, checkpoint_interval: 1000}}
+backend: {{kind: slurm, concurrency: 1, max_retries: 0,
+          slurm: {{partition: {slurm_cluster.partition}, time_min: 5, poll_s: 1}}}}
+""")
+    spec, source = parse_spec(path.read_text(), path)
+    (trial,) = expand(spec, source)
+    curves = paths.trial_dir(trial.trial_id) / "curves.jsonl"
+    signalled: list[str] = []
+
+    def warn_when_training() -> None:
+        deadline = time.monotonic() + 240
+        while _steps_logged(curves) < 8:
+            assert time.monotonic() < deadline, "the trial did not start training"
+            time.sleep(0.3)
+        ref = Ledger(sweep_name).records()[trial.trial_id].tags["scalelab.job_ref"]
+        subprocess.run(["scancel", "--signal=USR2", ref.removeprefix("slurm:")], check=True)
+        signalled.append(ref)
+
+    warner = threading.Thread(target=warn_when_training, daemon=True)
+    warner.start()
+    out = run_sweep(spec, [trial], Ledger(spec.name))
+    warner.join(timeout=5)
+
+    assert out.finished == [trial.trial_id] and signalled, out
+    rec = Ledger(sweep_name).records()[trial.trial_id]
+    assert rec.tags["scalelab.job_ref"] == signalled[0], "the driver followed the same job"
+    assert rec.attempts == 1 and "scalelab.preempted" not in rec.tags
+    job_id = signalled[0].removeprefix("slurm:")
+    shown = subprocess.run(
+        ["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert "Restarts=1" in shown, "SLURM requeued the job once"
+    history = MlflowClient(tracking_uri()).get_metric_history(rec.run_id, "train/loss")
+    assert sorted(m.step for m in history) == list(range(1, steps + 1)), "no gap, no repeat"
+    saved = [
+        int(c.parent.name[4:]) for c in paths.trial_dir(trial.trial_id).glob("ckpt/*/COMPLETE")
+    ]
+    assert any(8 <= step < steps for step in saved), f"checkpointed on the warning: {saved}"

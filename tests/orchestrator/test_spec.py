@@ -177,3 +177,12 @@ def test_grid_inside_a_mechanism_refines_only_the_variants_that_switch_it_on():
     assert sorted(by_variant["tsa"]) == [0.0, 0.01, 0.05]
     assert sorted(by_variant["hadamard+tsa"]) == [0.0, 0.01, 0.05]
     assert len({t.trial_id for t in trials}) == len(trials) == 7
+
+
+def test_slurm_warning_must_come_before_the_time_limit():
+    backend = "backend: {kind: slurm, slurm: {time_min: 2, signal_delay_s: %d}}\n"
+    (line,) = problems(BASE + backend % 120)
+    assert line.startswith("x.yaml:") and "backend.slurm" in line
+    assert "signal_delay_s (120) must be shorter than time_min (2 min = 120 s)" in line
+    spec, _ = parse_spec(BASE + backend % 60, "x.yaml")
+    assert spec.backend.slurm.signal_delay_s == 60
