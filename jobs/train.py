@@ -45,6 +45,7 @@ from jobs.tracking import Tracker
 from models.flops import count_params, train_flops_per_token
 
 DS_CONFIG_FILE = "deepspeed.json"
+COMPUTE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True)
@@ -125,11 +126,9 @@ class _Trainer:
     def _build_engine(self) -> None:
         import deepspeed
 
-        from models.build import build
-
         job = self.job
         torch.manual_seed(job.seed)  # identical initial weights on every rank
-        model = build(job.model)
+        model = self._built_model()
         if job.deepspeed.activation_checkpointing:
             for block in model.blocks:
                 block.mlp_update = _checkpointed(block.mlp_update)
@@ -143,6 +142,18 @@ class _Trainer:
         if job.train.compile:  # the module compiled in place: its state-dict keys stay
             self.engine.compile()
         torch.manual_seed(job.seed * 1000 + 1 + self.env.rank)  # per-rank noise (dropout, ...)
+
+    def _built_model(self) -> torch.nn.Module:
+        """ZeRO 0-2 keep the whole model on every rank: it is placed on the rank's device in
+        the compute dtype one module at a time, never whole in fp32 on the host; ZeRO-3
+        partitions the fp32 build inside deepspeed.initialize (zero.Init: not yet). The
+        initial values are the same either way (models/build.py)."""
+        from models.build import build, build_materialised
+
+        if self.job.deepspeed.zero_stage == 3:
+            return build(self.job.model)
+        dtype = COMPUTE_DTYPES[self.job.train.dtype]
+        return build_materialised(self.job.model, self.env.device, dtype)
 
     def _write_job_files(self) -> None:
         if not self.env.is_main:

@@ -69,22 +69,36 @@ class GPT(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.wpe = nn.Embedding(cfg.block_size, cfg.d_model)
-        self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
-        self.depth = build_depth_routing(cfg)
-        self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
-        if cfg.task == "lm":
-            # tied input/output embeddings: the weight is the embedding's (role 'input')
-            self.lm_head = set_role(nn.Linear(cfg.d_model, cfg.vocab_size, bias=False), "input")
-            self.lm_head.weight = self.wte.weight
-            self.logit_scale = logit_scale(cfg)  # µP's readout multiplier; 1 when standard
-        else:
-            self.classifier = set_role(
-                nn.Linear(cfg.d_model, cfg.n_classes, bias=cfg.bias), "output"
-            )
+        # The constructors' random values are all replaced by init_weights; keeping their
+        # draws out of the RNG stream makes the initial values depend on the caller's seed
+        # only, so a model built on the meta device and materialised module by module
+        # (models.build.build_materialised) gets the same values.
+        with torch.random.fork_rng(devices=[]):
+            self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+            self.wpe = nn.Embedding(cfg.block_size, cfg.d_model)
+            self.drop = nn.Dropout(cfg.dropout)
+            self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
+            self.depth = build_depth_routing(cfg)
+            self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+            if cfg.task == "lm":
+                # tied input/output embeddings: the weight is the embedding's (role 'input')
+                self.lm_head = set_role(nn.Linear(cfg.d_model, cfg.vocab_size, bias=False), "input")
+                self.lm_head.weight = self.wte.weight
+                self.logit_scale = logit_scale(cfg)  # µP's readout multiplier; 1 when standard
+            else:
+                self.classifier = set_role(
+                    nn.Linear(cfg.d_model, cfg.n_classes, bias=cfg.bias), "output"
+                )
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """Every initial value from the global RNG: Linear and Embedding weights by role, in
+        `apply`'s order (a module's children before it), the other modules' constructor
+        values (reset_parameters), then the mechanisms' post_init."""
         self.apply(self._init_weights)
+        self.post_init()
+
+    def post_init(self) -> None:
         for module in self.modules():  # mechanisms with their own initialisation
             if module is not self and hasattr(module, "post_init"):
                 module.post_init()

@@ -33,8 +33,13 @@ class HadamardOutputProjection(nn.Module):
         # same at every width, and alpha and beta are vector-like (learning rate unscaled).
         std = init_std(cfg, "residual", cfg.d_model)
         self.alpha_init = math.sqrt(cfg.d_model) * std
-        self.alpha = nn.Parameter(torch.full((cfg.d_model,), self.alpha_init))
-        self.beta = nn.Parameter(torch.zeros(cfg.d_model))
+        self.alpha = nn.Parameter(torch.empty(cfg.d_model))
+        self.beta = nn.Parameter(torch.empty(cfg.d_model))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.constant_(self.alpha, self.alpha_init)
+        nn.init.zeros_(self.beta)
 
     def forward(self, y: Tensor) -> Tensor:
         return hadamard_transform_affine(y, self.alpha, self.beta)

@@ -73,7 +73,7 @@ DS_PERSISTENCE_THRESHOLD = 100_000
 PROCESS_HOST_BYTES = 3 * GIB
 
 Attention = Literal["flash", "math"]
-Construction = Literal["full_fp32", "sharded"]
+Construction = Literal["full_fp32", "per_module", "sharded"]
 
 
 # ----------------------------------------------------------------------------- the model
@@ -317,15 +317,21 @@ def activation_model(
 
 
 def host_bytes_per_rank(
-    n_params: int, world: int, construction: Construction, offloaded: int
+    n_params: int, world: int, construction: Construction, offloaded: int, largest: int = 0
 ) -> int:
     """Host RAM one rank needs at its peak: the process itself, the model as it is built
     before DeepSpeed moves it to the GPU, and the offloaded optimizer states.
 
-    'full_fp32': every rank builds the whole model in fp32 (jobs/train.py today);
-    'sharded': each rank materialises only its share (meta device or deepspeed.zero.Init:
-    issue 13's sharded construction)."""
-    built = 4 * n_params if construction == "full_fp32" else math.ceil(4 * n_params / world)
+    'full_fp32': every rank builds the whole model in fp32 (jobs/train.py under ZeRO-3);
+    'per_module': the model goes to the GPU one module at a time, drawn in fp32 on the host
+    (models.build.build_materialised, ZeRO 0-2): the `largest` parameter tensor's 4 bytes
+    per element; 'sharded': each rank materialises only its share (deepspeed.zero.Init)."""
+    if construction == "full_fp32":
+        built = 4 * n_params
+    elif construction == "per_module":
+        built = 4 * largest
+    else:
+        built = math.ceil(4 * n_params / world)
     return PROCESS_HOST_BYTES + built + offloaded
 
 

@@ -40,9 +40,9 @@ MAX_NODES_FACTOR = 16  # the fix may multiply the nodes by up to this
 
 
 def construction_mode(job: JobConfig) -> Construction:
-    """How jobs/train.py builds the model on each rank today: the whole model in fp32.
-    Issue 13's sharded construction changes this (then: 'sharded' where it applies)."""
-    return "full_fp32"
+    """How jobs/train.py builds the model on each rank: module by module on the GPU under
+    ZeRO 0-2, the whole model in fp32 under ZeRO-3 (deepspeed.zero.Init is not used yet)."""
+    return "full_fp32" if job.deepspeed.zero_stage == 3 else "per_module"
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ def _plan(trial: Trial, job: JobConfig, spec: SweepSpec, placement: Placement) -
     if placement.gpu is not None and placement.gpus:
         usable = int(placement.gpu.memory_bytes * (1 - est.memory_headroom))
     host = placement.ranks_per_node * host_bytes_per_rank(
-        trial.n_params, world, construction_mode(job), states.host
+        trial.n_params, world, construction_mode(job), states.host, max(parameter_sizes(job.model))
     )
     fits = None if usable is None else peak <= usable
     if fits and placement.host_bytes is not None:

@@ -118,14 +118,22 @@ def test_no_gpu_model_no_verdict_and_nothing_refused(tmp_path, work_home):
     assert plan["trials"][0]["plan"]["fits"] is None  # GPUs of an unnamed model
 
 
-def test_host_ram_per_node_is_every_rank_building_the_fp32_model():
+def test_host_ram_per_node_is_the_fp32_model_under_zero_3_and_one_tensor_below():
+    """ZeRO-3 ranks build the whole fp32 model; ZeRO 0-2 ranks place it on the GPU module by
+    module (models.build.build_materialised), drawing the largest tensor in fp32 on the host."""
     backend = "{kind: slurm, gpu: H100 SXM, slurm: {nodes: 2, gpus_per_node: 8, tasks_per_node: 8, mem_gb: 100}}"
     spec, trials, (plan,) = _plans(
-        _sweep("5.6B", backend, batch=2097152, zero_stage=1, micro_batch_size=4)
+        _sweep("5.6B", backend, batch=2097152, zero_stage=3, micro_batch_size=4)
     )
     assert plan.host_bytes_per_node == 8 * (PROCESS_HOST_BYTES + 4 * trials[0].n_params)
     assert plan.fits is False  # 8 x 22.6 GB of fp32 weights > mem_gb: 100
     assert plan.usable_gpu_bytes > plan.peak_gpu_bytes  # the GPUs themselves would do
+    spec, trials, (plan,) = _plans(
+        _sweep("5.6B", backend, batch=2097152, zero_stage=1, micro_batch_size=4)
+    )
+    largest = max(p.numel() for p in build(trials[0].job.model, device="meta").parameters())
+    assert plan.host_bytes_per_node == 8 * (PROCESS_HOST_BYTES + 4 * largest)
+    assert plan.fits is True  # 8 x (3 GiB + 0.8 GB) < mem_gb: 100
 
 
 def test_wall_time_is_flops_over_mfu_peak_and_gpus():
