@@ -115,13 +115,15 @@ def _steps_logged(curves: Path) -> int:
     return sum('"train/loss"' in line for line in curves.read_text().splitlines())
 
 
-def test_a_trial_warned_of_its_time_limit_requeues_its_job_in_place(
+def test_a_two_task_trial_warned_of_its_time_limit_requeues_its_job_in_place(
     slurm_cluster, ray_session, work_home, sweep_name, tmp_path
 ):
-    """jobs.train on the real SLURM gets the time-limit warning (SIGUSR2, as SLURM sends it
-    `signal_delay_s` before the limit): it checkpoints, requeues the same SLURM job and
-    resumes there; the driver follows that job, no retry, one MLflow run, no gap or repeat."""
-    steps = 40
+    """jobs.train on the real SLURM as 2 tasks (srun; the stand-in for 2 nodes: one rank
+    per task, the rendezvous on the first node from SLURM's environment) gets the time-limit
+    warning (SIGUSR2, as SLURM sends it `signal_delay_s` before the limit): it checkpoints,
+    requeues the same SLURM job and resumes there; the driver follows that job, no retry,
+    one MLflow run, no gap or repeat."""
+    steps = 40  # time_min: 30, so that SLURM's own warning (30 min - 180 s) never comes
     path = tmp_path / "sweep.yaml"
     path.write_text(f"""
 name: {sweep_name}
@@ -131,7 +133,8 @@ base:
   train: {{tokens: {256 * steps}, global_batch_tokens: 256, lr: 3.0e-3, log_interval: 1,
            eval_interval: 1000, checkpoint_interval: 1000}}
 backend: {{kind: slurm, concurrency: 1, max_retries: 0,
-          slurm: {{partition: {slurm_cluster.partition}, time_min: 5, poll_s: 1}}}}
+          slurm: {{partition: {slurm_cluster.partition}, time_min: 30, poll_s: 1,
+                   tasks_per_node: 2}}}}
 """)
     spec, source = parse_spec(path.read_text(), path)
     (trial,) = expand(spec, source)
@@ -161,7 +164,9 @@ backend: {{kind: slurm, concurrency: 1, max_retries: 0,
         ["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=True
     ).stdout.split()
     assert "Restarts=1" in shown, "SLURM requeued the job once"
-    history = MlflowClient(tracking_uri()).get_metric_history(rec.run_id, "train/loss")
+    client = MlflowClient(tracking_uri())
+    assert client.get_run(rec.run_id).data.tags["scalelab.world_size"] == "2"
+    history = client.get_metric_history(rec.run_id, "train/loss")
     assert sorted(m.step for m in history) == list(range(1, steps + 1)), "no gap, no repeat"
     saved = [
         int(c.parent.name[4:]) for c in paths.trial_dir(trial.trial_id).glob("ckpt/*/COMPLETE")
