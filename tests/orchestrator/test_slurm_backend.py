@@ -15,8 +15,9 @@ from conftest import HERE, calls, sweep_yaml
 from mlflow import MlflowClient
 from typer.testing import CliRunner
 
-from jobs import paths
-from jobs.paths import tracking_uri
+from contract import workdir
+from contract.runs import Tag
+from contract.workdir import tracking_uri
 from orchestrator.cli import app
 from orchestrator.expand import expand
 from orchestrator.ledger import Ledger
@@ -138,7 +139,7 @@ backend: {{kind: slurm, concurrency: 1, max_retries: 0,
 """)
     spec, source = parse_spec(path.read_text(), path)
     (trial,) = expand(spec, source)
-    curves = paths.trial_dir(trial.trial_id) / "curves.jsonl"
+    curves = workdir.trial_dir(trial.trial_id) / "curves.jsonl"
     signalled: list[str] = []
 
     def warn_when_training() -> None:
@@ -146,7 +147,7 @@ backend: {{kind: slurm, concurrency: 1, max_retries: 0,
         while _steps_logged(curves) < 8:
             assert time.monotonic() < deadline, "the trial did not start training"
             time.sleep(0.3)
-        ref = Ledger(sweep_name).records()[trial.trial_id].tags["scalelab.job_ref"]
+        ref = Ledger(sweep_name).records()[trial.trial_id].tags[Tag.JOB_REF]
         subprocess.run(["scancel", "--signal=USR2", ref.removeprefix("slurm:")], check=True)
         signalled.append(ref)
 
@@ -157,18 +158,18 @@ backend: {{kind: slurm, concurrency: 1, max_retries: 0,
 
     assert out.finished == [trial.trial_id] and signalled, out
     rec = Ledger(sweep_name).records()[trial.trial_id]
-    assert rec.tags["scalelab.job_ref"] == signalled[0], "the driver followed the same job"
-    assert rec.attempts == 1 and "scalelab.preempted" not in rec.tags
+    assert rec.tags[Tag.JOB_REF] == signalled[0], "the driver followed the same job"
+    assert rec.attempts == 1 and Tag.PREEMPTED not in rec.tags
     job_id = signalled[0].removeprefix("slurm:")
     shown = subprocess.run(
         ["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=True
     ).stdout.split()
     assert "Restarts=1" in shown, "SLURM requeued the job once"
     client = MlflowClient(tracking_uri())
-    assert client.get_run(rec.run_id).data.tags["scalelab.world_size"] == "2"
+    assert client.get_run(rec.run_id).data.tags[Tag.WORLD_SIZE] == "2"
     history = client.get_metric_history(rec.run_id, "train/loss")
     assert sorted(m.step for m in history) == list(range(1, steps + 1)), "no gap, no repeat"
     saved = [
-        int(c.parent.name[4:]) for c in paths.trial_dir(trial.trial_id).glob("ckpt/*/COMPLETE")
+        int(c.parent.name[4:]) for c in workdir.trial_dir(trial.trial_id).glob("ckpt/*/COMPLETE")
     ]
     assert any(8 <= step < steps for step in saved), f"checkpointed on the warning: {saved}"
