@@ -228,9 +228,11 @@ def submit(
         out.print(f"submitted sweep {spec.name} as Ray job {job_id} on {address}")
         out.print(f"watch it with: scalelab status {spec.name}")
         return
-    _drive(spec, trials, text, str(sweep.resolve()), job)
-    if summary:
+    failed = _drive(spec, trials, text, str(sweep.resolve()), job)
+    if summary:  # also when some trials failed: the others' results are worth reading
         _summarise(spec.name)
+    if failed:
+        raise typer.Exit(code=1)
 
 
 def _summarise(sweep: str) -> None:
@@ -246,12 +248,15 @@ def _summarise(sweep: str) -> None:
     out.print(text, end="", highlight=False, markup=False)
 
 
-def _drive(spec: SweepSpec, trials: list[Trial], text: str, path: str, job: str) -> None:
+def _drive(spec: SweepSpec, trials: list[Trial], text: str, path: str, job: str) -> bool:
+    """Run the sweep with a progress bar and a line per ended trial; print the outcome and
+    each failure with its log. True when a trial failed."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from orchestrator.backends import BackendError, preflight
     from orchestrator.ledger import LedgerUnavailable
     from orchestrator.scheduler import run_sweep
+    from orchestrator.sweep_view import TrialLines, failure_lines
 
     try:
         preflight(spec.backend)
@@ -262,18 +267,22 @@ def _drive(spec: SweepSpec, trials: list[Trial], text: str, path: str, job: str)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=err, transient=False) as progress:
         task = progress.add_task(f"sweep {spec.name}", total=len(trials))
+        lines = TrialLines(progress.console, trials, set(_read_statuses_of(ledger)))
 
         def update(counts: dict[str, int]) -> None:
+            eta = lines.eta()
             progress.update(
                 task,
                 completed=counts["done"],
-                description=f"sweep {spec.name} ({counts['running']} running)",
+                description=f"sweep {spec.name} ({counts['running']} running{', ' if eta else ''}"
+                f"{eta})",
             )
 
         try:
             result = run_sweep(
-                spec, trials, ledger, job=job, on_update=update, spec_yaml=text, spec_path=path
-            )
+                spec, trials, ledger, job=job, on_update=update, on_trial=lines.ended,
+                spec_yaml=text, spec_path=path,
+            )  # fmt: skip
         except BackendError as e:
             raise _fail(str(e)) from None
         except LedgerUnavailable as e:  # mid-sweep: what MLflow holds is the state to resume
@@ -291,13 +300,17 @@ def _drive(spec: SweepSpec, trials: list[Trial], text: str, path: str, job: str)
             f", {len(result.undelivered)} trained but with metrics still spooled on the "
             "machine that ran them (sent when the trial runs there again)"
         )
+    if result.diverged:
+        summary += f" ({len(result.diverged)} of them diverged: not retried)"
     out.print(f"sweep {spec.name}: {summary}")
-    if result.failed:
-        records = {r.trial_id: r for r in ledger.records().values()}
-        for trial_id in result.failed:
-            reason = records[trial_id].tags.get("scalelab.error", "") if trial_id in records else ""
-            out.print(f"  {trial_id} failed: {reason or 'no reason recorded'}", highlight=False)
-        raise typer.Exit(code=1)
+    for line in failure_lines(ledger, result.failed, spec.name):
+        out.print(line, highlight=False, soft_wrap=True)
+    return bool(result.failed)
+
+
+def _read_statuses_of(ledger: Any) -> list[str]:
+    """The trial ids already FINISHED (their FLOPs are not in the ETA)."""
+    return [tid for tid, status in ledger.statuses().items() if status == "FINISHED"]
 
 
 def _find(sweep: str) -> Any:
@@ -327,6 +340,8 @@ def _status_rows(ledger: Any) -> list[dict[str, Any]]:
     sent, owed = send_owed(recs.values(), ledger.uri)
     if sent:
         recs = ledger.records()
+    from orchestrator.sweep_view import status_row
+
     owing = {o.run_id: o for o in owed}
     rows = []
     for r in sorted(recs.values(), key=lambda r: r.start_time):
@@ -334,31 +349,20 @@ def _status_rows(ledger: Any) -> list[dict[str, Any]]:
         if r.run_id in owing:
             o = owing[r.run_id]
             error = f"{o.pending} MLflow writes spooled, not sent yet: {o.why}"
-        rows.append(
-            {
-                "trial_id": r.trial_id,
-                "run_id": r.run_id,
-                "variant": r.tags.get("scalelab.variant", ""),
-                "size": r.tags.get("scalelab.size", ""),
-                "status": r.status,
-                "attempts": r.attempts,
-                "job_ref": r.tags.get("scalelab.job_ref", ""),
-                "metrics_pending": owing[r.run_id].pending if r.run_id in owing else 0,
-                "error": error,
-            }
-        )
+        row = status_row(r, error)
+        row["metrics_pending"] = owing[r.run_id].pending if r.run_id in owing else 0
+        rows.append(row)
     return rows
 
 
 def _status_table(ledger: Any, rows: list[dict[str, Any]]) -> Table:
+    from orchestrator.sweep_view import STATUS_COLUMNS, status_cells
+
     table = Table(title=f"sweep {ledger.sweep} ({ledger.experiment})")
-    for col in ("trial_id", "variant", "size", "status", "attempts", "job_ref", "error"):
-        table.add_column(col)
+    for col in STATUS_COLUMNS:  # the error folds over lines rather than being cut
+        table.add_column(col, overflow="fold", ratio=3 if col == "error" else None)
     for r in rows:
-        table.add_row(
-            *(str(r[c]) for c in ("trial_id", "variant", "size", "status", "attempts", "job_ref")),
-            r["error"][:60],
-        )
+        table.add_row(*status_cells(r))
     counts = {s: sum(r["status"] == s for r in rows) for s in ("RUNNING", "SCHEDULED", *TERMINAL)}
     table.caption = f"{sum(counts[s] for s in TERMINAL)}/{len(rows)} done: " + ", ".join(
         f"{n} {s.lower()}" for s, n in counts.items() if n
@@ -444,10 +448,53 @@ def resume(
         check_trials(spec, trials, source)
     except SpecError as e:
         raise _invalid(e.problems) from None
-    _drive(spec, trials, text, path, job)
+    if _drive(spec, trials, text, path, job):
+        raise typer.Exit(code=1)
+
+
+def logs(
+    sweep: str = typer.Argument(..., help="Sweep name (or its YAML file)."),
+    trial: str = typer.Argument(None, help="Trial id (a prefix will do) or run name."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing as it grows."),
+    lines: int = typer.Option(40, "--lines", "-n", help="How many of its last lines."),
+) -> None:
+    """Print a trial's log (its stdout and stderr, every attempt; trials/<id>/logs/); without
+    a trial, list each trial's log with its last line."""
+    import time
+
+    from jobs.paths import trial_log
+    from jobs.trial_logs import tail
+
+    records = list(_find(sweep).records().values())
+    if trial is None:
+        for rec in records:
+            last = tail(rec.trial_id, 1) or "(no log here)"
+            out.print(f"{rec.trial_id}  {rec.name:<28} {rec.status:<9} {trial_log(rec.trial_id)}")
+            out.print(f"    {last}", highlight=False, markup=False)
+        return
+    chosen = [r for r in records if r.trial_id.startswith(trial) or r.name == trial]
+    if len(chosen) != 1:
+        ids = ", ".join(r.trial_id for r in chosen[:5])
+        raise _fail(
+            f"{trial!r} names {len(chosen)} trials of sweep {sweep}" + (f": {ids}" if ids else "")
+        )
+    path = trial_log(chosen[0].trial_id)
+    if not path.exists():
+        raise _fail(f"no log at {path} (the trial has not run on this machine)")
+    sys.stdout.write(tail(chosen[0].trial_id, lines) + "\n")
+    offset = path.stat().st_size
+    while follow:
+        time.sleep(1.0)
+        with open(path, "rb") as f:
+            f.seek(offset)
+            chunk = f.read()
+        offset += len(chunk)
+        sys.stdout.write(chunk.decode(errors="replace"))
+        sys.stdout.flush()
 
 
 def ui(
+    sweep: str = typer.Argument(None, help="A sweep: print the address of its runs."),
     port: int = typer.Option(5000, help="Port of the MLflow UI."),
     host: str = typer.Option("127.0.0.1", help="Interface (127.0.0.1: this machine only)."),
 ) -> None:
@@ -458,8 +505,9 @@ def ui(
     from contract.workdir import tracking_uri
 
     uri = tracking_uri()
+    runs_view = f"#/experiments/{_find(sweep).experiment_id()}/runs" if sweep else ""
     if uri.startswith("http"):
-        out.print(f"the tracking server is already a UI: open {uri}")
+        out.print(f"the tracking server is already a UI: open {uri.rstrip('/')}/{runs_view}")
         return
     # mlflow only logs a busy port and exits 0: bind it here first, as its server would
     try:
@@ -492,7 +540,7 @@ def ui(
         "--port",
         str(port),
     ]
-    out.print(f"MLflow UI on http://{host}:{port} for {uri} (Ctrl-C to stop)")
+    out.print(f"MLflow UI on http://{host}:{port}/{runs_view} for {uri} (Ctrl-C to stop)")
     os.execv(sys.executable, cmd)
 
 
@@ -544,5 +592,5 @@ def migrate(
 
 
 def register(app: typer.Typer) -> None:
-    for fn in (submit, status, cancel, resume, ui, schema, migrate):
+    for fn in (submit, status, logs, cancel, resume, ui, schema, migrate):
         app.command()(fn)
