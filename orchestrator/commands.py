@@ -62,11 +62,11 @@ def _invalid(problems: list[str]) -> typer.Exit:
     return _fail("invalid sweep, nothing submitted:\n" + "\n".join(problems))
 
 
-def _load(path: Path, max_trials: int) -> tuple[SweepSpec, list[Trial], str]:
+def _load(path: Path, max_trials: int, overrides: list[str]) -> tuple[SweepSpec, list[Trial], str]:
     """Read, validate, expand and check a sweep file (exit 2 on any problem)."""
     try:
         text = read_sweep(path)
-        spec, source = parse_spec(text, str(path))
+        spec, source = parse_spec(text, str(path), overrides)
         trials = _expand(spec, source, max_trials)
         check_trials(spec, trials, source)
     except SpecError as e:
@@ -160,6 +160,12 @@ def _data_tokens(r: dict[str, Any]) -> str:
 
 def submit(
     sweep: Path = typer.Argument(..., help="Sweep YAML file.", exists=False),
+    overrides: list[str] = typer.Argument(
+        None,
+        help="KEY=VALUE settings over the file's, validated like it, e.g. train.lr=3.0e-4 "
+        "backend.concurrency=4 (a key outside the sweep's sections is under base).",
+        show_default=False,
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; submit nothing."),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON."),
     detach: bool = typer.Option(
@@ -178,7 +184,8 @@ def submit(
     ),
 ) -> None:
     """Validate a sweep YAML, record its trials in MLflow and run them (FINISHED ones are skipped)."""
-    spec, trials, text = _load(sweep, max_trials)
+    overrides = overrides or []
+    spec, trials, text = _load(sweep, max_trials, overrides)
     plans = plan_sweep(spec, trials)
     if dry_run:
         rows = plan_rows(spec, trials, _read_statuses(spec))
@@ -222,13 +229,13 @@ def submit(
         from orchestrator.detach import submit_detached
 
         try:
-            job_id, address = submit_detached(sweep.resolve(), job, max_trials)
+            job_id, address = submit_detached(sweep.resolve(), job, max_trials, overrides)
         except RuntimeError as e:
             raise _fail(str(e)) from None
         out.print(f"submitted sweep {spec.name} as Ray job {job_id} on {address}")
         out.print(f"watch it with: scalelab status {spec.name}")
         return
-    failed = _drive(spec, trials, text, str(sweep.resolve()), job)
+    failed = _drive(spec, trials, text, str(sweep.resolve()), job, overrides)
     if summary:  # also when some trials failed: the others' results are worth reading
         _summarise(spec.name)
     if failed:
@@ -248,7 +255,9 @@ def _summarise(sweep: str) -> None:
     out.print(text, end="", highlight=False, markup=False)
 
 
-def _drive(spec: SweepSpec, trials: list[Trial], text: str, path: str, job: str) -> bool:
+def _drive(
+    spec: SweepSpec, trials: list[Trial], text: str, path: str, job: str, overrides: list[str]
+) -> bool:
     """Run the sweep with a progress bar and a line per ended trial; print the outcome and
     each failure with its log. True when a trial failed."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -281,7 +290,7 @@ def _drive(spec: SweepSpec, trials: list[Trial], text: str, path: str, job: str)
         try:
             result = run_sweep(
                 spec, trials, ledger, job=job, on_update=update, on_trial=lines.ended,
-                spec_yaml=text, spec_path=path,
+                spec_yaml=text, spec_path=path, overrides=overrides,
             )  # fmt: skip
         except BackendError as e:
             raise _fail(str(e)) from None
@@ -433,7 +442,10 @@ def resume(
     job: str = typer.Option(DEFAULT_JOB, "--job", help="The job function, module:function."),
     max_trials: int = MAX_TRIALS,
 ) -> None:
-    """Drive a sweep again from the YAML recorded in MLflow (unfinished trials only)."""
+    """Drive a sweep again from the YAML (and the overrides) recorded in MLflow (unfinished
+    trials only)."""
+    from contract.runs import Tag
+
     ledger = _find(sweep)
     tags = ledger.parent_tags()
     path = tags.get("scalelab.spec_path", "")
@@ -443,12 +455,13 @@ def resume(
             if not path or not Path(path).exists():
                 raise _fail(f"sweep {sweep}: its YAML is not recorded; submit the file again")
             text = read_sweep(path)
-        spec, source = parse_spec(text, path or "<recorded sweep>")
+        overrides = json.loads(tags.get(Tag.OVERRIDES, "[]"))
+        spec, source = parse_spec(text, path or "<recorded sweep>", overrides)
         trials = _expand(spec, source, max_trials)
         check_trials(spec, trials, source)
     except SpecError as e:
         raise _invalid(e.problems) from None
-    if _drive(spec, trials, text, path, job):
+    if _drive(spec, trials, text, path, job, overrides):
         raise typer.Exit(code=1)
 
 

@@ -253,10 +253,14 @@ class Ledger:
             if current.get(key) != value:
                 self.client.set_experiment_tag(eid, key, value)
 
-    def ensure_parent(self, spec: SweepSpec, spec_yaml: str = "", spec_path: str = "") -> str:
+    def ensure_parent(
+        self, spec: SweepSpec, spec_yaml: str = "", spec_path: str = "", overrides: str = "[]"
+    ) -> str:
+        """The sweep's parent run (created if missing), tagged with its YAML, path and
+        command-line overrides (a JSON list of KEY=VALUE) for `resume`."""
         self.describe_experiment(spec)
         if self.find_parent():
-            self._update_parent_tags(spec, spec_yaml, spec_path)
+            self._update_parent_tags(spec, spec_yaml, spec_path, overrides)
             return self.parent_id
         eid = self.experiment_id(create=True)
         tags = {
@@ -273,13 +277,15 @@ class Ledger:
             self.client.delete_run(run.info.run_id)  # lost a creation race: use the winner's
         else:
             self.client.update_run(parent, status=Status.SCHEDULED)
-        self._update_parent_tags(spec, spec_yaml, spec_path)
+        self._update_parent_tags(spec, spec_yaml, spec_path, overrides)
         return parent
 
-    def _update_parent_tags(self, spec: SweepSpec, spec_yaml: str, spec_path: str) -> None:
+    def _update_parent_tags(
+        self, spec: SweepSpec, spec_yaml: str, spec_path: str, overrides: str
+    ) -> None:
         from mlflow.entities import RunTag
 
-        tags = {Tag.BACKEND: spec.backend.kind}
+        tags = {Tag.BACKEND: spec.backend.kind, Tag.OVERRIDES: overrides}
         if spec_yaml and len(spec_yaml) <= MAX_TAG:
             tags[Tag.SPEC_YAML] = spec_yaml
         if spec_path:

@@ -14,6 +14,7 @@ empty (`orchestrator/delivery.py`).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -85,13 +86,20 @@ def run_sweep(
     on_trial: Callable[[str, str], None] | None = None,
     spec_yaml: str = "",
     spec_path: str = "",
+    overrides: list[str] | tuple[str, ...] = (),
 ) -> SweepOutcome:
     """Run every live trial of the sweep to a terminal state (or until cancelled).
     `on_update(counts)` follows the counts; `on_trial(trial_id, outcome)` is called once
     per trial this driver ran, when it ends ('finished', 'failed', 'diverged', 'killed')."""
     cfg = spec.backend
     out = SweepOutcome()
-    records = ledger.sync(spec, trials, spec_yaml=spec_yaml, spec_path=spec_path)
+    records = ledger.sync(
+        spec,
+        trials,
+        spec_yaml=spec_yaml,
+        spec_path=spec_path,
+        overrides=json.dumps(list(overrides)),
+    )
     ledger.heartbeat()
     parent_tags = ledger.parent_tags()
 

@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import sweep_yaml
+from conftest import calls, sweep_yaml
 from faults.mlflow_kit import MlflowServer
 from typer.testing import CliRunner
 
@@ -32,8 +32,9 @@ def _write(tmp_path: Path, text: str) -> Path:
 def test_a_failed_trial_leaves_its_log_and_the_summary_still_comes(
     tmp_path, ray_session, work_home, sweep_name
 ):
-    path = _write(tmp_path, sweep_yaml(sweep_name, seeds=2, backend=ONCE))
-    result = runner.invoke(app, ["submit", str(path), "--job", "jobs_for_tests:talkative"])
+    path = _write(tmp_path, sweep_yaml(sweep_name, seeds=2))  # max_retries: 2 in the file
+    talkative = ["--job", "jobs_for_tests:talkative"]
+    result = runner.invoke(app, ["submit", str(path), "backend.max_retries=0", *talkative])
     assert result.exit_code == 1, result.output
     recs = Ledger(sweep_name).records()
     failed = next(r for r in recs.values() if r.status == "FAILED")
@@ -42,6 +43,9 @@ def test_a_failed_trial_leaves_its_log_and_the_summary_still_comes(
     )
     assert f"scalelab logs {sweep_name} {failed.trial_id[:8]}" in result.stdout  # the hint
     assert f"synced sweep '{sweep_name}'" in result.stdout  # the summary, despite the failure
+    resumed = runner.invoke(app, ["resume", sweep_name, *talkative])
+    assert resumed.exit_code == 0, resumed.output  # with the recorded override: no retry left
+    assert calls(work_home, failed.run_id) == 1
 
     logs = trial_dir(failed.trial_id) / "logs"
     log = (logs / "trial.log").read_text()
