@@ -6,7 +6,6 @@ Registered onto `orchestrator.cli.app`; ray and mlflow are imported inside the c
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -111,11 +110,13 @@ def _read_statuses(spec: SweepSpec) -> dict[str, str]:
 
 
 def _plan_table(spec: SweepSpec, rows: list[dict[str, Any]], plans: list[TrialPlan]) -> Table:
+    from orchestrator.trial_names import short_value
+
     table = Table(title=f"sweep {spec.name}: {len(rows)} trials on {spec.backend.kind}")
-    for col in ("trial_id", "variant", "size", "params", "tokens", "FLOPs", "GPU-h", "status"):
-        table.add_column(
-            col, justify="left" if col in ("trial_id", "variant", "size", "status") else "right"
-        )
+    columns = ("trial_id", "variant", "size", "swept", "params", "tokens", "FLOPs", "GPU-h")
+    for col in (*columns, "status"):
+        right = col in ("params", "tokens", "FLOPs", "GPU-h")
+        table.add_column(col, justify="right" if right else "left")
     table.add_column("data")  # orchestrator/data_cli.py: readiness, tokens needed / prepared
     table.add_column("data tokens", justify="right")
     for col in PLAN_COLUMNS:  # orchestrator/planner.py: memory, fit, time, checkpoint
@@ -125,6 +126,7 @@ def _plan_table(spec: SweepSpec, rows: list[dict[str, Any]], plans: list[TrialPl
             r["trial_id"],
             r["variant"],
             r["size"],
+            " ".join(f"{k.rsplit('.', 1)[-1]}={short_value(v)}" for k, v in r["swept"].items()),
             _count(r["params"]),
             _count(r["tokens"]),
             f"{r['flops']:.3e}",
@@ -188,12 +190,19 @@ def submit(
     spec, trials, text = _load(sweep, max_trials, overrides)
     plans = plan_sweep(spec, trials)
     if dry_run:
+        from orchestrator.trial_names import run_names, swept_settings
+
         rows = plan_rows(spec, trials, _read_statuses(spec))
+        names, swept = run_names(trials), swept_settings(trials)
+        for r in rows:
+            r.update(name=names[r["trial_id"]], swept=swept[r["trial_id"]])
         data_rows, prepare_commands = data_plan(trials)
         rows = [r | d for r, d in zip(rows, data_rows, strict=True)]
         if as_json:
             keys = (
                 "trial_id",
+                "name",
+                "swept",
                 "variant",
                 "size",
                 "params",
@@ -337,87 +346,6 @@ def _find(sweep: str) -> Any:
         raise _fail(str(e)) from None
 
 
-TERMINAL = ("FINISHED", "FAILED", "KILLED")
-
-
-def _status_rows(ledger: Any) -> list[dict[str, Any]]:
-    """The sweep's trials, after sending what finished trials' spools still hold (a run
-    turns FINISHED only when its spool is empty: orchestrator/delivery.py)."""
-    from orchestrator.delivery import send_owed
-
-    recs = ledger.records()
-    sent, owed = send_owed(recs.values(), ledger.uri)
-    if sent:
-        recs = ledger.records()
-    from orchestrator.sweep_view import status_row
-
-    owing = {o.run_id: o for o in owed}
-    rows = []
-    for r in sorted(recs.values(), key=lambda r: r.start_time):
-        error = r.tags.get("scalelab.error", "") if r.status != "FINISHED" else ""
-        if r.run_id in owing:
-            o = owing[r.run_id]
-            error = f"{o.pending} MLflow writes spooled, not sent yet: {o.why}"
-        row = status_row(r, error)
-        row["metrics_pending"] = owing[r.run_id].pending if r.run_id in owing else 0
-        rows.append(row)
-    return rows
-
-
-def _status_table(ledger: Any, rows: list[dict[str, Any]]) -> Table:
-    from orchestrator.sweep_view import STATUS_COLUMNS, status_cells
-
-    table = Table(title=f"sweep {ledger.sweep} ({ledger.experiment})")
-    for col in STATUS_COLUMNS:  # the error folds over lines rather than being cut
-        table.add_column(col, overflow="fold", ratio=3 if col == "error" else None)
-    for r in rows:
-        table.add_row(*status_cells(r))
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("RUNNING", "SCHEDULED", *TERMINAL)}
-    table.caption = f"{sum(counts[s] for s in TERMINAL)}/{len(rows)} done: " + ", ".join(
-        f"{n} {s.lower()}" for s, n in counts.items() if n
-    )
-    return table
-
-
-def status(
-    sweep: str = typer.Argument(..., help="Sweep name (or its YAML file)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    watch: bool = typer.Option(
-        False, "--watch", "-w", help="Refresh the table until every trial is done."
-    ),
-    interval: float = typer.Option(5.0, "--interval", help="Seconds between refreshes (--watch)."),
-) -> None:
-    """Show a sweep's trials and their statuses (from MLflow)."""
-    import time
-
-    from rich.live import Live
-    from rich.progress import BarColumn, Progress, TextColumn
-
-    ledger = _find(sweep)
-    rows = _status_rows(ledger)
-    if as_json:
-        print(json.dumps({"sweep": ledger.sweep, "trials": rows}))
-        return
-    if watch:
-        with Live(_status_table(ledger, rows), console=out, auto_refresh=False) as live:
-            while not rows or any(r["status"] not in TERMINAL for r in rows):
-                time.sleep(interval)
-                rows = _status_rows(ledger)
-                live.update(_status_table(ledger, rows), refresh=True)
-        return
-    out.print(_status_table(ledger, rows))
-    done = sum(r["status"] in TERMINAL for r in rows)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        console=out,
-    ) as p:
-        p.add_task(
-            "finished" if done == len(rows) else "in progress", total=len(rows), completed=done
-        )
-
-
 def cancel(
     sweep: str = typer.Argument(..., help="Sweep name (or its YAML file)."),
     trials: list[str] = typer.Argument(None, help="Trial ids (default: every live trial)."),
@@ -442,8 +370,7 @@ def resume(
     job: str = typer.Option(DEFAULT_JOB, "--job", help="The job function, module:function."),
     max_trials: int = MAX_TRIALS,
 ) -> None:
-    """Drive a sweep again from the YAML (and the overrides) recorded in MLflow (unfinished
-    trials only)."""
+    """Drive a sweep again from its YAML and overrides recorded in MLflow (unfinished trials)."""
     from contract.runs import Tag
 
     ledger = _find(sweep)
@@ -463,98 +390,6 @@ def resume(
         raise _invalid(e.problems) from None
     if _drive(spec, trials, text, path, job, overrides):
         raise typer.Exit(code=1)
-
-
-def logs(
-    sweep: str = typer.Argument(..., help="Sweep name (or its YAML file)."),
-    trial: str = typer.Argument(None, help="Trial id (a prefix will do) or run name."),
-    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing as it grows."),
-    lines: int = typer.Option(40, "--lines", "-n", help="How many of its last lines."),
-) -> None:
-    """Print a trial's log (its stdout and stderr, every attempt; trials/<id>/logs/); without
-    a trial, list each trial's log with its last line."""
-    import time
-
-    from jobs.paths import trial_log
-    from jobs.trial_logs import tail
-
-    records = list(_find(sweep).records().values())
-    if trial is None:
-        for rec in records:
-            last = tail(rec.trial_id, 1) or "(no log here)"
-            out.print(f"{rec.trial_id}  {rec.name:<28} {rec.status:<9} {trial_log(rec.trial_id)}")
-            out.print(f"    {last}", highlight=False, markup=False)
-        return
-    chosen = [r for r in records if r.trial_id.startswith(trial) or r.name == trial]
-    if len(chosen) != 1:
-        ids = ", ".join(r.trial_id for r in chosen[:5])
-        raise _fail(
-            f"{trial!r} names {len(chosen)} trials of sweep {sweep}" + (f": {ids}" if ids else "")
-        )
-    path = trial_log(chosen[0].trial_id)
-    if not path.exists():
-        raise _fail(f"no log at {path} (the trial has not run on this machine)")
-    sys.stdout.write(tail(chosen[0].trial_id, lines) + "\n")
-    offset = path.stat().st_size
-    while follow:
-        time.sleep(1.0)
-        with open(path, "rb") as f:
-            f.seek(offset)
-            chunk = f.read()
-        offset += len(chunk)
-        sys.stdout.write(chunk.decode(errors="replace"))
-        sys.stdout.flush()
-
-
-def ui(
-    sweep: str = typer.Argument(None, help="A sweep: print the address of its runs."),
-    port: int = typer.Option(5000, help="Port of the MLflow UI."),
-    host: str = typer.Option("127.0.0.1", help="Interface (127.0.0.1: this machine only)."),
-) -> None:
-    """Start the MLflow UI on this machine's tracking store."""
-    import ipaddress
-    import socket
-
-    from contract.workdir import tracking_uri
-
-    uri = tracking_uri()
-    runs_view = f"#/experiments/{_find(sweep).experiment_id()}/runs" if sweep else ""
-    if uri.startswith("http"):
-        out.print(f"the tracking server is already a UI: open {uri.rstrip('/')}/{runs_view}")
-        return
-    # mlflow only logs a busy port and exits 0: bind it here first, as its server would
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind(address)
-    except OSError as e:
-        why = e.strerror or str(e)
-        raise _fail(
-            f"cannot serve the MLflow UI on {host}:{port}: {why}; pick another --port"
-        ) from None
-    if not ipaddress.ip_address(address[0]).is_loopback:
-        err.print(
-            f"warning: the MLflow UI has no login: anyone who can reach {host}:{port} can read, "
-            "change and delete every run (docs/reliability.md, Security)",
-            highlight=False,
-        )
-    # MLflow's job runner (7 huey processes, left behind by a SIGTERM) serves no scalelab need
-    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
-    cmd = [
-        sys.executable,
-        "-m",
-        "mlflow",
-        "ui",
-        "--backend-store-uri",
-        uri,
-        "--host",
-        host,
-        "--port",
-        str(port),
-    ]
-    out.print(f"MLflow UI on http://{host}:{port}/{runs_view} for {uri} (Ctrl-C to stop)")
-    os.execv(sys.executable, cmd)
 
 
 def schema() -> None:
@@ -605,5 +440,7 @@ def migrate(
 
 
 def register(app: typer.Typer) -> None:
+    from orchestrator.watch_commands import logs, status, ui
+
     for fn in (submit, status, logs, cancel, resume, ui, schema, migrate):
         app.command()(fn)
