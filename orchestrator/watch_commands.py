@@ -19,6 +19,9 @@ from orchestrator.commands import _fail, _find, err, out
 from orchestrator.sweep_view import STATUS_COLUMNS, status_cells, status_row
 
 STATUSES = (Status.RUNNING, Status.SCHEDULED, Status.FINISHED, Status.FAILED, Status.KILLED)
+# MLflow 3's UI keeps "GenAI" or "Model training" as a browser setting (GenAI unless
+# changed), whatever the experiment's kind tag; this query in a link picks model training
+TRAINING_VIEW = "workflowType=machine_learning"
 
 
 def _status_rows(ledger: Any) -> list[dict[str, Any]]:
@@ -147,7 +150,9 @@ def ui(
     from contract.workdir import tracking_uri
 
     uri = tracking_uri()
-    runs_view = f"#/experiments/{_find(sweep).experiment_id()}/runs" if sweep else ""
+    runs_view = (
+        f"#/experiments/{_find(sweep).experiment_id()}/runs?{TRAINING_VIEW}" if sweep else ""
+    )
     if uri.startswith("http"):
         out.print(f"the tracking server is already a UI: open {uri.rstrip('/')}/{runs_view}")
         return
