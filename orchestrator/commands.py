@@ -440,7 +440,5 @@ def migrate(
 
 
 def register(app: typer.Typer) -> None:
-    from orchestrator.watch_commands import logs, status, ui
-
-    for fn in (submit, status, logs, cancel, resume, ui, schema, migrate):
+    for fn in (submit, cancel, resume, schema, migrate):  # and orchestrator/watch_commands.py
         app.command()(fn)

@@ -1,7 +1,7 @@
 """CLI commands that watch a sweep: status, logs, ui (docs/monitoring.md).
 
-Registered onto `orchestrator.cli.app` by `orchestrator.commands.register`, with its
-console and error printer; ray and mlflow are imported inside the commands.
+Registered onto `orchestrator.cli.app` after `orchestrator.commands`, whose console and
+error printer they share; ray and mlflow are imported inside the commands.
 """
 
 from __future__ import annotations
@@ -189,3 +189,8 @@ def ui(
     ]
     out.print(f"MLflow UI on http://{host}:{port}/{runs_view} for {uri} (Ctrl-C to stop)")
     os.execv(sys.executable, cmd)
+
+
+def register(app: typer.Typer) -> None:
+    for fn in (status, logs, ui):
+        app.command()(fn)

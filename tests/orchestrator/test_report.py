@@ -70,7 +70,7 @@ def test_a_summary_of_unchanged_trials_comes_from_its_cache(summary):
 def test_the_parent_run_carries_the_gains_and_the_report(summary):
     from mlflow import MlflowClient
 
-    from jobs.paths import tracking_uri
+    from contract.workdir import tracking_uri
     from orchestrator.results.sources import find_sweep_runs
 
     client = MlflowClient(tracking_uri())

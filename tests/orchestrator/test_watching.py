@@ -15,7 +15,7 @@ from conftest import calls, sweep_yaml
 from faults.mlflow_kit import MlflowServer
 from typer.testing import CliRunner
 
-from jobs.paths import tracking_uri, trial_dir
+from contract.workdir import tracking_uri, trial_dir
 from orchestrator.cli import app
 from orchestrator.ledger import Ledger
 
