@@ -36,12 +36,26 @@ class Tag:
     IDENTITY_RULE = "scalelab.identity_rule"  # the rule its trial id was computed by
     TRIAL_ID_PREV = "scalelab.trial_id_prev"  # the id before `scalelab migrate` re-keyed it
     SUPERSEDED_BY = "scalelab.superseded_by"  # the trial id that holds its science now
+    DIVERGED = "scalelab.diverged"  # "1": the loss diverged (deterministic: not retried)
+    SWEPT = "scalelab.swept"  # JSON {dotted key: value} of the settings its axes vary
+    TOKENS = "scalelab.tokens"  # the trial's resolved token budget
+    STARTED_MS = "scalelab.started_ms"  # its first launch (MLflow's start: its creation)
+    QUEUED_S = "scalelab.queued_s"  # from the run's creation to that launch
     N_TRIALS = "scalelab.n_trials"  # on the parent
     SPEC_YAML = "scalelab.spec_yaml"  # on the parent: the sweep file's text
     SPEC_PATH = "scalelab.spec_path"
+    OVERRIDES = "scalelab.overrides"  # on the parent: the submit's KEY=VALUE list, JSON
     DRIVER_PREFIX = "scalelab.driver."  # on the parent: one heartbeat per driver
     RUN_NAME = "mlflow.runName"
     PARENT_RUN_ID = "mlflow.parentRunId"
+
+
+class ExperimentTag:
+    """MLflow's own experiment tags that scalelab sets."""
+
+    KIND = "mlflow.experimentKind"  # the UI's view of the experiment
+    TRAINING = "custom_model_development"  # KIND's value for model training
+    NOTE = "mlflow.note.content"  # the experiment's description (the sweep's)
 
 
 class Param:

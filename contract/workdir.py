@@ -4,7 +4,8 @@ $SCALELAB_HOME (default ./scalelab-runs)
   mlflow.db               sqlite tracking store (absolute URI)
   artifacts/              MLflow artifacts
   trials/<trial_id>/      job.json, identity.json, ckpt/, curves.jsonl, result.json,
-                          outbox/<run_id>/, logs
+                          outbox/<run_id>/, logs/ (trial.log: every attempt's stdout and
+                          stderr; traceback.txt)
   data/                   token shards, one folder per (source, tokenizer), shared by
                           every trial ($SCALELAB_DATA moves it, e.g. to a cluster filesystem)
   results/<sweep>/        Parquet tables, plots, reports, migrations.jsonl
@@ -20,6 +21,9 @@ CURVES_FILE = "curves.jsonl"  # one JSON object per point: step, tokens, flops, 
 RESULT_FILE = "result.json"  # the job's summary, written last
 IDENTITY_FILE = "identity.json"  # the canonical identity tree the trial id hashes
 MIGRATIONS_FILE = "migrations.jsonl"  # results/<sweep>/: trial ids re-keyed by migrate
+LOGS_DIR = "logs"  # what the trial printed (jobs/trial_logs.py)
+TRIAL_LOG = "trial.log"  # every attempt's stdout and stderr, appended, a header per attempt
+TRACEBACK_FILE = "traceback.txt"  # the last failed attempt's Python traceback
 
 
 def scalelab_home() -> Path:
@@ -42,6 +46,10 @@ def artifact_root() -> Path:
 
 def trial_dir(trial_id: str) -> Path:
     return scalelab_home() / "trials" / trial_id
+
+
+def trial_log(trial_id: str) -> Path:
+    return trial_dir(trial_id) / LOGS_DIR / TRIAL_LOG
 
 
 def data_dir() -> Path:

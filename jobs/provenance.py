@@ -56,8 +56,9 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
 
 
 def mlflow_params(job: JobConfig) -> dict[str, str]:
-    """The run's params: the flattened, fully resolved JobConfig."""
-    return flatten(job.model_dump(mode="json"))
+    """The run's params: the flattened, fully resolved JobConfig without its unset (null)
+    leaves, which are every such field's default: the params rebuild the same JobConfig."""
+    return {k: v for k, v in flatten(job.model_dump(mode="json")).items() if v != "null"}
 
 
 def parse_param(text: str) -> Any:

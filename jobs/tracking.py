@@ -66,7 +66,7 @@ class Tracker:
         self.dir.mkdir(parents=True, exist_ok=True)
         fresh_run = run_id is None
         if fresh_run:
-            with scoped_environ(_fail_fast()):
+            with scoped_environ(fail_fast_environ()):
                 run_id = self._create_run(experiment, run_name)
         self.run_id = run_id
         self.outbox = Outbox(self.dir, run_id)
@@ -85,7 +85,7 @@ class Tracker:
         self._sender = subprocess.Popen(
             [sys.executable, "-m", "jobs.tracking", str(self.dir), run_id, str(self.interval)],
             stdin=subprocess.PIPE,  # closing it means "send what is left, then exit"
-            env={**os.environ, **_fail_fast(), "OMP_NUM_THREADS": "1"},
+            env={**os.environ, **fail_fast_environ(), "OMP_NUM_THREADS": "1"},
         )
         return run_id
 
@@ -181,7 +181,7 @@ class Tracker:
         return self.outbox.last_error if self.outbox else None
 
 
-def _fail_fast() -> dict[str, str]:
+def fail_fast_environ() -> dict[str, str]:
     """MLflow's HTTP settings for the job's own sends: one try each, instead of retrying
     for minutes (the spool retries). Set around those calls only, never for the process:
     children started later (a driver after an in-process trial) keep MLflow's retries."""

@@ -64,6 +64,7 @@ class TrainResult:
     wall_time_s: float
     final_metrics: dict[str, float] = field(default_factory=dict)  # e.g. early_exit/*
     metrics_pending: int = 0  # MLflow writes still spooled (MLflow was unreachable)
+    diverged: bool = False  # deterministic: the same trial diverges again, never retried
 
 
 def check_job(job: JobConfig, env: DistEnv) -> BatchPlan:
@@ -107,6 +108,7 @@ class _Trainer:
         self.n_params = count_params(job.model)
         self.n_nonembed = count_params(job.model, non_embedding=True)
         self.tracker = Tracker(self.dir, enabled=env.is_main)
+        self.diverged = False
 
     # -- set-up -----------------------------------------------------------------------
     def _open_data(self) -> None:
@@ -239,6 +241,7 @@ class _Trainer:
             wall_time_s=time.time() - self.t0,
             final_metrics=final_metrics,
             metrics_pending=self.tracker.pending(),
+            diverged=self.diverged,
         )
         if self.env.is_main:
             tmp = self.dir / (RESULT_FILE + ".tmp")
@@ -279,6 +282,8 @@ class _Trainer:
                         if problem:
                             self._save(state)
                             self.tracker.set_tag(Tag.ERROR, problem)
+                            self.tracker.set_tag(Tag.DIVERGED, "1")
+                            self.diverged = True
                             return Status.FAILED, problem, None
                         for k, v in reduced.means.items():
                             log[k] = log.get(k, 0.0) + v * reduced.steps

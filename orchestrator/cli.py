@@ -180,8 +180,10 @@ def _sweep_trial(path: str, selector: str, max_trials: int) -> object:
 
 
 from orchestrator import commands as _orchestrator_commands  # noqa: E402
+from orchestrator import watch_commands as _watch_commands  # noqa: E402
 
 _orchestrator_commands.register(app)
+_watch_commands.register(app)
 
 
 from orchestrator import generate_cli as _generate_cli  # noqa: E402

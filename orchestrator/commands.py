@@ -6,7 +6,6 @@ Registered onto `orchestrator.cli.app`; ray and mlflow are imported inside the c
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -62,11 +61,11 @@ def _invalid(problems: list[str]) -> typer.Exit:
     return _fail("invalid sweep, nothing submitted:\n" + "\n".join(problems))
 
 
-def _load(path: Path, max_trials: int) -> tuple[SweepSpec, list[Trial], str]:
+def _load(path: Path, max_trials: int, overrides: list[str]) -> tuple[SweepSpec, list[Trial], str]:
     """Read, validate, expand and check a sweep file (exit 2 on any problem)."""
     try:
         text = read_sweep(path)
-        spec, source = parse_spec(text, str(path))
+        spec, source = parse_spec(text, str(path), overrides)
         trials = _expand(spec, source, max_trials)
         check_trials(spec, trials, source)
     except SpecError as e:
@@ -111,11 +110,13 @@ def _read_statuses(spec: SweepSpec) -> dict[str, str]:
 
 
 def _plan_table(spec: SweepSpec, rows: list[dict[str, Any]], plans: list[TrialPlan]) -> Table:
+    from orchestrator.trial_names import short_value
+
     table = Table(title=f"sweep {spec.name}: {len(rows)} trials on {spec.backend.kind}")
-    for col in ("trial_id", "variant", "size", "params", "tokens", "FLOPs", "GPU-h", "status"):
-        table.add_column(
-            col, justify="left" if col in ("trial_id", "variant", "size", "status") else "right"
-        )
+    columns = ("trial_id", "variant", "size", "swept", "params", "tokens", "FLOPs", "GPU-h")
+    for col in (*columns, "status"):
+        right = col in ("params", "tokens", "FLOPs", "GPU-h")
+        table.add_column(col, justify="right" if right else "left")
     table.add_column("data")  # orchestrator/data_cli.py: readiness, tokens needed / prepared
     table.add_column("data tokens", justify="right")
     for col in PLAN_COLUMNS:  # orchestrator/planner.py: memory, fit, time, checkpoint
@@ -125,6 +126,7 @@ def _plan_table(spec: SweepSpec, rows: list[dict[str, Any]], plans: list[TrialPl
             r["trial_id"],
             r["variant"],
             r["size"],
+            " ".join(f"{k.rsplit('.', 1)[-1]}={short_value(v)}" for k, v in r["swept"].items()),
             _count(r["params"]),
             _count(r["tokens"]),
             f"{r['flops']:.3e}",
@@ -160,6 +162,12 @@ def _data_tokens(r: dict[str, Any]) -> str:
 
 def submit(
     sweep: Path = typer.Argument(..., help="Sweep YAML file.", exists=False),
+    overrides: list[str] = typer.Argument(
+        None,
+        help="KEY=VALUE settings over the file's, validated like it, e.g. train.lr=3.0e-4 "
+        "backend.concurrency=4 (a key outside the sweep's sections is under base).",
+        show_default=False,
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; submit nothing."),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON."),
     detach: bool = typer.Option(
@@ -178,15 +186,23 @@ def submit(
     ),
 ) -> None:
     """Validate a sweep YAML, record its trials in MLflow and run them (FINISHED ones are skipped)."""
-    spec, trials, text = _load(sweep, max_trials)
+    overrides = overrides or []
+    spec, trials, text = _load(sweep, max_trials, overrides)
     plans = plan_sweep(spec, trials)
     if dry_run:
+        from orchestrator.trial_names import run_names, swept_settings
+
         rows = plan_rows(spec, trials, _read_statuses(spec))
+        names, swept = run_names(trials), swept_settings(trials)
+        for r in rows:
+            r.update(name=names[r["trial_id"]], swept=swept[r["trial_id"]])
         data_rows, prepare_commands = data_plan(trials)
         rows = [r | d for r, d in zip(rows, data_rows, strict=True)]
         if as_json:
             keys = (
                 "trial_id",
+                "name",
+                "swept",
                 "variant",
                 "size",
                 "params",
@@ -222,15 +238,17 @@ def submit(
         from orchestrator.detach import submit_detached
 
         try:
-            job_id, address = submit_detached(sweep.resolve(), job, max_trials)
+            job_id, address = submit_detached(sweep.resolve(), job, max_trials, overrides)
         except RuntimeError as e:
             raise _fail(str(e)) from None
         out.print(f"submitted sweep {spec.name} as Ray job {job_id} on {address}")
         out.print(f"watch it with: scalelab status {spec.name}")
         return
-    _drive(spec, trials, text, str(sweep.resolve()), job)
-    if summary:
+    failed = _drive(spec, trials, text, str(sweep.resolve()), job, overrides)
+    if summary:  # also when some trials failed: the others' results are worth reading
         _summarise(spec.name)
+    if failed:
+        raise typer.Exit(code=1)
 
 
 def _summarise(sweep: str) -> None:
@@ -246,12 +264,17 @@ def _summarise(sweep: str) -> None:
     out.print(text, end="", highlight=False, markup=False)
 
 
-def _drive(spec: SweepSpec, trials: list[Trial], text: str, path: str, job: str) -> None:
+def _drive(
+    spec: SweepSpec, trials: list[Trial], text: str, path: str, job: str, overrides: list[str]
+) -> bool:
+    """Run the sweep with a progress bar and a line per ended trial; print the outcome and
+    each failure with its log. True when a trial failed."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from orchestrator.backends import BackendError, preflight
     from orchestrator.ledger import LedgerUnavailable
     from orchestrator.scheduler import run_sweep
+    from orchestrator.sweep_view import TrialLines, failure_lines
 
     try:
         preflight(spec.backend)
@@ -262,18 +285,22 @@ def _drive(spec: SweepSpec, trials: list[Trial], text: str, path: str, job: str)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=err, transient=False) as progress:
         task = progress.add_task(f"sweep {spec.name}", total=len(trials))
+        lines = TrialLines(progress.console, trials, set(_read_statuses_of(ledger)))
 
         def update(counts: dict[str, int]) -> None:
+            eta = lines.eta()
             progress.update(
                 task,
                 completed=counts["done"],
-                description=f"sweep {spec.name} ({counts['running']} running)",
+                description=f"sweep {spec.name} ({counts['running']} running{', ' if eta else ''}"
+                f"{eta})",
             )
 
         try:
             result = run_sweep(
-                spec, trials, ledger, job=job, on_update=update, spec_yaml=text, spec_path=path
-            )
+                spec, trials, ledger, job=job, on_update=update, on_trial=lines.ended,
+                spec_yaml=text, spec_path=path, overrides=overrides,
+            )  # fmt: skip
         except BackendError as e:
             raise _fail(str(e)) from None
         except LedgerUnavailable as e:  # mid-sweep: what MLflow holds is the state to resume
@@ -291,13 +318,17 @@ def _drive(spec: SweepSpec, trials: list[Trial], text: str, path: str, job: str)
             f", {len(result.undelivered)} trained but with metrics still spooled on the "
             "machine that ran them (sent when the trial runs there again)"
         )
+    if result.diverged:
+        summary += f" ({len(result.diverged)} of them diverged: not retried)"
     out.print(f"sweep {spec.name}: {summary}")
-    if result.failed:
-        records = {r.trial_id: r for r in ledger.records().values()}
-        for trial_id in result.failed:
-            reason = records[trial_id].tags.get("scalelab.error", "") if trial_id in records else ""
-            out.print(f"  {trial_id} failed: {reason or 'no reason recorded'}", highlight=False)
-        raise typer.Exit(code=1)
+    for line in failure_lines(ledger, result.failed, spec.name):
+        out.print(line, highlight=False, soft_wrap=True)
+    return bool(result.failed)
+
+
+def _read_statuses_of(ledger: Any) -> list[str]:
+    """The trial ids already FINISHED (their FLOPs are not in the ETA)."""
+    return [tid for tid, status in ledger.statuses().items() if status == "FINISHED"]
 
 
 def _find(sweep: str) -> Any:
@@ -313,96 +344,6 @@ def _find(sweep: str) -> Any:
         return find_sweep(sweep)
     except (LookupError, LedgerUnavailable) as e:
         raise _fail(str(e)) from None
-
-
-TERMINAL = ("FINISHED", "FAILED", "KILLED")
-
-
-def _status_rows(ledger: Any) -> list[dict[str, Any]]:
-    """The sweep's trials, after sending what finished trials' spools still hold (a run
-    turns FINISHED only when its spool is empty: orchestrator/delivery.py)."""
-    from orchestrator.delivery import send_owed
-
-    recs = ledger.records()
-    sent, owed = send_owed(recs.values(), ledger.uri)
-    if sent:
-        recs = ledger.records()
-    owing = {o.run_id: o for o in owed}
-    rows = []
-    for r in sorted(recs.values(), key=lambda r: r.start_time):
-        error = r.tags.get("scalelab.error", "") if r.status != "FINISHED" else ""
-        if r.run_id in owing:
-            o = owing[r.run_id]
-            error = f"{o.pending} MLflow writes spooled, not sent yet: {o.why}"
-        rows.append(
-            {
-                "trial_id": r.trial_id,
-                "run_id": r.run_id,
-                "variant": r.tags.get("scalelab.variant", ""),
-                "size": r.tags.get("scalelab.size", ""),
-                "status": r.status,
-                "attempts": r.attempts,
-                "job_ref": r.tags.get("scalelab.job_ref", ""),
-                "metrics_pending": owing[r.run_id].pending if r.run_id in owing else 0,
-                "error": error,
-            }
-        )
-    return rows
-
-
-def _status_table(ledger: Any, rows: list[dict[str, Any]]) -> Table:
-    table = Table(title=f"sweep {ledger.sweep} ({ledger.experiment})")
-    for col in ("trial_id", "variant", "size", "status", "attempts", "job_ref", "error"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(
-            *(str(r[c]) for c in ("trial_id", "variant", "size", "status", "attempts", "job_ref")),
-            r["error"][:60],
-        )
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("RUNNING", "SCHEDULED", *TERMINAL)}
-    table.caption = f"{sum(counts[s] for s in TERMINAL)}/{len(rows)} done: " + ", ".join(
-        f"{n} {s.lower()}" for s, n in counts.items() if n
-    )
-    return table
-
-
-def status(
-    sweep: str = typer.Argument(..., help="Sweep name (or its YAML file)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    watch: bool = typer.Option(
-        False, "--watch", "-w", help="Refresh the table until every trial is done."
-    ),
-    interval: float = typer.Option(5.0, "--interval", help="Seconds between refreshes (--watch)."),
-) -> None:
-    """Show a sweep's trials and their statuses (from MLflow)."""
-    import time
-
-    from rich.live import Live
-    from rich.progress import BarColumn, Progress, TextColumn
-
-    ledger = _find(sweep)
-    rows = _status_rows(ledger)
-    if as_json:
-        print(json.dumps({"sweep": ledger.sweep, "trials": rows}))
-        return
-    if watch:
-        with Live(_status_table(ledger, rows), console=out, auto_refresh=False) as live:
-            while not rows or any(r["status"] not in TERMINAL for r in rows):
-                time.sleep(interval)
-                rows = _status_rows(ledger)
-                live.update(_status_table(ledger, rows), refresh=True)
-        return
-    out.print(_status_table(ledger, rows))
-    done = sum(r["status"] in TERMINAL for r in rows)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        console=out,
-    ) as p:
-        p.add_task(
-            "finished" if done == len(rows) else "in progress", total=len(rows), completed=done
-        )
 
 
 def cancel(
@@ -429,7 +370,9 @@ def resume(
     job: str = typer.Option(DEFAULT_JOB, "--job", help="The job function, module:function."),
     max_trials: int = MAX_TRIALS,
 ) -> None:
-    """Drive a sweep again from the YAML recorded in MLflow (unfinished trials only)."""
+    """Drive a sweep again from its YAML and overrides recorded in MLflow (unfinished trials)."""
+    from contract.runs import Tag
+
     ledger = _find(sweep)
     tags = ledger.parent_tags()
     path = tags.get("scalelab.spec_path", "")
@@ -439,61 +382,14 @@ def resume(
             if not path or not Path(path).exists():
                 raise _fail(f"sweep {sweep}: its YAML is not recorded; submit the file again")
             text = read_sweep(path)
-        spec, source = parse_spec(text, path or "<recorded sweep>")
+        overrides = json.loads(tags.get(Tag.OVERRIDES, "[]"))
+        spec, source = parse_spec(text, path or "<recorded sweep>", overrides)
         trials = _expand(spec, source, max_trials)
         check_trials(spec, trials, source)
     except SpecError as e:
         raise _invalid(e.problems) from None
-    _drive(spec, trials, text, path, job)
-
-
-def ui(
-    port: int = typer.Option(5000, help="Port of the MLflow UI."),
-    host: str = typer.Option("127.0.0.1", help="Interface (127.0.0.1: this machine only)."),
-) -> None:
-    """Start the MLflow UI on this machine's tracking store."""
-    import ipaddress
-    import socket
-
-    from contract.workdir import tracking_uri
-
-    uri = tracking_uri()
-    if uri.startswith("http"):
-        out.print(f"the tracking server is already a UI: open {uri}")
-        return
-    # mlflow only logs a busy port and exits 0: bind it here first, as its server would
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind(address)
-    except OSError as e:
-        why = e.strerror or str(e)
-        raise _fail(
-            f"cannot serve the MLflow UI on {host}:{port}: {why}; pick another --port"
-        ) from None
-    if not ipaddress.ip_address(address[0]).is_loopback:
-        err.print(
-            f"warning: the MLflow UI has no login: anyone who can reach {host}:{port} can read, "
-            "change and delete every run (docs/reliability.md, Security)",
-            highlight=False,
-        )
-    # MLflow's job runner (7 huey processes, left behind by a SIGTERM) serves no scalelab need
-    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
-    cmd = [
-        sys.executable,
-        "-m",
-        "mlflow",
-        "ui",
-        "--backend-store-uri",
-        uri,
-        "--host",
-        host,
-        "--port",
-        str(port),
-    ]
-    out.print(f"MLflow UI on http://{host}:{port} for {uri} (Ctrl-C to stop)")
-    os.execv(sys.executable, cmd)
+    if _drive(spec, trials, text, path, job, overrides):
+        raise typer.Exit(code=1)
 
 
 def schema() -> None:
@@ -544,5 +440,5 @@ def migrate(
 
 
 def register(app: typer.Typer) -> None:
-    for fn in (submit, status, cancel, resume, ui, schema, migrate):
+    for fn in (submit, cancel, resume, schema, migrate):  # and orchestrator/watch_commands.py
         app.command()(fn)

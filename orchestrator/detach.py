@@ -93,7 +93,9 @@ def ensure_head(timeout_s: float = 90.0) -> str:
     raise RuntimeError(f"the Ray head started but its job server at {DASHBOARD} does not answer")
 
 
-def submit_detached(sweep: Path, job: str, max_trials: int) -> tuple[str, str]:
+def submit_detached(
+    sweep: Path, job: str, max_trials: int, overrides: list[str] | None = None
+) -> tuple[str, str]:
     """Submit `scalelab submit SWEEP` as a Ray job; returns (submission id, dashboard)."""
     from ray.job_submission import JobSubmissionClient
 
@@ -106,7 +108,7 @@ def submit_detached(sweep: Path, job: str, max_trials: int) -> tuple[str, str]:
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }
     entry = [sys.executable, "-m", "orchestrator.cli", "submit", str(sweep), "--job", job,
-             "--max-trials", str(max_trials)]  # fmt: skip
+             "--max-trials", str(max_trials), *(overrides or [])]  # fmt: skip
     client = JobSubmissionClient(address, headers=_headers(head_token()))
     job_id = client.submit_job(
         entrypoint=shlex.join(entry),

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from contract import workdir
 from contract.runs import (
     TERMINAL,
+    ExperimentTag,
     Param,
     Role,
     Status,
@@ -41,11 +42,11 @@ from contract.runs import (
     sweep_experiment,
     sweep_filter,
     sweep_run_name,
-    trial_run_name,
     trials_filter,
 )
 from jobs import identity, tracking_store
 from jobs.provenance import code_version, mlflow_params
+from orchestrator.trial_names import run_names, swept_settings
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -105,7 +106,10 @@ class TrialRecord:
     status: str
     tags: dict[str, str] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
-    start_time: int = 0
+    start_time: int = 0  # ms; the run was created (SCHEDULED) then, not started
+    end_time: int = 0  # ms; 0 while it has not ended
+    metrics: dict[str, float] = field(default_factory=dict)  # each metric's latest value
+    name: str = ""
 
     @property
     def attempts(self) -> int:
@@ -237,9 +241,26 @@ class Ledger:
 
     # ------------------------------------------------------------ creation
 
-    def ensure_parent(self, spec: SweepSpec, spec_yaml: str = "", spec_path: str = "") -> str:
+    def describe_experiment(self, spec: SweepSpec) -> None:
+        """Tell the MLflow UI what the experiment is: model training (it opens on the runs,
+        not the GenAI overview) and the sweep's description as its note."""
+        eid = self.experiment_id(create=True)
+        tags = {ExperimentTag.KIND: ExperimentTag.TRAINING}
+        if spec.description:
+            tags[ExperimentTag.NOTE] = spec.description
+        current = self.client.get_experiment(eid).tags
+        for key, value in tags.items():
+            if current.get(key) != value:
+                self.client.set_experiment_tag(eid, key, value)
+
+    def ensure_parent(
+        self, spec: SweepSpec, spec_yaml: str = "", spec_path: str = "", overrides: str = "[]"
+    ) -> str:
+        """The sweep's parent run (created if missing), tagged with its YAML, path and
+        command-line overrides (a JSON list of KEY=VALUE) for `resume`."""
+        self.describe_experiment(spec)
         if self.find_parent():
-            self._update_parent_tags(spec, spec_yaml, spec_path)
+            self._update_parent_tags(spec, spec_yaml, spec_path, overrides)
             return self.parent_id
         eid = self.experiment_id(create=True)
         tags = {
@@ -256,13 +277,15 @@ class Ledger:
             self.client.delete_run(run.info.run_id)  # lost a creation race: use the winner's
         else:
             self.client.update_run(parent, status=Status.SCHEDULED)
-        self._update_parent_tags(spec, spec_yaml, spec_path)
+        self._update_parent_tags(spec, spec_yaml, spec_path, overrides)
         return parent
 
-    def _update_parent_tags(self, spec: SweepSpec, spec_yaml: str, spec_path: str) -> None:
+    def _update_parent_tags(
+        self, spec: SweepSpec, spec_yaml: str, spec_path: str, overrides: str
+    ) -> None:
         from mlflow.entities import RunTag
 
-        tags = {Tag.BACKEND: spec.backend.kind}
+        tags = {Tag.BACKEND: spec.backend.kind, Tag.OVERRIDES: overrides}
         if spec_yaml and len(spec_yaml) <= MAX_TAG:
             tags[Tag.SPEC_YAML] = spec_yaml
         if spec_path:
@@ -282,12 +305,15 @@ class Ledger:
         if not missing:
             return existing
         eid = self.experiment_id()
+        names, swept = run_names(trials), swept_settings(trials)
 
         def create(t: Trial) -> str:
             tags = {
                 Tag.PARENT_RUN_ID: parent,
-                Tag.RUN_NAME: trial_run_name(t.variant, t.size, t.trial_id),
+                Tag.RUN_NAME: names[t.trial_id],
                 Tag.ROLE: Role.TRIAL,
+                Tag.SWEPT: json.dumps(swept[t.trial_id]),
+                Tag.TOKENS: str(t.tokens),
                 Tag.SWEEP: self.sweep,
                 Tag.TRIAL_ID: t.trial_id,
                 Tag.VARIANT: t.variant,
@@ -298,8 +324,9 @@ class Ledger:
                 Tag.IDENTITY_RULE: identity.IDENTITY_RULE,
             }
             run = self.client.create_run(eid, tags=tags, run_name=tags[Tag.RUN_NAME])
-            params = mlflow_params(t.job)
-            params.update({Param.N_PARAMS: str(t.n_params), Param.TOKENS: str(t.tokens)})
+            params = mlflow_params(t.job) | {Param.N_PARAMS: str(t.n_params)}
+            if "train.tokens" not in params:  # a budget in FLOPs or tokens per parameter
+                params[Param.TOKENS] = str(t.tokens)
             params[Param.IDENTITY] = identity.canonical_json(t.job.identity_tree())
             items = [MlflowParam(k, v) for k, v in params.items()]
             for i in range(0, len(items), 100):
@@ -422,6 +449,9 @@ def _record(run: Any) -> TrialRecord:
         tags=dict(run.data.tags),
         params=dict(run.data.params),
         start_time=run.info.start_time or 0,
+        end_time=run.info.end_time or 0,
+        metrics=dict(run.data.metrics),
+        name=run.info.run_name or "",
     )
 
 

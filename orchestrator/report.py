@@ -144,10 +144,10 @@ def _trial_rows(fit: SweepFit) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
-def mlflow_ui_hint(uri: str) -> str:
+def mlflow_ui_hint(uri: str, sweep: str) -> str:
     if uri.startswith(("http://", "https://")):
         return f"open {uri} in a browser"
-    return f"mlflow ui --backend-store-uri '{uri}'  (then open http://127.0.0.1:5000)"
+    return f"scalelab ui {sweep}  (it prints the address of the sweep's runs)"
 
 
 def summarise_sweep(
@@ -168,6 +168,7 @@ def summarise_sweep(
 
     from contract import workdir
     from orchestrator import plots as plotting
+    from orchestrator.parent_record import record_on_parent
     from orchestrator.results import load_curves, sweep_dir, sync
     from orchestrator.results.advice import costing
     from orchestrator.results.fit import fit_sweep
@@ -188,12 +189,14 @@ def summarise_sweep(
         fit = fit_sweep(sweep, baseline=baseline, n_resamples=n_resamples, root=root)
     except ResultsError as e:
         console.print(f"no fit: {e}")
-        console.print(f"MLflow UI: {mlflow_ui_hint(uri)}")
+        console.print(f"MLflow UI: {mlflow_ui_hint(uri, sweep)}")
         return f"{synced}\n{console.export_text()}"
     out = sweep_dir(sweep, root)
     files = plotting.make_plots(fit, load_curves(sweep, root), out / "plots")
-    plotting.log_plots(find_sweep_runs(sweep, uri).parent_run_id, files, uri)
+    parent_run_id = find_sweep_runs(sweep, uri).parent_run_id
+    plotting.log_plots(parent_run_id, files, uri)
     report = write_report(fit, files, out, uri)
+    record_on_parent(parent_run_id, fit, report, uri)
     tables = rich_tables(fit)
     for table in tables[:1] if fit.gains or fit.paired else tables[:2]:
         console.print(table)
@@ -205,7 +208,7 @@ def summarise_sweep(
         console.print(fit.backtest.summary(), highlight=False, soft_wrap=True)
     console.print(f"plots: {out / 'plots'} ({', '.join(files)})", highlight=False, soft_wrap=True)
     console.print(f"report: {report}", highlight=False, soft_wrap=True)
-    console.print(f"MLflow UI: {mlflow_ui_hint(uri)}", highlight=False, soft_wrap=True)
+    console.print(f"MLflow UI: {mlflow_ui_hint(uri, sweep)}", highlight=False, soft_wrap=True)
     cost = costing(fit.table)
     for advice in fit.advice:  # the summary ends with what to run next
         line = str(advice)

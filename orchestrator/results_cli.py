@@ -21,6 +21,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, soft_wrap=True)
 
 SWEEP = typer.Argument(..., help="Sweep name (the MLflow experiment).")
 URI = typer.Option(
@@ -101,8 +102,16 @@ def query_cmd(
     groups = [g.strip() for g in group_by.split(",") if g.strip()] if group_by else None
 
     def run():  # noqa: ANN202
+        import warnings
+
+        from orchestrator.results.query import ResultsWarning
+
         _synced(sweep, tracking_uri)
-        result = query(sweep, where=where, group_by=groups, metric=metric, at=at, table=table)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResultsWarning)
+            result = query(sweep, where=where, group_by=groups, metric=metric, at=at, table=table)
+        for w in caught:
+            err.print(f"warning: {w.message}", highlight=False, markup=False, soft_wrap=True)
         if columns:
             wanted = [c.strip() for c in columns.split(",") if c.strip()]
             from orchestrator.results.store import ResultsError
@@ -117,12 +126,12 @@ def query_cmd(
 
     result = _guard(run)
     try:
-        _emit(result, fmt, output)
+        _emit(result, fmt, output, chosen=bool(columns))
     except OSError as e:  # --output in a missing folder, a folder, no permission
         raise _fail(f"--output {output}: cannot write ({e.strerror or e})") from None
 
 
-def _emit(result, fmt: str, output: Path | None) -> None:  # noqa: ANN001
+def _emit(result, fmt: str, output: Path | None, chosen: bool = False) -> None:  # noqa: ANN001
     import pyarrow as pa
 
     for i, f in enumerate(result.schema):
@@ -145,7 +154,7 @@ def _emit(result, fmt: str, output: Path | None) -> None:  # noqa: ANN001
     elif fmt == "json":
         text = _json(result)
     else:
-        _print_table(result, output)
+        _print_table(result, output, chosen)
         return
     if output is not None:
         output.write_text(text)
@@ -164,18 +173,42 @@ def _json(result) -> str:  # noqa: ANN001
     return json.dumps(rows, indent=1, default=str)
 
 
-def _print_table(result, output: Path | None) -> None:  # noqa: ANN001
+# a trials table on screen without --columns: what it is, the settings that vary, the loss
+SHOWN_FIRST = ("trial_id", "variant", "size", "n_params", "tokens", "flops")
+SHOWN_IF_VARIED = ("seed", "lr", "seq_len", "attn_out", "task", "data_source", "tsa_lambda",
+                   "tsa_threshold", "budget_s_min", "budget_s_max", "budget_flops")  # fmt: skip
+SHOWN_LAST = ("status", "steps", "final_val_loss", "best_val_loss", "wall_time_s", "value")
+
+
+def default_columns(result) -> list[str]:  # noqa: ANN001
+    """The trials table's columns worth a screen: SHOWN_FIRST, the settings that differ
+    between the rows, SHOWN_LAST. Other tables (groups, curves) show every column."""
+    names = result.column_names
+    if "trial_id" not in names or "config" not in names:
+        return list(names)
+    varied = [c for c in SHOWN_IF_VARIED if c in names and len(set(result[c].to_pylist())) > 1]
+    return [c for c in (*SHOWN_FIRST, *varied, *SHOWN_LAST) if c in names]
+
+
+def _print_table(result, output: Path | None, chosen: bool = False) -> None:  # noqa: ANN001
     from rich.table import Table
 
-    hidden = {"config", "run_id", "reason", "code_version", "curves_source", "data_source"}
-    cols = [c for c in result.column_names if c not in hidden or len(result.column_names) <= 6]
-    table = Table(caption=f"{result.num_rows} rows")
+    cols = list(result.column_names) if chosen else default_columns(result)
+    caption = f"{result.num_rows} rows"
+    if len(cols) < len(result.column_names):
+        caption += (
+            f"; {len(cols)} of {len(result.column_names)} columns (-c to choose, "
+            "--format csv or json for all)"
+        )
+    table = Table(caption=caption)
     for c in cols:
         table.add_column(c, overflow="fold")
     for r in result.select(cols).to_pylist()[:500]:
         table.add_row(*[_cell(r[c]) for c in cols])
     if result.num_rows > 500:
-        table.caption = f"first 500 of {result.num_rows} rows (use --format csv for all)"
+        table.caption = caption.replace(
+            f"{result.num_rows} rows", f"first 500 of {result.num_rows} rows (--format csv for all)"
+        )
     (Console(file=open(output, "w")) if output else console).print(table)  # noqa: SIM115
 
 

@@ -3,7 +3,9 @@
 Smallest training compute first, so the scaling picture fills in early; at most
 `backend.concurrency` trials at once; a FAILED attempt is retried after
 `retry_backoff_s * 2**(attempt-1)` seconds up to `max_retries` times, then the trial is
-FAILED with the error as the `scalelab.error` tag; a PREEMPTED trial is requeued under
+FAILED with the error as the `scalelab.error` tag; a trial whose loss diverged is FAILED at
+once and tagged `scalelab.diverged` (the same trial diverges again: retrying only burns
+compute), and a later submit skips it like one out of retries; a PREEMPTED trial is requeued under
 the same run id without using up a retry; `scalelab cancel` is honoured within a poll.
 A trial whose training is done (its `result.json`) is never trained again: the driver
 only sends what its run still lacks, and marks a run FINISHED only once its spool is
@@ -12,6 +14,7 @@ empty (`orchestrator/delivery.py`).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,7 +37,8 @@ class SweepOutcome:
     """What this driver saw: trial ids by what happened to them."""
 
     finished: list[str] = field(default_factory=list)  # ran to FINISHED here
-    failed: list[str] = field(default_factory=list)  # retries used up
+    failed: list[str] = field(default_factory=list)  # retries used up, or diverged
+    diverged: list[str] = field(default_factory=list)  # of `failed`: the loss diverged
     killed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # already FINISHED (or out of retries)
     elsewhere: list[str] = field(default_factory=list)  # claimed by another live driver
@@ -79,13 +83,23 @@ def run_sweep(
     poll_s: float = 0.5,
     cancel_poll_s: float = 2.0,
     on_update: Callable[[dict[str, int]], None] | None = None,
+    on_trial: Callable[[str, str], None] | None = None,
     spec_yaml: str = "",
     spec_path: str = "",
+    overrides: list[str] | tuple[str, ...] = (),
 ) -> SweepOutcome:
-    """Run every live trial of the sweep to a terminal state (or until cancelled)."""
+    """Run every live trial of the sweep to a terminal state (or until cancelled).
+    `on_update(counts)` follows the counts; `on_trial(trial_id, outcome)` is called once
+    per trial this driver ran, when it ends ('finished', 'failed', 'diverged', 'killed')."""
     cfg = spec.backend
     out = SweepOutcome()
-    records = ledger.sync(spec, trials, spec_yaml=spec_yaml, spec_path=spec_path)
+    records = ledger.sync(
+        spec,
+        trials,
+        spec_yaml=spec_yaml,
+        spec_path=spec_path,
+        overrides=json.dumps(list(overrides)),
+    )
     ledger.heartbeat()
     parent_tags = ledger.parent_tags()
 
@@ -98,7 +112,7 @@ def run_sweep(
             out.elsewhere.append(trial.trial_id)  # cancelled under a driver still running
         elif (
             rec.status == Status.FAILED
-            and rec.attempts > cfg.max_retries
+            and (rec.attempts > cfg.max_retries or rec.tags.get(Tag.DIVERGED) == "1")
             and not delivery.trained(trial.trial_id)
         ):
             out.skipped.append(trial.trial_id)
@@ -118,6 +132,7 @@ def run_sweep(
     killing: set[Any] = set()  # handles cancelled on request
     last_beat = last_cancel_check = time.monotonic()
     counts = {"done": len(out.skipped), "running": 0, "total": len(trials)}
+    reported: set[str] = set()
     try:
         while pending or inflight or sends:
             now = time.monotonic()
@@ -155,6 +170,8 @@ def run_sweep(
                     retries = -1 if handle in killing else cfg.max_retries
                     _settle(ledger, live, handle, pending, out, retries, cfg.retry_backoff_s, sends)
             finished = out.finished + out.reused + out.undelivered
+            if on_trial:
+                _report_ended(out, finished, reported, on_trial)
             counts.update(
                 done=len(out.skipped) + len(finished) + len(out.failed) + len(out.killed),
                 running=len(inflight) + len(sends),
@@ -167,6 +184,17 @@ def run_sweep(
             backend.stop()
     _close_parent(ledger, out)
     return out
+
+
+def _report_ended(
+    out: SweepOutcome, finished: list[str], reported: set[str], on_trial: Callable[[str, str], None]
+) -> None:
+    ended = [(t, "finished") for t in finished] + [(t, "killed") for t in out.killed]
+    ended += [(t, "diverged" if t in out.diverged else "failed") for t in out.failed]
+    for tid, outcome in ended:
+        if tid not in reported:
+            reported.add(tid)
+            on_trial(tid, outcome)
 
 
 def _claim(
@@ -212,6 +240,10 @@ def _launch(ledger: Ledger, backend: Any, claimed: list[_Live], inflight: dict) 
         attempt = live.rec.attempts + (0 if reattached or live.requeued else 1)
         live.requeued = False
         tags = {Tag.ATTEMPTS: str(attempt), Tag.JOB_REF: job_ref, Tag.CANCEL: "0"}
+        if Tag.STARTED_MS not in live.rec.tags:  # MLflow cannot move a run's start time
+            now_ms = int(time.time() * 1000)
+            tags[Tag.STARTED_MS] = str(now_ms)
+            tags[Tag.QUEUED_S] = f"{(now_ms - live.rec.start_time) / 1000:.1f}"
         writes.append((live.rec.run_id, tags))
         live.rec.tags.update(tags)
         inflight[handle] = live
@@ -258,6 +290,12 @@ def _settle(
     elif status == Status.KILLED:
         ledger.set_status(run_id, Status.KILLED)
         out.killed.append(tid)
+    elif outcome.get("diverged"):
+        error = str(outcome.get("reason") or "diverged")
+        ledger.set_tags(run_id, {Tag.ERROR: error, Tag.DIVERGED: "1"})
+        ledger.set_status(run_id, Status.FAILED)
+        out.failed.append(tid)
+        out.diverged.append(tid)
     elif live.rec.attempts < max_retries + 1:
         delay = backoff_s * 2 ** (live.rec.attempts - 1)
         ledger.set_tags(run_id, {Tag.ERROR: str(outcome.get("reason") or "failed")})

@@ -315,14 +315,25 @@ def check_dotted_key(key: str) -> None:
 # ---------------------------------------------------------------- the file
 
 
-def parse_spec(text: str, path: str = "<sweep>") -> tuple[SweepSpec, SourceMap]:
+def parse_spec(
+    text: str, path: str = "<sweep>", overrides: list[str] | tuple[str, ...] = ()
+) -> tuple[SweepSpec, SourceMap]:
+    """Validate a sweep's text, with command-line `overrides` (KEY=VALUE, orchestrator/
+    overrides.py) set first."""
+    from orchestrator.overrides import apply_overrides
+
     data, source = load_yaml(text, path)
     if not isinstance(data, dict):
         raise SpecError([f"{path}:1: a sweep is a mapping (name:, base:, grid:, ...)"])
+    data, source, problems = apply_overrides(
+        data, source, list(overrides), set(SweepSpec.model_fields)
+    )
     try:
         spec = SweepSpec.model_validate(copy.deepcopy(data))
     except ValidationError as e:
-        raise SpecError(located_errors(e, source)) from None
+        raise SpecError(problems + located_errors(e, source)) from None
+    if problems:
+        raise SpecError(problems)
     return spec, source
 
 

@@ -47,28 +47,33 @@ def resolve_job(ref: JobRef) -> Callable[..., Any]:
 
 def outcome_of(result: Any) -> dict[str, Any]:
     """A job's return value (TrainResult, dict, None) -> {'status', 'reason',
-    'metrics_pending'} (MLflow writes the job left spooled in its trial folder)."""
+    'metrics_pending' (MLflow writes the job left spooled in its trial folder), 'diverged'
+    (a FAILED trial whose loss diverged: deterministic, so it is not retried)}."""
     if result is None:
-        return {"status": Status.FINISHED, "reason": None, "metrics_pending": 0}
+        return {"status": Status.FINISHED, "reason": None, "metrics_pending": 0, "diverged": False}
     get = result.get if isinstance(result, dict) else lambda k, d: getattr(result, k, d)
     return {
         "status": get("status", Status.FINISHED),
         "reason": get("reason", None),
         "metrics_pending": get("metrics_pending", 0),
+        "diverged": bool(get("diverged", False)),
     }
 
 
 def run_job(job_ref: JobRef, job_json: str, run_id: str | None, ranks: int = 1) -> dict[str, Any]:
     """The body of one trial wherever it runs: rebuild the JobConfig, call the job (in
-    `ranks` processes under torchrun when the trial has several)."""
+    `ranks` processes under torchrun when the trial has several), its output captured in
+    the trial's log and attached to its run (jobs/trial_logs.py)."""
     from jobs.config import JobConfig
+    from jobs.trial_logs import captured
 
     job = JobConfig.model_validate_json(job_json)
-    if ranks > 1:
-        if job_ref != DEFAULT_JOB:
-            raise ValueError(f"several ranks per trial need the training job, not {job_ref!r}")
-        return run_ranks(job, run_id, ranks)
-    return outcome_of(resolve_job(job_ref)(job, run_id))
+    with captured(job.trial_id, run_id, job.model_dump_json(indent=2)):  # trials/<id>/logs/
+        if ranks > 1:
+            if job_ref != DEFAULT_JOB:
+                raise ValueError(f"several ranks per trial need the training job, not {job_ref!r}")
+            return run_ranks(job, run_id, ranks)
+        return outcome_of(resolve_job(job_ref)(job, run_id))
 
 
 def run_ranks(job: Any, run_id: str | None, ranks: int) -> dict[str, Any]:

@@ -9,7 +9,10 @@ evaluated): column comparisons (==, !=, <, <=, >, >=, chained), `in` / `not in` 
 
 `at` picks a curve metric's value per trial: 'final' (its last step), or interpolated at
 'flops=1e18', 'tokens=2e9' or 'step=500' (linearly in log x for flops/tokens; null outside
-the trial's range, never extrapolated).
+the trial's range, never extrapolated: a ResultsWarning says how many trials have none).
+With `group_by`, `n` counts the values the statistics are over (trials without a value at
+`at` are not counted), or the trials when there is no `value` column. A filter that keeps
+no row warns too.
 """
 
 from __future__ import annotations
@@ -25,6 +28,11 @@ from .store import ResultsError
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.compute as pc
+
+
+class ResultsWarning(UserWarning):
+    """A query that ran but whose answer is likely not what was meant (empty, no values)."""
+
 
 AT_AXES = ("flops", "tokens", "step")
 DEFAULT_METRIC = "val/loss"
@@ -253,6 +261,10 @@ def query(
             result = result.join(values, "trial_id", join_type="left outer")
         if where:
             result = _filter(result, where)
+            if result.num_rows == 0:
+                _warn(f"--where {where!r} matches no trial")
+        if "value" in result.column_names and result.num_rows:
+            _warn_missing(result["value"].null_count, result.num_rows, metric, at)
     else:
         raise ResultsError(f"unknown table {table!r}: expected trials or curves")
     if group_by:
@@ -267,6 +279,23 @@ def query(
         order = [c for c in ("variant", "n_params", "trial_id") if c in result.column_names]
         result = result.sort_by([(c, "ascending") for c in order])
     return result
+
+
+def _warn(message: str) -> None:
+    import warnings
+
+    warnings.warn(message, ResultsWarning, stacklevel=3)
+
+
+def _warn_missing(missing: int, rows: int, metric: str | None, at: str) -> None:
+    if not missing:
+        return
+    where = "at their end" if parse_at(at)[0] == "final" else f"at {at}"
+    whose = "no trial has" if missing == rows else f"{missing} of {rows} trials have no"
+    _warn(
+        f"{whose} {metric or DEFAULT_METRIC} {where} (curves are not extrapolated beyond a "
+        "trial's own range): their value is empty"
+    )
 
 
 def _filter(table: pa.Table, where: str) -> pa.Table:
@@ -343,7 +372,8 @@ def _aggregate(table: pa.Table, group_by: list[str]) -> pa.Table:
         if "value" in table.column_names
         else [c for c in TRIAL_AGGREGATES if c in table.column_names]
     )
-    aggs: list[tuple[str, str]] = [(group_by[0], "count")]
+    counted = "value" if "value" in table.column_names else group_by[0]
+    aggs: list[tuple[str, str]] = [(counted, "count")]
     for c in cols:
         aggs += (
             [(c, "mean"), (c, "stddev"), (c, "min"), (c, "max")]
@@ -351,9 +381,7 @@ def _aggregate(table: pa.Table, group_by: list[str]) -> pa.Table:
             else [(c, "mean")]
         )
     out = table.group_by(group_by).aggregate(aggs)
-    out = out.rename_columns(
-        [("n" if n == f"{group_by[0]}_count" else n) for n in out.column_names]
-    )
+    out = out.rename_columns([("n" if n == f"{counted}_count" else n) for n in out.column_names])
     for i, f in enumerate(out.schema):  # few rows now: plain strings sort and print
         if pa.types.is_dictionary(f.type):
             out = out.set_column(i, f.name, out[f.name].cast(f.type.value_type))

@@ -294,6 +294,7 @@ def _read_trial(t: TrialRun, client: Any) -> tuple[dict[str, Any], pa.Table]:
             last.get("compute/tokens"),
             _max(raw, "tokens"),
             _num(t.params.get("tokens")),
+            _num(t.tags.get("scalelab.tokens")),
         ),
         "flops": _first(result.get("flops"), last.get("compute/flops"), _max(raw, "flops")),
         "final_val_loss": _first(result.get("final_val_loss"), val[-1] if val else None, ...),

@@ -71,12 +71,14 @@ def test_divergence_fails_after_checkpoint(home, mlflow_uri, tiny_job):
                    train__warmup_fraction=0.0)  # fmt: skip
     result = run(job)
     assert result.status == "FAILED" and result.reason.startswith("diverged")
+    assert result.diverged  # deterministic: the scheduler does not retry it
     assert result.steps < 8
     ckpts = list((home / "trials" / job.trial_id / "ckpt").glob("step*/COMPLETE"))
     assert len(ckpts) == 1
     mlrun = MlflowClient(mlflow_uri).get_run(result.run_id)
     assert mlrun.info.status == "FAILED"
     assert mlrun.data.tags["scalelab.error"].startswith("diverged")
+    assert mlrun.data.tags["scalelab.diverged"] == "1"
 
 
 @pytest.mark.slow

@@ -61,3 +61,27 @@ def always_fails(job: JobConfig, run_id: str | None = None) -> dict:
 def preempted_once(job: JobConfig, run_id: str | None = None) -> dict:
     n = _record(job, run_id)
     return {"status": "PREEMPTED" if n == 1 else "FINISHED", "reason": "test preemption"}
+
+
+def talkative(job: JobConfig, run_id: str | None = None) -> dict:
+    """Prints to stdout, to stderr and from a child process; the trial with seed 1 then
+    raises (its traceback is what `status` and the log must show)."""
+    import subprocess
+    import sys
+
+    _record(job, run_id)
+    print(f"stdout of seed {job.seed}", flush=True)
+    print(f"stderr of seed {job.seed}", file=sys.stderr, flush=True)
+    subprocess.run(["echo", f"child process of seed {job.seed}"], check=True)
+    if job.seed == 1:
+        raise RuntimeError("talkative trial fails at the end of a long explanation " + "x" * 80)
+    return {"status": "FINISHED"}
+
+
+def diverges(job: JobConfig, run_id: str | None = None) -> dict:
+    """The trial with seed 1 ends as jobs.train.run ends a diverged trial (its TrainResult's
+    status, reason and flag); the others finish."""
+    _record(job, run_id)
+    if job.seed == 1:
+        return {"status": "FAILED", "reason": "diverged: loss nan at step 3", "diverged": True}
+    return {"status": "FINISHED"}

@@ -59,6 +59,10 @@ def test_submit_status_dry_run_round_trip(tmp_path, ray_session, work_home, swee
     path = _write(tmp_path, sweep_yaml(sweep_name, seeds=2))
     plan = json.loads(runner.invoke(app, ["submit", str(path), "--dry-run", "--json"]).stdout)
     assert [t["status"] for t in plan["trials"]] == ["NEW", "NEW"]
+    assert sorted((t["name"], t["swept"]["seed"]) for t in plan["trials"]) == [
+        ("dense-nano-s0", 0),
+        ("dense-nano-s1", 1),
+    ]  # fmt: skip  (what tells the trials apart)
     assert all(t["params"] > 0 and t["tokens"] == 4096 and t["flops"] > 0 for t in plan["trials"])
     result = runner.invoke(app, ["submit", str(path), "--job", "jobs_for_tests:count"])
     assert result.exit_code == 0, result.output

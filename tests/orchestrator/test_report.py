@@ -29,7 +29,7 @@ def test_summary_prints_gains_with_intervals_plots_and_the_mlflow_ui(summary):
     low, high = map(float, re.search(r"\[([\d.]+)×, ([\d.]+)×\]", row).groups())
     assert low <= 0.8 <= high  # the known multiplier, through sync -> fit -> summary
     assert "plots:" in text and "loss_vs_flops" in text and "gains" in text
-    assert "report:" in text and "mlflow ui --backend-store-uri" in text
+    assert "report:" in text and "scalelab ui " in text
     assert "backtest of dense on held-out 124M" in text  # the forecast, checked in the demo
     last = text.strip().splitlines()[-1]
     assert last.startswith("next: hadamard: ") and "GPU-hours" in last  # ends with advice
@@ -65,3 +65,18 @@ def test_a_summary_of_unchanged_trials_comes_from_its_cache(summary):
     cache.write_text(json.dumps({**stored, "text": stored["text"].replace("hadamard", "HAD")}))
     assert "HAD" in summarise_sweep("rep", n_resamples=40)  # served from the cache
     assert "HAD" not in summarise_sweep("rep", n_resamples=41)  # other options: fitted again
+
+
+def test_the_parent_run_carries_the_gains_and_the_report(summary):
+    from mlflow import MlflowClient
+
+    from contract.workdir import tracking_uri
+    from orchestrator.results.sources import find_sweep_runs
+
+    client = MlflowClient(tracking_uri())
+    parent = find_sweep_runs("rep", tracking_uri()).parent_run_id
+    metrics = client.get_run(parent).data.metrics
+    low, m, high = (metrics[f"gain/hadamard/paired{s}"] for s in ("_low", "", "_high"))
+    assert low <= m <= high and low <= 0.8 <= high  # the known multiplier, on the parent
+    assert {"law/dense/E", "law/dense/alpha", "gain/hadamard/unpaired"} <= set(metrics)
+    assert "report.md" in {a.path for a in client.list_artifacts(parent)}

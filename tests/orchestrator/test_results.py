@@ -24,6 +24,7 @@ from orchestrator.results import (
     sync,
 )
 from orchestrator.results.fit import fit_sweep
+from orchestrator.results.query import ResultsWarning
 from orchestrator.results.synthetic import write_sweep
 
 SIZES = ("nano", "micro", "mini", "124M")
@@ -155,6 +156,25 @@ def test_curves_from_mlflow_when_no_local_files(home):
         assert sel["value"].to_numpy() == pytest.approx(t.curve["val/loss"])
 
 
+def test_query_counts_values_warns_and_shows_readable_columns(home):
+    beyond = f"flops={max(t.flops for t in home['trials']) * 10!r}"
+    with pytest.warns(ResultsWarning, match="no trial has val/loss"):
+        groups = query("main", at=beyond, group_by=["variant"])
+    assert groups["n"].to_pylist() == [0, 0]  # n counts values, and there are none
+    with pytest.warns(ResultsWarning, match="matches no trial"):
+        query("main", where="variant == 'nope'")
+    from orchestrator.cli import app
+
+    res = CliRunner().invoke(app, ["results", "query", "main", "--at", beyond])
+    assert res.exit_code == 0 and "warning: no trial has val/loss" in res.stderr
+    header = next(line for line in res.stdout.splitlines() if "trial_id" in line)
+    shown = [c.strip() for c in header.strip("┃ ").split("┃")]
+    assert shown[:4] == ["trial_id", "variant", "size", "n_params"] and "value" in shown
+    assert "attn_out" in shown and "seed" not in shown  # the settings that vary, only
+    assert "config" not in shown and len(shown) < 16
+    assert f"of {load_trials('main').num_columns + 1} columns" in res.stdout
+
+
 def test_query_filters_groups_and_interpolates_at_flops(home):
     small = query("main", where="variant == 'dense' and size in ['nano', 'micro']")
     assert small.num_rows == 6 and set(small["size"].to_pylist()) == {"nano", "micro"}
@@ -165,20 +185,23 @@ def test_query_filters_groups_and_interpolates_at_flops(home):
     assert groups.num_rows == 8 and set(groups["n"].to_pylist()) == {3}
     t = home["trials"][5]
     c, v = t.curve["compute/flops"].tolist(), t.curve["val/loss"].tolist()
-    at = {
-        r["trial_id"]: r["value"]
-        for r in query("main", metric="val/loss", at=f"flops={c[3]!r}").to_pylist()
-    }
+    with pytest.warns(ResultsWarning, match=r"\d+ of 24 trials have no val/loss at flops="):
+        rows = query("main", metric="val/loss", at=f"flops={c[3]!r}").to_pylist()
+    at = {r["trial_id"]: r["value"] for r in rows}
     assert at[t.trial_id] == pytest.approx(v[3])
     mid = float(np.sqrt(c[3] * c[4]))  # half-way in log FLOPs
     got = metric_at(load_curves("main"), "val/loss", f"flops={mid!r}").to_pylist()
     assert dict((r["trial_id"], r["value"]) for r in got)[t.trial_id] == pytest.approx(
         (v[3] + v[4]) / 2
     )
-    outside = query(
-        "main", metric="val/loss", at=f"flops={c[-1] * 10!r}", where=f"trial_id == '{t.trial_id}'"
-    )
-    assert outside["value"].to_pylist() == [None]  # never extrapolated
+    with pytest.warns(ResultsWarning, match="no trial has val/loss at flops="):
+        outside = query(
+            "main",
+            metric="val/loss",
+            at=f"flops={c[-1] * 10!r}",
+            where=f"trial_id == '{t.trial_id}'",
+        )
+    assert outside["value"].to_pylist() == [None]  # never extrapolated, and said so
     final = query("main", metric="val/loss", group_by=["variant"])
     assert final["value_min"].to_pylist()[0] < final["value_max"].to_pylist()[0]
     per_metric = query("main", table="curves", group_by=["variant", "metric"])

@@ -60,6 +60,20 @@ def test_retries_with_backoff_then_failed_with_error_tag(ray_session, work_home,
     assert calls(work_home, run) == spec2.backend.max_retries + 1
 
 
+def test_a_diverged_trial_is_not_retried(ray_session, work_home, sweep_name):
+    spec, trials = _setup(sweep_name, seeds=2)  # max_retries: 2
+    out = run_sweep(spec, trials, Ledger(spec.name), job="jobs_for_tests:diverges")
+    diverged = next(t.trial_id for t in trials if t.job.seed == 1)
+    run = _runs(spec)[diverged]
+    assert out.failed == [diverged] and out.diverged == [diverged]
+    assert calls(work_home, run) == 1  # divergence is deterministic: no second attempt
+    rec = Ledger(spec.name).records()[diverged]
+    assert rec.status == "FAILED" and rec.tags["scalelab.diverged"] == "1"
+    assert rec.tags["scalelab.error"].startswith("diverged")
+    run_sweep(spec, trials, Ledger(spec.name), job="jobs_for_tests:diverges")
+    assert calls(work_home, run) == 1  # and a re-submit skips it
+
+
 def test_preempted_trial_is_requeued_under_the_same_run(ray_session, work_home, sweep_name):
     spec, trials = _setup(sweep_name, seeds=1)
     out = run_sweep(spec, trials, Ledger(spec.name), job="jobs_for_tests:preempted_once")

@@ -186,3 +186,34 @@ def test_slurm_warning_must_come_before_the_time_limit():
     assert "signal_delay_s (120) must be shorter than time_min (2 min = 120 s)" in line
     spec, _ = parse_spec(BASE + backend % 60, "x.yaml")
     assert spec.backend.slurm.signal_delay_s == 60
+
+
+def test_overrides_make_the_same_trials_as_the_same_values_in_the_file():
+    in_file = BASE.replace("tokens: 4096}", "tokens: 4096, lr: 3.0e-4}") + (
+        "grid: {seed: [0, 1], model.size: [nano, micro]}\nbackend: {concurrency: 4}\n"
+    )
+    on_line = BASE + "grid: {seed: [0, 1]}\n"
+    overrides = ["train.lr=3e-4", "backend.concurrency=4", "grid.model.size=[nano, micro]"]
+    a, a_source = parse_spec(in_file, "x.yaml")
+    b, b_source = parse_spec(on_line, "x.yaml", overrides)
+    ids = [t.trial_id for t in expand(a, a_source)]
+    assert len(ids) == 4 and ids == [t.trial_id for t in expand(b, b_source)]
+    assert b.backend.concurrency == 4 and b.base["train"]["lr"] == "3e-4"  # YAML 1.1 text
+
+
+def test_every_bad_override_is_reported_at_once_naming_it():
+    text = BASE + "grid: {seed: [0, 1]}\n"
+    found = problems_with(text, ["train.lr=abc", "backend.concurency=3", "seed=5", "nokey"])
+    assert found[0].startswith("override 'seed=5': seed is swept by grid.seed")
+    assert found[1].startswith("override 'nokey': expected KEY=VALUE")
+    assert found[2].startswith("override 'backend.concurency=3': backend.concurency: unknown")
+    found = problems_with(text, ["train.lr=abc", "train.lrr=1"])
+    assert found[0].startswith("override 'train.lr=abc': base.train.lr: Input should be a valid")
+    assert found[1].startswith("override 'train.lrr=1': base.train.lrr: unknown key")
+
+
+def problems_with(text: str, overrides: list[str]) -> list[str]:
+    with pytest.raises(SpecError) as e:
+        spec, source = parse_spec(text, "x.yaml", overrides)
+        expand(spec, source)
+    return e.value.problems

@@ -1,0 +1,84 @@
+"""What a trial printed, kept in its folder and attached to its MLflow run, whatever the
+backend: `trials/<trial_id>/logs/trial.log` gets every attempt's stdout and stderr (file
+descriptors 1 and 2, so DeepSpeed's, torch's and the ranks' child processes' output too),
+after a header line per attempt; a failed attempt also leaves its Python traceback in
+`logs/traceback.txt`. When the attempt ends, `job.json` and `logs/` are attached to the
+run as artifacts, so the MLflow UI shows them on the trial's Artifacts tab.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from contract.workdir import JOB_FILE, LOGS_DIR, TRACEBACK_FILE, trial_dir, trial_log
+from jobs.environ import scoped_environ
+
+
+@contextmanager
+def captured(trial_id: str, run_id: str | None, job_json: str) -> Iterator[Path]:
+    """Send this process's stdout and stderr (and its children's) to the trial's log while
+    the block runs; write job.json first, attach the files to `run_id` at the end."""
+    folder = trial_dir(trial_id)
+    log = trial_log(trial_id)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    (folder / JOB_FILE).write_text(job_json)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    with open(log, "ab", buffering=0) as sink:
+        sink.write(
+            f"==== {stamp} run {run_id} on {socket.gethostname()} pid {os.getpid()}\n".encode()
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield log
+        except BaseException:
+            (log.parent / TRACEBACK_FILE).write_text(traceback.format_exc())
+            traceback.print_exc()  # into the log too, where it happened
+            raise
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            if run_id:
+                attach(trial_id, run_id)
+
+
+def attach(trial_id: str, run_id: str) -> None:
+    """job.json and logs/ as the run's artifacts. Best effort: a tracking store that cannot
+    be reached now costs the attachment, never the trial (the files stay in its folder)."""
+    from jobs import tracking_store
+    from jobs.tracking import fail_fast_environ
+
+    folder = trial_dir(trial_id)
+    try:
+        with scoped_environ(fail_fast_environ()):
+            client = tracking_store.client()
+            if (folder / JOB_FILE).exists():
+                client.log_artifact(run_id, str(folder / JOB_FILE))
+            client.log_artifacts(run_id, str(folder / LOGS_DIR), LOGS_DIR)
+    except Exception as e:  # noqa: BLE001 - whatever the store raised, the trial's outcome stands
+        print(f"scalelab: the trial's logs were not attached to run {run_id}: {e}", file=sys.stderr)
+
+
+def tail(trial_id: str, lines: int = 20) -> str:
+    """The last `lines` lines of the trial's log ('' when it has none)."""
+    log = trial_log(trial_id)
+    if not log.exists():
+        return ""
+    with open(log, "rb") as f:
+        f.seek(max(0, log.stat().st_size - 64 * 1024))
+        text = f.read().decode(errors="replace")
+    return "\n".join(text.splitlines()[-lines:])

@@ -1,0 +1,196 @@
+"""CLI commands that watch a sweep: status, logs, ui (docs/monitoring.md).
+
+Registered onto `orchestrator.cli.app` after `orchestrator.commands`, whose console and
+error printer they share; ray and mlflow are imported inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from contract.runs import TERMINAL, Status, Tag
+from orchestrator.commands import _fail, _find, err, out
+from orchestrator.sweep_view import STATUS_COLUMNS, status_cells, status_row
+
+STATUSES = (Status.RUNNING, Status.SCHEDULED, Status.FINISHED, Status.FAILED, Status.KILLED)
+# MLflow 3's UI keeps "GenAI" or "Model training" as a browser setting (GenAI unless
+# changed), whatever the experiment's kind tag; this query in a link picks model training
+TRAINING_VIEW = "workflowType=machine_learning"
+
+
+def _status_rows(ledger: Any) -> list[dict[str, Any]]:
+    """The sweep's trials, after sending what finished trials' spools still hold (a run
+    turns FINISHED only when its spool is empty: orchestrator/delivery.py)."""
+    from orchestrator.delivery import send_owed
+
+    recs = ledger.records()
+    sent, owed = send_owed(recs.values(), ledger.uri)
+    if sent:
+        recs = ledger.records()
+    owing = {o.run_id: o for o in owed}
+    rows = []
+    for r in sorted(recs.values(), key=lambda r: r.start_time):
+        error = r.tags.get(Tag.ERROR, "") if r.status != Status.FINISHED else ""
+        if r.run_id in owing:
+            o = owing[r.run_id]
+            error = f"{o.pending} MLflow writes spooled, not sent yet: {o.why}"
+        row = status_row(r, error)
+        row["metrics_pending"] = owing[r.run_id].pending if r.run_id in owing else 0
+        rows.append(row)
+    return rows
+
+
+def _status_table(ledger: Any, rows: list[dict[str, Any]]) -> Table:
+    table = Table(title=f"sweep {ledger.sweep} ({ledger.experiment})")
+    for col in STATUS_COLUMNS:  # the error folds over lines rather than being cut
+        table.add_column(col, overflow="fold", ratio=3 if col == "error" else None)
+    for r in rows:
+        table.add_row(*status_cells(r))
+    counts = {s: sum(r["status"] == s for r in rows) for s in STATUSES}
+    table.caption = f"{sum(counts[s] for s in TERMINAL)}/{len(rows)} done: " + ", ".join(
+        f"{n} {s.lower()}" for s, n in counts.items() if n
+    )
+    return table
+
+
+def status(
+    sweep: str = typer.Argument(..., help="Sweep name (or its YAML file)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    watch: bool = typer.Option(
+        False, "--watch", "-w", help="Refresh the table until every trial is done."
+    ),
+    interval: float = typer.Option(5.0, "--interval", help="Seconds between refreshes (--watch)."),
+) -> None:
+    """Show a sweep's trials and their statuses (from MLflow)."""
+    import time
+
+    from rich.live import Live
+    from rich.progress import BarColumn, Progress, TextColumn
+
+    ledger = _find(sweep)
+    rows = _status_rows(ledger)
+    if as_json:
+        print(json.dumps({"sweep": ledger.sweep, "trials": rows}))
+        return
+    if watch:
+        with Live(_status_table(ledger, rows), console=out, auto_refresh=False) as live:
+            while not rows or any(r["status"] not in TERMINAL for r in rows):
+                time.sleep(interval)
+                rows = _status_rows(ledger)
+                live.update(_status_table(ledger, rows), refresh=True)
+        return
+    out.print(_status_table(ledger, rows))
+    done = sum(r["status"] in TERMINAL for r in rows)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        console=out,
+    ) as p:
+        p.add_task(
+            "finished" if done == len(rows) else "in progress", total=len(rows), completed=done
+        )
+
+
+def logs(
+    sweep: str = typer.Argument(..., help="Sweep name (or its YAML file)."),
+    trial: str = typer.Argument(None, help="Trial id (a prefix will do) or run name."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing as it grows."),
+    lines: int = typer.Option(40, "--lines", "-n", help="How many of its last lines."),
+) -> None:
+    """Print a trial's log (stdout and stderr of every attempt); without TRIAL, list them."""
+    import time
+
+    from contract.workdir import trial_log
+    from jobs.trial_logs import tail
+
+    records = list(_find(sweep).records().values())
+    if trial is None:
+        for rec in records:
+            last = tail(rec.trial_id, 1) or "(no log here)"
+            out.print(f"{rec.trial_id}  {rec.name:<28} {rec.status:<9} {trial_log(rec.trial_id)}")
+            out.print(f"    {last}", highlight=False, markup=False)
+        return
+    chosen = [r for r in records if r.trial_id.startswith(trial) or r.name == trial]
+    if len(chosen) != 1:
+        ids = ", ".join(r.trial_id for r in chosen[:5])
+        raise _fail(
+            f"{trial!r} names {len(chosen)} trials of sweep {sweep}" + (f": {ids}" if ids else "")
+        )
+    path = trial_log(chosen[0].trial_id)
+    if not path.exists():
+        raise _fail(f"no log at {path} (the trial has not run on this machine)")
+    sys.stdout.write(tail(chosen[0].trial_id, lines) + "\n")
+    offset = path.stat().st_size
+    while follow:
+        time.sleep(1.0)
+        with open(path, "rb") as f:
+            f.seek(offset)
+            chunk = f.read()
+        offset += len(chunk)
+        sys.stdout.write(chunk.decode(errors="replace"))
+        sys.stdout.flush()
+
+
+def ui(
+    sweep: str = typer.Argument(None, help="A sweep: print the address of its runs."),
+    port: int = typer.Option(5000, help="Port of the MLflow UI."),
+    host: str = typer.Option("127.0.0.1", help="Interface (127.0.0.1: this machine only)."),
+) -> None:
+    """Start the MLflow UI on this machine's tracking store."""
+    import ipaddress
+    import socket
+
+    from contract.workdir import tracking_uri
+
+    uri = tracking_uri()
+    runs_view = (
+        f"#/experiments/{_find(sweep).experiment_id()}/runs?{TRAINING_VIEW}" if sweep else ""
+    )
+    if uri.startswith("http"):
+        out.print(f"the tracking server is already a UI: open {uri.rstrip('/')}/{runs_view}")
+        return
+    # mlflow only logs a busy port and exits 0: bind it here first, as its server would
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as e:
+        why = e.strerror or str(e)
+        raise _fail(
+            f"cannot serve the MLflow UI on {host}:{port}: {why}; pick another --port"
+        ) from None
+    if not ipaddress.ip_address(address[0]).is_loopback:
+        err.print(
+            f"warning: the MLflow UI has no login: anyone who can reach {host}:{port} can read, "
+            "change and delete every run (docs/reliability.md, Security)",
+            highlight=False,
+        )
+    # MLflow's job runner (7 huey processes, left behind by a SIGTERM) serves no scalelab need
+    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
+    out.print(f"MLflow UI on http://{host}:{port}/{runs_view} for {uri} (Ctrl-C to stop)")
+    os.execv(sys.executable, cmd)
+
+
+def register(app: typer.Typer) -> None:
+    for fn in (status, logs, ui):
+        app.command()(fn)

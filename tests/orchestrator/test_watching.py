@@ -1,0 +1,115 @@
+"""Watching a sweep: what a failed trial leaves (its log, traceback, the summary and a hint),
+`status` and `logs`, and what the MLflow UI will show (read through a real `mlflow server`'s
+REST API)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import calls, sweep_yaml
+from faults.mlflow_kit import MlflowServer
+from typer.testing import CliRunner
+
+from contract.workdir import tracking_uri, trial_dir
+from orchestrator.cli import app
+from orchestrator.ledger import Ledger
+
+runner = CliRunner()
+ONCE = "{concurrency: 2, max_retries: 0, cpus_per_trial: 0.5}"
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "sweep.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_failed_trial_leaves_its_log_and_the_summary_still_comes(
+    tmp_path, ray_session, work_home, sweep_name
+):
+    path = _write(tmp_path, sweep_yaml(sweep_name, seeds=2))  # max_retries: 2 in the file
+    talkative = ["--job", "jobs_for_tests:talkative"]
+    result = runner.invoke(app, ["submit", str(path), "backend.max_retries=0", *talkative])
+    assert result.exit_code == 1, result.output
+    recs = Ledger(sweep_name).records()
+    failed = next(r for r in recs.values() if r.status == "FAILED")
+    assert (
+        f"({failed.trial_id}) failed after 1 attempt(s): RuntimeError: talkative" in result.stdout
+    )
+    assert f"scalelab logs {sweep_name} {failed.trial_id[:8]}" in result.stdout  # the hint
+    assert f"synced sweep '{sweep_name}'" in result.stdout  # the summary, despite the failure
+    resumed = runner.invoke(app, ["resume", sweep_name, *talkative])
+    assert resumed.exit_code == 0, resumed.output  # with the recorded override: no retry left
+    assert calls(work_home, failed.run_id) == 1
+
+    logs = trial_dir(failed.trial_id) / "logs"
+    log = (logs / "trial.log").read_text()
+    for line in ("stdout of seed 1", "stderr of seed 1", "child process of seed 1"):
+        assert line in log  # fds 1 and 2, the child process's too
+    assert "RuntimeError: talkative trial fails" in (logs / "traceback.txt").read_text()
+
+    shown = runner.invoke(app, ["logs", sweep_name, failed.trial_id[:8]])
+    assert shown.exit_code == 0 and "stderr of seed 1" in shown.stdout
+    status = json.loads(runner.invoke(app, ["status", sweep_name, "--json"]).stdout)
+    row = next(t for t in status["trials"] if t["trial_id"] == failed.trial_id)
+    assert row["error"].endswith("x" * 80) and row["log"] == str(logs / "trial.log")
+    table = runner.invoke(app, ["status", sweep_name]).stdout
+    assert "long explanation" in table and "log:" in table  # not cut at 60 characters
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri())
+    top = {a.path for a in client.list_artifacts(failed.run_id)}
+    attached = {a.path for a in client.list_artifacts(failed.run_id, "logs")}
+    assert "job.json" in top and {"logs/trial.log", "logs/traceback.txt"} <= attached
+
+
+def _get(uri: str, route: str, **query: str) -> dict:
+    url = f"{uri}/api/2.0/mlflow/{route}?{urllib.parse.urlencode(query)}"
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def _post(uri: str, route: str, body: dict) -> dict:
+    request = urllib.request.Request(
+        f"{uri}/api/2.0/mlflow/{route}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as r:
+        return json.loads(r.read())
+
+
+@pytest.mark.slow
+def test_what_the_mlflow_ui_shows(tmp_path, ray_session, work_home, sweep_name):
+    text = sweep_yaml(sweep_name, seeds=1, backend=ONCE).replace(
+        "grid:", "description: lr sweep of the nano model\ngrid:\n  train.lr: [0.001, 0.003]"
+    )
+    launched = int(time.time() * 1000)
+    result = runner.invoke(app, ["submit", str(_write(tmp_path, text)), "--job", "jobs_for_tests:count"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    server = MlflowServer(tracking_uri()).start()
+    try:
+        exp = _get(server.uri, "experiments/get-by-name", experiment_name=sweep_name)["experiment"]
+        tags = {t["key"]: t["value"] for t in exp["tags"]}
+        assert tags["mlflow.experimentKind"] == "custom_model_development"  # opens on runs
+        assert tags["mlflow.note.content"] == "lr sweep of the nano model"
+        runs = _post(server.uri, "runs/search", {"experiment_ids": [exp["experiment_id"]]})["runs"]
+        children = [r for r in runs if r["info"]["run_name"] != f"sweep:{sweep_name}"]
+        names = sorted(r["info"]["run_name"] for r in children)
+        assert names == ["dense-nano-lr0.001", "dense-nano-lr0.003"]
+        for run in children:
+            params = {p["key"]: p["value"] for p in run["data"]["params"]}
+            assert "null" not in params.values() and params["train.tokens"] == "4096"
+            assert "tokens" not in params  # no second spelling of train.tokens
+            run_tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
+            assert int(run_tags["scalelab.started_ms"]) >= launched  # when it really started
+            listed = _get(server.uri, "artifacts/list", run_id=run["info"]["run_id"])
+            assert {"job.json", "logs"} <= {f["path"] for f in listed["files"]}
+    finally:
+        server.stop()
