@@ -19,8 +19,11 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# Two pytest-xdist workers (the CI machine's 2 cores): much of a test's time is spent waiting
+# on the processes it starts; tests/conftest.py keeps tests that share a service together.
+TEST_WORKERS ?= 2
 test: lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 format: setup
 	$(BIN)/ruff check --fix .

@@ -33,6 +33,9 @@ from jobs.environ import scoped_environ
 from jobs.outbox import Outbox, metric
 
 METRIC_NAME = re.compile(r"^[\w\-. :/]+$")  # what MLflow accepts
+# How long a job's end waits for its spool to reach MLflow before leaving the rest spooled
+FINISH_TIMEOUT_VAR = "SCALELAB_TRACKING_FINISH_TIMEOUT_S"
+DEFAULT_FINISH_TIMEOUT_S = 30.0
 
 
 class Tracker:
@@ -40,6 +43,7 @@ class Tracker:
 
     def __init__(self, trial_dir: Path, enabled: bool, flush_interval_s: float = 1.0) -> None:
         self.dir, self.enabled, self.interval = Path(trial_dir), enabled, flush_interval_s
+        self.finish_timeout_s = finish_timeout_s()  # read at the start: a bad value stops early
         self.run_id: str | None = None
         self.outbox: Outbox | None = None
         self._sender: subprocess.Popen | None = None
@@ -142,12 +146,14 @@ class Tracker:
         if self.enabled:
             self._put({"kind": "tag", "key": key, "value": str(value)})
 
-    def finish(self, status: str | None, timeout_s: float = 30.0) -> bool:
+    def finish(self, status: str | None, timeout_s: float | None = None) -> bool:
         """Spool the final `status` (None: leave the run RUNNING, e.g. when preempted), send
-        what is left within `timeout_s`, and stop. Returns True if the spool is fully sent;
-        otherwise the rest waits in it for whoever touches the trial next."""
+        what is left within `timeout_s` (default: SCALELAB_TRACKING_FINISH_TIMEOUT_S, 30 s),
+        and stop. Returns True if the spool is fully sent; otherwise the rest waits in it for
+        whoever touches the trial next."""
         if not self.enabled or self._sender is None:
             return True
+        timeout_s = self.finish_timeout_s if timeout_s is None else timeout_s
         if status is not None:
             self._put({"kind": "status", "status": status})
         for f in (self._spool, self._curves):
@@ -179,6 +185,20 @@ class Tracker:
     def last_error(self) -> str | None:
         """The sender's last failure to reach MLflow (None after a successful send)."""
         return self.outbox.last_error if self.outbox else None
+
+
+def finish_timeout_s() -> float:
+    """SCALELAB_TRACKING_FINISH_TIMEOUT_S in seconds (>= 0), else 30."""
+    raw = os.environ.get(FINISH_TIMEOUT_VAR)
+    if raw is None:
+        return DEFAULT_FINISH_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{FINISH_TIMEOUT_VAR}={raw!r}: expected a number of seconds >= 0")
+    return value
 
 
 def fail_fast_environ() -> dict[str, str]:

@@ -11,9 +11,27 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 import pytest  # noqa: E402
 from slurm_cluster import SlurmCluster, slurm_cluster  # noqa: E402, F401  (session fixture)
 
+# Tests that share one expensive thing run in one pytest-xdist worker (`make test` runs two,
+# --dist loadgroup): the single-node SLURM (its CPUs, and start.sh's first-time install)
+# and the session fixture that trains a trial. Every other test stays with the rest of its
+# file, so a module fixture (a trained trial, a spooled home) is built once.
+SHARED_FIXTURE_GROUPS = {"slurm_cluster": "slurm", "checkpointed_trial": "checkpointed-trial"}
 
+
+def _worker_group(item: pytest.Item) -> str:
+    if item.get_closest_marker("slurm"):
+        return "slurm"
+    for fixture, group in SHARED_FIXTURE_GROUPS.items():
+        if fixture in getattr(item, "fixturenames", ()):
+            return group
+    return item.nodeid.split("::")[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """GPU tests skip where there is no CUDA device; everything else always runs."""
+    """Worker groups; GPU tests skip where there is no CUDA device, the rest always runs."""
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
     try:
         import torch
 

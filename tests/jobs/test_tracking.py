@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from contract.workdir import CURVES_FILE
 from jobs.provenance import PARAM_VALUE_LIMIT, flatten
-from jobs.tracking import Tracker, deliver_outbox
+from jobs.tracking import FINISH_TIMEOUT_VAR, Tracker, deliver_outbox
 
 
 def _new_run(uri: str) -> str:
@@ -38,11 +38,14 @@ def test_sqlite_store_and_outbox_delivered_later(home, mlflow_uri, tmp_path, mon
     trial = tmp_path / "trial"
     # First attempt: the tracking server is unreachable; points stay in the outbox.
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
+    monkeypatch.setenv(FINISH_TIMEOUT_VAR, "1")  # the job's wait for MLflow: 1 s, not 30
     tracker = Tracker(trial, enabled=True, flush_interval_s=0.1)
     tracker.start(run_id, "tests-tracking", "r", {"scalelab.trial_id": "t1"}, {"a.b": "1"})
     for step in range(1, 31):
         tracker.log(step, step * 10, step * 1e9, {"train/loss": 1.0 / step, "train/lr": 0.1})
-    assert tracker.finish(None, timeout_s=1.0) is False  # not delivered, not lost
+    started = time.monotonic()
+    assert tracker.finish(None) is False  # not delivered, not lost
+    assert time.monotonic() - started < 20  # the variable's wait, not the default 30 s
     assert tracker.pending() > 0
     assert _steps(mlflow_uri, run_id, "train/loss") == []
     rows = [json.loads(line) for line in (trial / CURVES_FILE).read_text().splitlines()]
@@ -56,6 +59,13 @@ def test_sqlite_store_and_outbox_delivered_later(home, mlflow_uri, tmp_path, mon
     run = MlflowClient(mlflow_uri).get_run(run_id)
     assert run.data.tags["scalelab.trial_id"] == "t1" and run.data.params["a.b"] == "1"
     assert run.info.status == "RUNNING"  # finish(None): left running for the requeue
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan"])
+def test_a_bad_finish_timeout_stops_the_tracker_before_it_starts(value, tmp_path, monkeypatch):
+    monkeypatch.setenv(FINISH_TIMEOUT_VAR, value)
+    with pytest.raises(ValueError, match=f"{FINISH_TIMEOUT_VAR}=.*seconds >= 0"):
+        Tracker(tmp_path / "trial", enabled=True)
 
 
 def test_a_refused_param_never_costs_the_points(home, mlflow_uri, tmp_path, monkeypatch):
