@@ -172,8 +172,10 @@ class Tracker:
         return self.pending() == 0
 
     def _deliver_quietly(self) -> None:
-        try:
-            self.outbox.deliver()
+        try:  # one try per request, like the sender: MLflow's own backoff holds the
+            # outbox's lock for minutes, and whoever delivers next would wait on it
+            with scoped_environ(fail_fast_environ()):
+                self.outbox.deliver()
         except Exception:  # unreachable: the next one to touch the trial sends the rest
             pass
 

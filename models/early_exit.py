@@ -63,7 +63,7 @@ def early_exit_logits(model: torch.nn.Module, idx: Tensor, threshold: float) -> 
 
 
 def threshold_for_active_fraction(
-    model: torch.nn.Module, idx: Tensor, target_alpha: float, xtol: float = 1e-4
+    model: torch.nn.Module, idx: Tensor, target_alpha: float, xtol: float = 1e-7
 ) -> float:
     """The confidence threshold at which early exit runs `target_alpha` of the routed
     token-layers on the validation batch `idx` (bisection; alpha rises with the threshold).

@@ -121,4 +121,6 @@ def test_the_driver_prints_why_each_trial_failed(tmp_path, ray_home):
     (row,) = status["trials"]
     message = f"data.source of trial {row['trial_id']} vanished before it ran"
     assert row["error"] == message
-    assert f"{row['trial_id']} failed: {message}" in result.stdout
+    printed = " ".join(result.stdout.split())  # however the console wrapped it
+    assert f"({row['trial_id']}) failed after 1 attempt(s): {message}" in printed
+    assert f"scalelab logs checks-summary {row['trial_id'][:8]}" in printed
