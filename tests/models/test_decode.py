@@ -70,21 +70,19 @@ def test_cached_decode_equals_the_full_forward_token_by_token(variant):
 @pytest.mark.parametrize("variant", ["budget+tsa", "hadamard+tsa"])
 def test_one_sequence_decodes_alone_as_in_the_batch(variant):
     """Batch 1 takes the paths where a halted token or a head set is the whole batch's."""
-    model = varied_model(variant, seed=3)
-    idx = torch.randint(0, VOCAB, (1, T), generator=torch.Generator().manual_seed(2))
-    with torch.no_grad():
-        full = model(idx).logits
-    cache = KVCache.allocate(model, batch=1, capacity=T)
-    cached = torch.cat([forward_cached(model, idx[:, t : t + 1], cache) for t in range(T)], 1)
-    torch.testing.assert_close(cached, full, rtol=1e-4, atol=1e-4)
+    _one_token_at_a_time_equals_the_full_forward(varied_model(variant, seed=3), batch=1, seed=2)
 
 
 def test_soft_tsa_gates_decode_like_the_full_forward():
     model = varied_model("tsa", tsa={"sparse_inference": False})
-    idx = torch.randint(0, VOCAB, (2, T), generator=torch.Generator().manual_seed(1))
+    _one_token_at_a_time_equals_the_full_forward(model, batch=2, seed=1)
+
+
+def _one_token_at_a_time_equals_the_full_forward(model, batch: int, seed: int) -> None:
+    idx = torch.randint(0, VOCAB, (batch, T), generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         full = model(idx).logits
-    cache = KVCache.allocate(model, batch=2, capacity=T)
+    cache = KVCache.allocate(model, batch=batch, capacity=T)
     cached = torch.cat([forward_cached(model, idx[:, t : t + 1], cache) for t in range(T)], 1)
     torch.testing.assert_close(cached, full, rtol=1e-4, atol=1e-4)
 
