@@ -25,7 +25,7 @@ def _generate(*args: str):
     return CliRunner().invoke(app, ["generate", *args])
 
 
-def _one_error_line(result, expected: str) -> None:
+def _assert_one_error_line(result, expected: str) -> None:
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
@@ -50,22 +50,22 @@ def test_generate_samples_from_a_finished_trial(trial_copy):
 
 def test_generate_names_what_is_wrong_in_one_line(trial_copy):
     trial_id = trial_copy.job.trial_id
-    _one_error_line(_generate("no-such-trial", "--prompt", "x"), "no trial 'no-such-trial'")
-    _one_error_line(_generate(trial_id, "--prompt", ""), "encodes to no tokens")
+    _assert_one_error_line(_generate("no-such-trial", "--prompt", "x"), "no trial 'no-such-trial'")
+    _assert_one_error_line(_generate(trial_id, "--prompt", ""), "encodes to no tokens")
     long_prompt = ["--prompt", "x" * 30, "--max-new-tokens", "4"]  # 30 + 4 - 1 > 32
-    _one_error_line(_generate(trial_id, *long_prompt), "does not fit the model's context")
+    _assert_one_error_line(_generate(trial_id, *long_prompt), "does not fit the model's context")
     too_long = _generate(trial_id, "--prompt", "x" * 33)  # no room for even one token
-    _one_error_line(too_long, "at most 32 prompt tokens for 1 new token(s)")
+    _assert_one_error_line(too_long, "at most 32 prompt tokens for 1 new token(s)")
     fits = _generate(trial_id, "--prompt", "x" * 32, "--temperature", "0")  # exactly fits
     assert fits.exit_code == 0 and fits.output.startswith("x" * 32)
     (trial_copy.dir / "job.json").write_text('{"model": {"size": "nano"}}')
-    _one_error_line(_generate(str(trial_copy.dir), "--prompt", "x"), "job.json: train:")
+    _assert_one_error_line(_generate(str(trial_copy.dir), "--prompt", "x"), "job.json: train:")
 
 
 def test_a_trial_without_checkpoints_is_refused(trial_copy):
     shutil.rmtree(trial_copy.ckpt)
     result = _generate(trial_copy.job.trial_id, "--prompt", "x")
-    _one_error_line(result, "has no complete checkpoint")
+    _assert_one_error_line(result, "has no complete checkpoint")
 
 
 @pytest.mark.parametrize("re_record", [True, False], ids=["checksum-rewritten", "as-is"])
@@ -77,5 +77,5 @@ def test_a_checkpoint_that_would_run_code_is_not_unpickled(trial_copy, tmp_path,
         trial_copy.re_record(poisoned)
     result = _generate(trial_copy.job.trial_id, "--prompt", "x")
     expected = "would call posix.system" if re_record else "were written"
-    _one_error_line(result, expected)
+    _assert_one_error_line(result, expected)
     assert not sentinel.exists()

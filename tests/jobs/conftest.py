@@ -2,6 +2,9 @@
 (creating its tables takes several seconds), a tiny job, and an isolated work directory."""
 
 import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -71,3 +74,26 @@ def curve():
 
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture
+def engine_of():
+    """`with engine_of(job) as engine`: see engine_in_process."""
+    return engine_in_process
+
+
+@contextmanager
+def engine_in_process(job: JobConfig) -> Iterator:
+    """The DeepSpeed engine the training job builds for `job`, on this process as rank 0 of 1."""
+    from jobs import distributed
+    from jobs.ds_config import plan_batch
+    from jobs.train import _Trainer
+
+    env = distributed.read_environment()
+    distributed.init(env)
+    try:
+        trainer = _Trainer(job, env, plan_batch(job, 1), time.time())
+        trainer._build_engine()
+        yield trainer.engine
+    finally:
+        distributed.shutdown(env)

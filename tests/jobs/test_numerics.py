@@ -4,7 +4,6 @@ on real DeepSpeed (2 gloo ranks, ZeRO-2) 8 accumulation steps tracking the fp32 
 closely as one step does, with losses logged in fp32."""
 
 import json
-import time
 
 import pytest
 import torch
@@ -55,17 +54,10 @@ def test_bf16_with_8_accumulation_steps_tracks_fp32(home, tmp_path, tiny_job, cu
     ("stage", "optimizer"),
     [(1, "BF16_Optimizer"), (2, "DeepSpeedZeroOptimizer"), (3, "DeepSpeedZeroOptimizer_Stage3")],
 )
-def test_bf16_engines_accumulate_and_reduce_gradients_in_fp32(stage, optimizer, home, tiny_job):
-    from jobs import distributed
-    from jobs.train import _Trainer
-
+def test_bf16_engines_accumulate_and_reduce_gradients_in_fp32(stage, optimizer, home, tiny_job,
+                                                             engine_of):  # fmt: skip
     job = tiny_job(train__dtype="bf16", deepspeed__zero_stage=stage, deepspeed__micro_batch_size=4)
-    env = distributed.read_environment()
-    distributed.init(env)
-    try:
-        trainer = _Trainer(job, env, plan_batch(job, 1), time.time())
-        trainer._build_engine()
-        engine = trainer.engine
+    with engine_of(job) as engine:
         assert engine.get_data_types() == (torch.bfloat16, torch.float32)  # model, grad_accum
         assert engine.communication_data_type == torch.float32
         assert type(engine.optimizer).__name__ == optimizer
@@ -75,8 +67,6 @@ def test_bf16_engines_accumulate_and_reduce_gradients_in_fp32(stage, optimizer, 
             t for ts in engine.optimizer.averaged_gradients.values() for t in ts
         ]  # fmt: skip
         assert held and all(t.dtype == torch.float32 for t in held)  # ... in fp32
-    finally:
-        distributed.shutdown(env)
 
 
 def test_zero_stage_0_refuses_fp32_accumulation_of_bf16_gradients(tiny_job):

@@ -2,7 +2,6 @@
 micro-batch sent ahead, the fused AdamW kernel under DeepSpeed, torch.compile opt-in."""
 
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +11,7 @@ import torch
 import jobs
 from jobs.batch import Batch
 from jobs.device_inputs import prefetched
-from jobs.ds_config import plan_batch
-from jobs.train import _Trainer, run
+from jobs.train import run
 
 PROJECT = Path(jobs.__file__).resolve().parents[1]
 OURS = (str(PROJECT / "jobs"), str(PROJECT / "models"))
@@ -77,26 +75,18 @@ def test_the_next_micro_batch_is_sent_before_the_current_one_is_handed_out():
 
 
 @pytest.mark.parametrize(("stage", "dtype"), [(0, "fp32"), (2, "bf16")])
-def test_deepspeed_runs_the_fused_adamw_kernel(stage, dtype, home, tiny_job, monkeypatch):
-    from jobs import distributed
-
+def test_deepspeed_runs_the_fused_adamw_kernel(stage, dtype, home, tiny_job, monkeypatch,
+                                               engine_of):  # fmt: skip
     calls = []
     fused = torch._fused_adamw_
     monkeypatch.setattr(torch, "_fused_adamw_", lambda *a, **k: calls.append(1) or fused(*a, **k))
     job = tiny_job(deepspeed__zero_stage=stage, train__dtype=dtype)
-    env = distributed.read_environment()
-    distributed.init(env)
-    try:
-        trainer = _Trainer(job, env, plan_batch(job, 1), time.time())
-        trainer._build_engine()
-        engine = trainer.engine
+    with engine_of(job) as engine:
         before = [p.detach().float().clone() for p in engine.module.parameters()]
         x = torch.randint(0, job.model.vocab_size, (8, job.data.seq_len))
         engine.backward(engine(x, x).loss)
         engine.step()
         after = list(engine.module.parameters())
-    finally:
-        distributed.shutdown(env)
     assert calls  # the optimizer step went through the fused kernel ...
     assert any(not torch.equal(a.float(), b) for a, b in zip(after, before, strict=True))
 

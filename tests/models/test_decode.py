@@ -70,15 +70,15 @@ def test_cached_decode_equals_the_full_forward_token_by_token(variant):
 @pytest.mark.parametrize("variant", ["budget+tsa", "hadamard+tsa"])
 def test_one_sequence_decodes_alone_as_in_the_batch(variant):
     """Batch 1 takes the paths where a halted token or a head set is the whole batch's."""
-    _one_token_at_a_time_equals_the_full_forward(varied_model(variant, seed=3), batch=1, seed=2)
+    assert_cached_decode_equals_the_full_forward(varied_model(variant, seed=3), batch=1, seed=2)
 
 
 def test_soft_tsa_gates_decode_like_the_full_forward():
     model = varied_model("tsa", tsa={"sparse_inference": False})
-    _one_token_at_a_time_equals_the_full_forward(model, batch=2, seed=1)
+    assert_cached_decode_equals_the_full_forward(model, batch=2, seed=1)
 
 
-def _one_token_at_a_time_equals_the_full_forward(model, batch: int, seed: int) -> None:
+def assert_cached_decode_equals_the_full_forward(model, batch: int, seed: int) -> None:
     idx = torch.randint(0, VOCAB, (batch, T), generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         full = model(idx).logits
