@@ -47,9 +47,13 @@ def sweep_name(request: pytest.FixtureRequest) -> str:
     return f"{request.node.name[:40].replace('[', '-').replace(']', '')}-{uuid.uuid4().hex[:6]}"
 
 
-def sweep_yaml(name: str, *, seeds: int = 3, backend: str = "", extra: str = "") -> str:
-    """A tiny sweep: nano models, `seeds` trials (one per seed)."""
-    seed_list = ", ".join(str(i) for i in range(seeds))
+def sweep_yaml(
+    name: str, *, seeds: int = 3, backend: str = "", extra: str = "", first_seed: int = 0
+) -> str:
+    """A tiny sweep: nano models, `seeds` trials (one per seed, from `first_seed`). Trials
+    are shared by id across sweeps in the session's work dir: a test that must train its
+    own starts its seeds where no other test's are."""
+    seed_list = ", ".join(str(i) for i in range(first_seed, first_seed + seeds))
     backend = (
         backend or "{concurrency: 2, max_retries: 2, retry_backoff_s: 0.1, cpus_per_trial: 0.5}"
     )

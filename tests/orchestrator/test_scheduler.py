@@ -124,7 +124,8 @@ def test_two_drivers_never_run_a_trial_twice(ray_session, work_home, sweep_name,
 
 def test_cancel_stops_running_and_scheduled_trials(ray_session, work_home, sweep_name, monkeypatch):
     monkeypatch.setenv("SCALELAB_TEST_SLEEP", "60")
-    spec, trials = _setup(sweep_name, seeds=3)  # concurrency 2: one waits
+    # concurrency 2: one waits; seeds no other test trains (a trained one would be adopted)
+    spec, trials = _setup(sweep_name, seeds=3, first_seed=7000)
     result = {}
 
     def drive() -> None:
