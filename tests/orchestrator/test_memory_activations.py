@@ -47,7 +47,9 @@ def _measured(model: dict, checkpointing: bool = False, dtype=torch.float32):
     return [_saved_bytes(c, checkpointing, dtype) / (B * T) for c in cfgs], cfgs
 
 
-def _check(model: dict, checkpointing: bool, attention: str, dtype=torch.float32) -> float:
+def _assert_estimate_matches_saved_tensors(
+    model: dict, checkpointing: bool, attention: str, dtype=torch.float32
+) -> float:
     """Per token-layer and whole-model saved bytes within 10% of the estimate; returns the
     measured bytes per token and layer."""
     (two, four), cfgs = _measured(model, checkpointing, dtype)
@@ -75,15 +77,19 @@ CASES = [
 
 @pytest.mark.parametrize(("model", "checkpointing"), CASES)
 def test_activation_bytes_per_token_layer_match_saved_tensors(model, checkpointing):
-    _check(model, checkpointing, "flash")
+    _assert_estimate_matches_saved_tensors(model, checkpointing, "flash")
 
 
 def test_math_attention_keeps_the_softmax_and_dropout_masks():
     with sdpa_kernel(SDPBackend.MATH):
-        plain = _check({}, False, "math")
-        _check({"dropout": 0.1}, False, "math")
-    assert plain > 1.1 * _check({}, False, "flash")  # the T x T scores cost at this size
+        plain = _assert_estimate_matches_saved_tensors({}, False, "math")
+        _assert_estimate_matches_saved_tensors({"dropout": 0.1}, False, "math")
+    assert plain > 1.1 * _assert_estimate_matches_saved_tensors(
+        {}, False, "flash"
+    )  # the T x T scores cost at this size
 
 
 def test_bf16_halves_the_activations_but_not_the_fp32_statistics():
-    assert _check({}, False, "flash", torch.bfloat16) < 0.55 * _check({}, False, "flash")
+    assert _assert_estimate_matches_saved_tensors(
+        {}, False, "flash", torch.bfloat16
+    ) < 0.55 * _assert_estimate_matches_saved_tensors({}, False, "flash")
