@@ -239,7 +239,8 @@ def _launch(ledger: Ledger, backend: Any, claimed: list[_Live], inflight: dict) 
         reattached = job_ref == live.rec.tags.get(Tag.JOB_REF)  # a SLURM job still alive
         attempt = live.rec.attempts + (0 if reattached or live.requeued else 1)
         live.requeued = False
-        tags = {Tag.ATTEMPTS: str(attempt), Tag.JOB_REF: job_ref, Tag.CANCEL: "0"}
+        # never Tag.CANCEL: a `scalelab cancel` may have landed since the claim
+        tags = {Tag.ATTEMPTS: str(attempt), Tag.JOB_REF: job_ref}
         if Tag.STARTED_MS not in live.rec.tags:  # MLflow cannot move a run's start time
             now_ms = int(time.time() * 1000)
             tags[Tag.STARTED_MS] = str(now_ms)

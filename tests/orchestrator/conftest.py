@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,16 @@ def ray_session(work_home: Path):
 
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture
+def trial_sleep(work_home: Path) -> Iterator[Callable[[float], None]]:
+    """Sets how long `jobs_for_tests.sleepy` sleeps, in this session's Ray workers too."""
+    from jobs_for_tests import SLEEP_FILE
+
+    knob = work_home / SLEEP_FILE
+    yield lambda seconds: knob.write_text(str(seconds))
+    knob.unlink(missing_ok=True)
 
 
 @pytest.fixture

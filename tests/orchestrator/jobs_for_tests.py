@@ -37,10 +37,24 @@ def count(job: JobConfig, run_id: str | None = None) -> dict:
     return {"status": "FINISHED"}
 
 
+SLEEP_FILE = "test_sleep_s"  # under $SCALELAB_HOME; written by the `trial_sleep` fixture
+
+
+def sleep_seconds() -> float:
+    """How long `sleepy` sleeps: the work dir's SLEEP_FILE, else SCALELAB_TEST_SLEEP, else 2.
+
+    The file comes first because an in-process test's environment never reaches the Ray
+    workers of a session's shared Ray: they keep the environment Ray started with."""
+    knob = scalelab_home() / SLEEP_FILE
+    if knob.exists():
+        return float(knob.read_text())
+    return float(os.environ.get("SCALELAB_TEST_SLEEP", "2"))
+
+
 def sleepy(job: JobConfig, run_id: str | None = None) -> dict:
-    """Runs SCALELAB_TEST_SLEEP seconds (default 2), then finishes."""
+    """Runs `sleep_seconds()`, then finishes."""
     _record(job, run_id, "start")
-    time.sleep(float(os.environ.get("SCALELAB_TEST_SLEEP", "2")))
+    time.sleep(sleep_seconds())
     _record(job, run_id)
     return {"status": "FINISHED"}
 

@@ -130,7 +130,9 @@ def test_mlflow_server_down_at_submit(tmp_path, work_home, sweep_name):
 
 
 @pytest.mark.slow
-def test_kill_9_the_driver_then_resubmit_picks_up(tmp_path, ray_session, work_home, sweep_name):
+def test_kill_9_the_driver_then_resubmit_picks_up(
+    tmp_path, ray_session, work_home, sweep_name, trial_sleep
+):
     backend = "{concurrency: 1, cpus_per_trial: 0.5, retry_backoff_s: 0.1}"
     path = _write(tmp_path, sweep_yaml(sweep_name, seeds=3, backend=backend))
     env = {
@@ -156,11 +158,8 @@ def test_kill_9_the_driver_then_resubmit_picks_up(tmp_path, ray_session, work_ho
     before = Ledger(sweep_name).records()
     assert len(before) == 3 and any(r.status != "FINISHED" for r in before.values())
 
-    os.environ["SCALELAB_TEST_SLEEP"] = "0.2"
-    try:
-        result = runner.invoke(app, ["submit", str(path), "--job", "jobs_for_tests:sleepy"])
-    finally:
-        del os.environ["SCALELAB_TEST_SLEEP"]
+    trial_sleep(0.2)
+    result = runner.invoke(app, ["submit", str(path), "--job", "jobs_for_tests:sleepy"])
     assert result.exit_code == 0, result.output
     after = Ledger(sweep_name).records()
     assert {t: r.run_id for t, r in after.items()} == {t: r.run_id for t, r in before.items()}
@@ -170,7 +169,7 @@ def test_kill_9_the_driver_then_resubmit_picks_up(tmp_path, ray_session, work_ho
 
 
 def test_status_watch_refreshes_until_every_trial_is_done(
-    tmp_path, ray_session, work_home, sweep_name, monkeypatch
+    tmp_path, ray_session, work_home, sweep_name, trial_sleep
 ):
     import threading
 
@@ -178,7 +177,7 @@ def test_status_watch_refreshes_until_every_trial_is_done(
     from orchestrator.scheduler import run_sweep
     from orchestrator.spec import parse_spec
 
-    monkeypatch.setenv("SCALELAB_TEST_SLEEP", "1")
+    trial_sleep(1)
     spec, source = parse_spec(sweep_yaml(sweep_name, seeds=3))  # concurrency 2: two rounds
     trials = expand(spec, source)
     ledger = Ledger(spec.name)

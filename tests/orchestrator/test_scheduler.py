@@ -83,8 +83,8 @@ def test_preempted_trial_is_requeued_under_the_same_run(ray_session, work_home, 
     assert rec.attempts == 1 and "scalelab.preempted" in rec.tags  # a requeue is not a retry
 
 
-def test_concurrency_limit_and_smallest_first(ray_session, work_home, sweep_name, monkeypatch):
-    monkeypatch.setenv("SCALELAB_TEST_SLEEP", "0.5")
+def test_concurrency_limit_and_smallest_first(ray_session, work_home, sweep_name, trial_sleep):
+    trial_sleep(0.5)
     text = sweep_yaml(sweep_name, seeds=1, backend="{concurrency: 1, cpus_per_trial: 0.5}")
     text = text.replace("seed: [0]", "model.size: [micro, nano]")
     spec, source = parse_spec(text)
@@ -103,8 +103,8 @@ def test_concurrency_limit_and_smallest_first(ray_session, work_home, sweep_name
     assert ends["nano"] <= starts["micro"]  # one at a time, the smaller model first
 
 
-def test_two_drivers_never_run_a_trial_twice(ray_session, work_home, sweep_name, monkeypatch):
-    monkeypatch.setenv("SCALELAB_TEST_SLEEP", "0.3")
+def test_two_drivers_never_run_a_trial_twice(ray_session, work_home, sweep_name, trial_sleep):
+    trial_sleep(0.3)
     spec, trials = _setup(sweep_name, seeds=4)
     outs = {}
 
@@ -122,8 +122,8 @@ def test_two_drivers_never_run_a_trial_twice(ray_session, work_home, sweep_name,
     assert set(Ledger(spec.name).statuses().values()) == {"FINISHED"}
 
 
-def test_cancel_stops_running_and_scheduled_trials(ray_session, work_home, sweep_name, monkeypatch):
-    monkeypatch.setenv("SCALELAB_TEST_SLEEP", "60")
+def test_cancel_stops_running_and_scheduled_trials(ray_session, work_home, sweep_name, trial_sleep):
+    trial_sleep(60)
     # concurrency 2: one waits; seeds no other test trains (a trained one would be adopted)
     spec, trials = _setup(sweep_name, seeds=3, first_seed=7000)
     result = {}
@@ -146,3 +146,29 @@ def test_cancel_stops_running_and_scheduled_trials(ray_session, work_home, sweep
     assert sorted(result["out"].killed) == sorted(t.trial_id for t in trials)
     assert set(Ledger(spec.name).statuses().values()) == {"KILLED"}
     assert all(calls(work_home, run) == 0 for run in _runs(spec).values())  # none ran to the end
+
+
+class _CancelledDuringLaunch(Ledger):
+    """A real ledger where `scalelab cancel` lands while the driver records a launch: the
+    moment between a trial's claim and the launch's own tags that a loaded machine widens."""
+
+    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        if "scalelab.job_ref" in tags and not getattr(self, "cancelled_once", False):
+            self.cancelled_once = True
+            Ledger(self.sweep).request_cancel()
+        super().set_tags(run_id, tags)
+
+
+def test_a_cancel_during_launch_is_not_lost(ray_session, work_home, sweep_name, trial_sleep):
+    trial_sleep(20)  # ends long after the cancel poll, unless the cancel is lost
+    spec, trials = _setup(sweep_name, seeds=1, first_seed=7100)
+    out = run_sweep(
+        spec,
+        trials,
+        _CancelledDuringLaunch(spec.name),
+        job="jobs_for_tests:sleepy",
+        cancel_poll_s=0.2,
+    )
+    assert out.killed == [trials[0].trial_id] and not out.finished
+    assert set(Ledger(spec.name).statuses().values()) == {"KILLED"}
+    assert all(calls(work_home, run) == 0 for run in _runs(spec).values())
