@@ -21,7 +21,7 @@ lint: setup
 
 # Two pytest-xdist workers (the CI machine's 2 cores): much of a test's time is spent waiting
 # on the processes it starts; tests/conftest.py keeps tests that share a service together.
-TEST_WORKERS ?= 1
+TEST_WORKERS ?= 2
 test: lint
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
