@@ -20,6 +20,11 @@ from jobs.config import JobConfig
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# MLflow's job runner (GenAI jobs: huey consumer processes) serves no tracking need and
+# costs every start seconds of CPU; `scalelab ui` turns it off the same way.
+NO_JOB_RUNNER = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+
+
 class MlflowServer:
     """`mlflow server` on 127.0.0.1 over a sqlite store; stop() and start() keep the port."""
 
@@ -36,6 +41,7 @@ class MlflowServer:
             [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1",
              "--port", str(self.port), "--workers", "1", "--backend-store-uri", self.store_uri],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            env=os.environ | NO_JOB_RUNNER,
         )  # fmt: skip
         deadline = time.time() + 120
         while time.time() < deadline:

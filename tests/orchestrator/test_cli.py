@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import HERE, calls, sweep_yaml
+from faults.mlflow_kit import NO_JOB_RUNNER
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
@@ -99,6 +100,7 @@ def test_mlflow_server_down_at_submit(tmp_path, work_home, sweep_name):
         [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
          "--backend-store-uri", f"sqlite:///{db}", "--workers", "1"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env=os.environ | NO_JOB_RUNNER,
     )  # fmt: skip
     uri = f"http://127.0.0.1:{port}"
     try:
