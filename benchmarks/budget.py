@@ -26,11 +26,10 @@ from collections.abc import Callable
 import torch
 from timing import interleaved_times
 
-from models.attention import MultiHeadAttention
-from models.budget import BudgetAttention
+from models.budget import BudgetAttention, budget_inference_flops
 from models.config import ModelConfig
 from models.context import ForwardContext
-from models.flops import budget_inference_flops
+from models.dense import MultiHeadAttention
 
 
 def selection(shape: tuple[int, ...], H: int, k: int, random: bool) -> torch.Tensor:

@@ -32,15 +32,17 @@ row and the output mixing only for the (token, head) pairs that selected it.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.attention import MultiHeadAttention, merge_heads
 from models.config import BudgetConfig, ModelConfig
 from models.context import ForwardContext, masked_mean
-from models.flops import budget_layer_flops, budget_net_flops
+from models.dense import MultiHeadAttention, merge_heads
 from models.parametrization import set_role
 
 
@@ -380,3 +382,43 @@ def budget_decisions(model: nn.Module) -> list[tuple[Tensor, Tensor]]:
         for m in model.modules()
         if isinstance(m, BudgetAttention) and m.last_k is not None
     ]
+
+
+# --- counts (models/flops.py sums the model; these are the budget-specific terms) ---
+def budget_net_flops(cfg: ModelConfig) -> int:
+    """f_theta (d -> h -> 1) and g_phi (d -> H) on one pooled vector (matmul FLOPs)."""
+    d, h = cfg.d_model, cfg.budget.budget_hidden
+    return 2 * (d * h + h + d * cfg.n_head)
+
+
+def budget_inference_flops(
+    cfg: ModelConfig, k: Sequence, seq_len: int, union: Sequence | None = None
+) -> float:
+    """Matmul FLOPs of the attention layers (Q/K/V, scores and values, dense W_O, budget and
+    relevance nets) that BudgetFormer's inference executes for one batch, from the actual
+    decisions: `k[l]` is layer l's heads per example, shape (B,) or (B, 1) for the encoder,
+    (B, T) per query token for the decoder; `union[l]` (B,) counts the heads whose K/V the
+    decoder computed (models.budget.budget_decisions returns both). The Hadamard transform
+    runs over all d channels and is counted in forward_flops_per_token, not here. Attention
+    rows count all T keys, as for full attention (FlopCounterMode's convention for
+    is_causal); the decoder's chunked pair attention computes fewer for T >= 256."""
+    total = 0.0
+    for layer, k_l in enumerate(k):
+        u = None if union is None else np.asarray(union[layer], dtype=np.float64)
+        total += float(budget_layer_flops(cfg, np.asarray(k_l, dtype=np.float64), seq_len, u))
+    return total
+
+
+def budget_layer_flops(cfg: ModelConfig, k: Any, seq_len: int, union: Any = None) -> Any:
+    """`budget_inference_flops` of one layer; k and union are numpy arrays or tensors (the
+    result has the same kind, so a training step can log it without a host sync)."""
+    d, dh, T = cfg.d_model, cfg.d_head, seq_len
+    per_pair = 2 * d * dh + 4 * T * dh  # Q row and one attention row of one head
+    if cfg.attn_out == "dense":
+        per_pair += 2 * dh * d  # the head's d_head columns of W_O
+    B = k.shape[0]
+    if cfg.causal:
+        pairs, kv_heads, decisions = k.sum(), union.sum(), B * T
+    else:
+        pairs, kv_heads, decisions = k.sum() * T, k.sum(), B
+    return pairs * per_pair + kv_heads * T * 4 * d * dh + decisions * budget_net_flops(cfg)

@@ -17,15 +17,15 @@ from torch import nn
 from models.config import ModelConfig
 
 OUTPUT_MIXERS = {
-    "dense": "models.attention:DenseOutputProjection",
+    "dense": "models.dense:DenseOutputProjection",
     "hadamard": "models.hadamard:HadamardOutputProjection",
 }
 HEAD_SELECTION = {
-    "all": "models.attention:MultiHeadAttention",
+    "all": "models.dense:MultiHeadAttention",
     "budget": "models.budget:BudgetAttention",
 }
 DEPTH_ROUTING = {
-    "all": "models.gpt:FullDepth",
+    "all": "models.dense:FullDepth",
     "tsa": "models.tsa:TokenSelectiveDepth",
 }
 

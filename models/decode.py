@@ -36,9 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.attention import MultiHeadAttention, merge_heads
 from models.budget import BudgetAttention
-from models.gpt import FullDepth
+from models.dense import FullDepth, MultiHeadAttention, merge_heads
 from models.tsa import TokenSelectiveDepth, add_ffn_update
 
 

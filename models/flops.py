@@ -15,11 +15,7 @@ Conventions (Kaplan et al. 2020; Hoffmann et al. 2022, App. F):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any
-
-import numpy as np
 
 from kernels.sizes import transform_flops
 from models.config import ModelConfig
@@ -53,11 +49,6 @@ class FlopCount:
         return self.total
 
 
-def tsa_router_hidden(d_model: int) -> int:
-    """Router r_l width: a quarter of d_model rounded down, never below 16 (paper: d/4)."""
-    return max(16, d_model // 4)
-
-
 def count_params(cfg: ModelConfig, non_embedding: bool = False) -> int:
     """Exact parameter count of models.build(cfg) (tied embeddings counted once)."""
     d, L, b = cfg.d_model, cfg.n_layer, int(cfg.bias)
@@ -81,46 +72,9 @@ def _budget_params_per_layer(cfg: ModelConfig) -> int:
     return budget_net + relevance_net
 
 
-def budget_net_flops(cfg: ModelConfig) -> int:
-    """f_theta (d -> h -> 1) and g_phi (d -> H) on one pooled vector (matmul FLOPs)."""
-    d, h = cfg.d_model, cfg.budget.budget_hidden
-    return 2 * (d * h + h + d * cfg.n_head)
-
-
-def budget_inference_flops(
-    cfg: ModelConfig, k: Sequence, seq_len: int, union: Sequence | None = None
-) -> float:
-    """Matmul FLOPs of the attention layers (Q/K/V, scores and values, dense W_O, budget and
-    relevance nets) that BudgetFormer's inference executes for one batch, from the actual
-    decisions: `k[l]` is layer l's heads per example, shape (B,) or (B, 1) for the encoder,
-    (B, T) per query token for the decoder; `union[l]` (B,) counts the heads whose K/V the
-    decoder computed (models.budget.budget_decisions returns both). The Hadamard transform
-    runs over all d channels and is counted in forward_flops_per_token, not here. Attention
-    rows count all T keys, as for full attention (FlopCounterMode's convention for
-    is_causal); the decoder's chunked pair attention computes fewer for T >= 256."""
-    total = 0.0
-    for layer, k_l in enumerate(k):
-        u = None if union is None else np.asarray(union[layer], dtype=np.float64)
-        total += float(budget_layer_flops(cfg, np.asarray(k_l, dtype=np.float64), seq_len, u))
-    return total
-
-
-def budget_layer_flops(cfg: ModelConfig, k: Any, seq_len: int, union: Any = None) -> Any:
-    """`budget_inference_flops` of one layer; k and union are numpy arrays or tensors (the
-    result has the same kind, so a training step can log it without a host sync)."""
-    d, dh, T = cfg.d_model, cfg.d_head, seq_len
-    per_pair = 2 * d * dh + 4 * T * dh  # Q row and one attention row of one head
-    if cfg.attn_out == "dense":
-        per_pair += 2 * dh * d  # the head's d_head columns of W_O
-    B = k.shape[0]
-    if cfg.causal:
-        pairs, kv_heads, decisions = k.sum(), union.sum(), B * T
-    else:
-        pairs, kv_heads, decisions = k.sum() * T, k.sum(), B
-    return pairs * per_pair + kv_heads * T * 4 * d * dh + decisions * budget_net_flops(cfg)
-
-
 def _tsa_params(cfg: ModelConfig) -> int:
+    from models.tsa import tsa_router_hidden
+
     if cfg.tsa is None:
         return 0
     d, r = cfg.d_model, tsa_router_hidden(cfg.d_model)
@@ -141,6 +95,9 @@ def forward_flops_per_token(
         out_mix, hadamard = 0.0, L * transform_flops(d)
     else:
         out_mix, hadamard = L * 2 * d * d * heads, 0.0
+    from models.budget import budget_net_flops
+    from models.tsa import tsa_router_hidden
+
     mechanisms = 0.0
     if cfg.budget is not None:  # one decision per token (decoder) or per sequence (encoder)
         mechanisms += L * budget_net_flops(cfg) * (1.0 if cfg.causal else 1.0 / T)

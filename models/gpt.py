@@ -53,18 +53,6 @@ class Block(nn.Module):
         return x + self.mlp_update(x)
 
 
-class FullDepth(nn.Module):
-    """Every token goes through every block: the baseline depth routing."""
-
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-
-    def forward(self, x: Tensor, blocks: nn.ModuleList, ctx: ForwardContext) -> Tensor:
-        for block in blocks:
-            x = block(x, ctx)
-        return x
-
-
 class GPT(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()

@@ -26,7 +26,6 @@ from torch import Tensor, nn
 
 from models.config import ModelConfig
 from models.context import ForwardContext, masked_mean
-from models.flops import tsa_router_hidden
 from models.parametrization import set_role
 
 ROUTER_INIT_BIAS = -1.0  # sigmoid(-1) = 0.269: every token starts with p ~ 0.27
@@ -46,8 +45,13 @@ def use_sparse_ffn(n_active: int, n_tokens: int) -> bool:
     return skipped >= MIN_SKIPPED_TOKENS and n_active <= MAX_ACTIVE_FRACTION * n_tokens
 
 
+def tsa_router_hidden(d_model: int) -> int:
+    """Router r_l width: a quarter of d_model rounded down, never below 16 (paper: d/4)."""
+    return max(16, d_model // 4)
+
+
 class Router(nn.Module):
-    """r_l: d -> r -> 1 with a sigmoid, r = max(16, d // 4) (models.flops.tsa_router_hidden).
+    """r_l: d -> r -> 1 with a sigmoid, r = max(16, d // 4) (tsa_router_hidden).
 
     Width roles (models/parametrization.py): fc is a hidden matrix (r grows with d), out an
     output layer (r -> 1)."""

@@ -6,11 +6,17 @@ import torch
 from pydantic import ValidationError
 
 from contract.config import format_config_error
-from models.budget import BudgetAttention, budget_decisions, schedule
+from models.budget import (
+    BudgetAttention,
+    budget_decisions,
+    budget_inference_flops,
+    budget_net_flops,
+    schedule,
+)
 from models.build import build
 from models.config import BudgetConfig, ModelConfig
 from models.context import ForwardContext
-from models.flops import budget_inference_flops, budget_net_flops, count_params
+from models.flops import count_params
 
 VOCAB = 64
 

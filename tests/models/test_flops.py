@@ -103,8 +103,8 @@ def measured_flops_in_mode(cfg: ModelConfig, B: int, T: int, train: bool) -> int
 @pytest.mark.parametrize("task", ["classify", "lm"])
 @pytest.mark.parametrize("k", [1, 3])
 def test_budget_inference_flops_match_flop_counter_at_a_known_k(task, k):
-    from models.budget import budget_decisions
-    from models.flops import ActiveFractions, budget_inference_flops
+    from models.budget import budget_decisions, budget_inference_flops
+    from models.flops import ActiveFractions
 
     extra = {"task": "classify", "n_classes": 3} if task == "classify" else {}
     cfg = ModelConfig(size="micro", vocab_size=512, block_size=64, budget={}, **extra)

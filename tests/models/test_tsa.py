@@ -11,12 +11,13 @@ from models.build import build
 from models.config import ModelConfig
 from models.context import ForwardContext
 from models.early_exit import early_exit_logits, threshold_for_active_fraction
-from models.flops import count_params, tsa_router_hidden
+from models.flops import count_params
 from models.tsa import (
     MAX_ACTIVE_FRACTION,
     MIN_SKIPPED_TOKENS,
     TokenSelectiveDepth,
     tlops_saved,
+    tsa_router_hidden,
     use_sparse_ffn,
 )
 

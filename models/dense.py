@@ -1,4 +1,5 @@
-"""Multi-head self-attention with all heads (the baseline head selection).
+"""The dense baseline at the three seams: all heads (multi-head self-attention), a dense
+output projection W_O, and every token through every block.
 
 Causal for language modelling, bidirectional for the classification encoder; the output
 mixing W_O is a pluggable component (dense here, Hadamard in models/hadamard.py). Dropout
@@ -60,6 +61,18 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
         return self.out_proj(merge_heads(self.attend(*self.split_heads(x), ctx)))
+
+
+class FullDepth(nn.Module):
+    """Every token goes through every block: the baseline depth routing."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+
+    def forward(self, x: Tensor, blocks: nn.ModuleList, ctx: ForwardContext) -> Tensor:
+        for block in blocks:
+            x = block(x, ctx)
+        return x
 
 
 def merge_heads(y: Tensor) -> Tensor:
