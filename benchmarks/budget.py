@@ -26,10 +26,10 @@ from collections.abc import Callable
 import torch
 from timing import interleaved_times
 
-from models.budget import BudgetAttention, budget_inference_flops
+from models.budget import budget_inference_flops
 from models.config import ModelConfig
 from models.context import ForwardContext
-from models.dense import MultiHeadAttention
+from models.mechanism import Seam
 
 
 def selection(shape: tuple[int, ...], H: int, k: int, random: bool) -> torch.Tensor:
@@ -39,13 +39,20 @@ def selection(shape: tuple[int, ...], H: int, k: int, random: bool) -> torch.Ten
     return torch.zeros(*shape, H, dtype=torch.bool).scatter_(-1, top, True)
 
 
+def attention_layer(cfg: ModelConfig) -> torch.nn.Module:
+    """Layer 0's attention as GPT builds it: head selection around the output mixing."""
+    out_proj = cfg.component(Seam.OUTPUT_MIXING).build(cfg, 0)
+    return cfg.component(Seam.HEAD_SELECTION).build(cfg, 0, out_proj)
+
+
 def bench_task(task: str, a: argparse.Namespace) -> None:
     H, B, T, d = a.heads, a.batch, a.seq, a.d_model
     extra = {"task": "classify", "n_classes": 2} if task == "classify" else {}
     base = dict(size="124M", n_layer=1, d_model=d, n_head=H, block_size=T)
     cfg = ModelConfig(**base, budget={}, **extra)
-    full = MultiHeadAttention(ModelConfig(**base, **extra), 0).eval()
-    budgeted = BudgetAttention(cfg, 0).eval()
+    dense = ModelConfig(**base, **extra)
+    full = attention_layer(dense).eval()
+    budgeted = attention_layer(cfg).eval()
     budgeted.load_state_dict(full.state_dict(), strict=False)
     x = torch.randn(B, T, d)
     ctx = ForwardContext()

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 
 import torch
 
+from models import catalog
 from models.build import build
 from models.config import ModelConfig
 from models.decode import KVCache, forward_cached
-from models.variants import all_variants, variant_fields
 
 DECODE_BATCHES = (1, 16)
 
@@ -75,7 +75,9 @@ def build_case(
     size: str, variant: str, block: int, device: str, dtype: torch.dtype, args: argparse.Namespace
 ) -> Case:
     torch.manual_seed(0)
-    cfg = ModelConfig(size=size, vocab_size=args.vocab, block_size=block, **variant_fields(variant))
+    cfg = ModelConfig(
+        size=size, vocab_size=args.vocab, block_size=block, **catalog.variant_fields(variant)
+    )
     model = build(cfg, device=device).to(dtype).eval()
     calibration = torch.randint(
         0, args.vocab, (8, args.prompt), generator=torch.Generator().manual_seed(2)
@@ -186,7 +188,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", default=["micro", "mini"])
     parser.add_argument("--gpu-sizes", nargs="+", default=["124M", "1.3B"])
-    parser.add_argument("--variants", nargs="+", default=all_variants())
+    parser.add_argument("--variants", nargs="+", default=catalog.variants())
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--new", type=int, default=32)
     parser.add_argument("--prefill-batch", type=int, default=8)

@@ -35,6 +35,18 @@ class FrozenConfig(BaseModel):
         super().__pydantic_init_subclass__(**kwargs)
         _CONFIG_CLASSES[cls.__name__] = cls
 
+    @classmethod
+    def sub_config_class(cls, key: str) -> type[BaseModel] | None:
+        """The config class of the value under `key`, if it is a config (a config whose
+        keys are not all fields, like the model's mechanisms, answers for them)."""
+        field = cls.model_fields.get(key)
+        return config_class_of(field.annotation) if field else None
+
+    @classmethod
+    def config_keys(cls) -> list[str]:
+        """Every key this config accepts."""
+        return sorted(cls.model_fields)
+
 
 def format_config_error(error: ValidationError, source: str = "config") -> str:
     """One line per problem: '<source>: <dotted.key>: <message>'."""
@@ -59,9 +71,18 @@ def allowed_keys(title: str, loc: tuple) -> list[str]:
     for part in loc[:-1]:
         if cls is None:
             return []
-        field = cls.model_fields.get(str(part))
-        cls = config_class_of(field.annotation) if field else None
-    return sorted(cls.model_fields) if cls else []
+        cls = sub_config_class(cls, str(part))
+    if cls is None:
+        return []
+    return cls.config_keys() if issubclass(cls, FrozenConfig) else sorted(cls.model_fields)
+
+
+def sub_config_class(cls: type[BaseModel], key: str) -> type[BaseModel] | None:
+    """The config class under `key` of `cls` (FrozenConfig.sub_config_class, or the field's)."""
+    if issubclass(cls, FrozenConfig):
+        return cls.sub_config_class(key)
+    field = cls.model_fields.get(key)
+    return config_class_of(field.annotation) if field else None
 
 
 def config_class_of(annotation: object) -> type[BaseModel] | None:

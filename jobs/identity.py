@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from contract.config import NotIdentity
+from models.mechanism import mechanism_of
 
 if TYPE_CHECKING:
     from jobs.config import JobConfig
@@ -41,15 +42,13 @@ IDENTITY_RULE = "2"
 # tests/jobs/data/science_defaults.json holds today's defaults: a changed one fails
 # test_science_defaults_match_the_snapshot until it is listed here.
 CHANGED_DEFAULTS: dict[str, Any] = {}
-# ModelConfig fields that switch a mechanism on; their entry is under "mechanisms".
-_MECHANISM_FIELDS = ("attn_out", "budget", "tsa")
 
 
 def identity_tree(job: JobConfig, semantics: int = SEMANTICS_VERSION) -> dict[str, Any]:
     """What a trial's id hashes (sections that come out empty are left out)."""
     tree = {
         "semantics": semantics,
-        "model": science(job.model, "model", skip=_MECHANISM_FIELDS),
+        "model": science(job.model, "model"),
         "mechanisms": _mechanisms(job.model),
         "data": science(job.data, "data"),
         "train": science(job.train, "train"),
@@ -96,15 +95,13 @@ def science(
 
 
 def _mechanisms(model: Any) -> dict[str, Any]:
-    """The active mechanisms, each with its own science (issue 16 step 4 derives this from
-    the mechanism registry, byte for byte the same)."""
+    """The active mechanisms, each with its own science, and its `semantics` when not 1."""
     out: dict[str, Any] = {}
-    if model.attn_out == "hadamard":
-        out["hadamard"] = {}
-    for name in ("budget", "tsa"):
-        cfg = getattr(model, name)
-        if cfg is not None:
-            out[name] = science(cfg, f"model.{name}")
+    for name, cfg in model.mechanisms.items():
+        out[name] = science(cfg, f"model.{name}")
+        semantics = mechanism_of(cfg).semantics
+        if semantics != 1:
+            out[name]["_semantics"] = semantics
     return out
 
 
@@ -128,8 +125,14 @@ def legacy_trial_id(job: JobConfig, semantics: int = SEMANTICS_VERSION) -> str:
         train.pop("early_exit_alphas", None)
     if train.get("grad_accum_dtype") is None:
         train.pop("grad_accum_dtype", None)
+    model = job.model.model_dump(mode="json")
+    # rule 1 knew three mechanisms, as fields: attn_out, budget and tsa (null when off)
+    model["attn_out"] = "hadamard" if "hadamard" in model else "dense"
+    model.pop("hadamard", None)
+    model.setdefault("budget", None)
+    model.setdefault("tsa", None)
     dump = {
-        "model": job.model.model_dump(mode="json"),
+        "model": model,
         "data": job.data.model_dump(mode="json", exclude={"tokenizer_file"}),
         "train": train,
         "seed": job.seed,

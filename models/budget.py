@@ -33,17 +33,144 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from pydantic import field_validator, model_validator
 from torch import Tensor, nn
 
-from models.config import BudgetConfig, ModelConfig
 from models.context import ForwardContext, masked_mean
-from models.dense import MultiHeadAttention, merge_heads
+from models.dense import AllHeads, MultiHeadAttention, merge_heads
+from models.mechanism import (
+    ActiveFractions,
+    Column,
+    FlopCount,
+    Mechanism,
+    MechanismConfig,
+    MetricPlot,
+    Seam,
+)
 from models.parametrization import set_role
+
+if TYPE_CHECKING:
+    from models.config import ModelConfig
+
+
+class BudgetConfig(MechanismConfig):
+    """`model.budget`: per-input head budget s and per-head relevance (equations and
+    defaults in docs/reproducing/budgetformer.md)."""
+
+    s_min: float = 0.1  # target interval [s_min, s_max] of the budget s (paper: [0.1, 0.9])
+    s_max: float = 0.9
+    budget_hidden: int = 64  # f_theta: d -> budget_hidden -> 1
+    tau_start: float = 5.0  # temperature tau: high = near-uniform relevance (exploration) ...
+    tau_end: float = 0.05  # ... low = concentrated, near-hard top-k mask (exploitation)
+    tau_schedule: Literal["linear", "cosine", "exponential"] = "exponential"
+    gumbel_noise: bool = True  # exploration noise on the relevance logits (training only)
+    budget_loss_weight: float = 1.0  # lambda_b: hinge on s outside [s_min, s_max]
+    cost_weight: float = 0.05  # lambda_c: linear cost on s inside the interval (0: paper's form)
+    cost_warmup: float = 0.0  # lambda_c ramps linearly from 0 over this fraction of training
+    entropy_weight_start: float = -0.01  # lambda_e(0) < 0: reward spread early ...
+    entropy_weight_end: float = 0.01  # ... lambda_e(1) > 0: penalise entropy late
+    entropy_schedule: Literal["linear", "cosine", "constant"] = "linear"
+
+    @field_validator("s_min", "s_max")
+    @classmethod
+    def _open_unit_interval(cls, value: float) -> float:
+        if not 0.0 < value < 1.0:
+            raise ValueError(f"a head fraction must be in (0, 1), got {value}")
+        return value
+
+    @field_validator("budget_hidden")
+    @classmethod
+    def _positive_width(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"must be a positive integer, got {value}")
+        return value
+
+    @field_validator("tau_start", "tau_end")
+    @classmethod
+    def _positive_temperature(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError(f"a temperature must be > 0, got {value}")
+        return value
+
+    @field_validator("budget_loss_weight", "cost_weight")
+    @classmethod
+    def _non_negative(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError(f"must be >= 0 (a penalty, not a reward), got {value}")
+        return value
+
+    @field_validator("cost_warmup")
+    @classmethod
+    def _fraction_of_training(cls, value: float) -> float:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"a fraction of training must be in [0, 1], got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BudgetConfig:
+        if self.s_min >= self.s_max:
+            raise ValueError(f"s_min={self.s_min} must be < s_max={self.s_max}")
+        if self.tau_end > self.tau_start:
+            raise ValueError(
+                f"tau_end={self.tau_end} must be <= tau_start={self.tau_start} "
+                "(the temperature anneals from exploration to exploitation)"
+            )
+        return self
+
+
+class BudgetFormer(Mechanism, AllHeads):
+    """Registered as `budget`, at the head-selection seam."""
+
+    name = "budget"
+    config = BudgetConfig
+    order = 20
+    metrics = tuple(
+        f"budget/{m}"
+        for m in ("s_mean", "heads_active", "entropy", "tau", "attn_flops", "attn_flops_ratio")
+    )
+    losses = ("budget/budget", "budget/entropy")
+    columns = (
+        Column("budget_s_min", "config:s_min", label="s_min"),
+        Column("budget_s_max", "config:s_max", label="s_max"),
+        Column("budget_s_mean", "metric:budget/s_mean", label="mean budget s (fraction of heads)"),
+        Column("budget_heads_active", "metric:budget/heads_active", label="heads active"),
+    )
+    plots = (
+        MetricPlot(
+            "budget_s_mean",
+            y="budget_s_mean",
+            title="BudgetFormer: learned head budget against model size",
+            ylim=(0.0, 1.0),
+        ),
+    )
+
+    def check(self, model: ModelConfig) -> None:
+        if model.n_head < 2:
+            raise ValueError(
+                f"budget needs n_head >= 2 (it selects a subset of heads), got n_head={model.n_head}"
+            )
+
+    def params(self, model: ModelConfig) -> int:
+        d, h = model.d_model, self.settings(model).budget_hidden
+        budget_net = d * h + h + h + 1  # f_theta: d -> h -> 1
+        relevance_net = d * model.n_head + model.n_head  # g_phi: d -> H
+        return model.n_layer * (budget_net + relevance_net)
+
+    def forward_flops(self, model: ModelConfig, seq_len: int, active: ActiveFractions) -> FlopCount:
+        # one decision per token (decoder) or per sequence (encoder)
+        per_token = 1.0 if model.causal else 1.0 / seq_len
+        return FlopCount(mechanisms=model.n_layer * budget_net_flops(model) * per_token)
+
+    def heads(self, model: ModelConfig, active: ActiveFractions) -> float:
+        return active.heads
+
+    def build(self, model: ModelConfig, layer_idx: int, out_proj: nn.Module) -> nn.Module:
+        return BudgetAttention(model, layer_idx, out_proj, self.settings(model))
 
 
 def schedule(name: str, start: float, end: float, progress: float) -> float:
@@ -61,16 +188,16 @@ def schedule(name: str, start: float, end: float, progress: float) -> float:
 
 
 class BudgetAttention(MultiHeadAttention):
-    """Multi-head attention that runs, per input, only the k most relevant heads
-    (HEAD_SELECTION['budget'])."""
+    """Multi-head attention that runs, per input, only the k most relevant heads."""
 
-    def __init__(self, cfg: ModelConfig, layer_idx: int) -> None:
-        super().__init__(cfg, layer_idx)
-        assert cfg.budget is not None
-        self.budget: BudgetConfig = cfg.budget
+    def __init__(
+        self, cfg: ModelConfig, layer_idx: int, out_proj: nn.Module, budget: BudgetConfig
+    ) -> None:
+        super().__init__(cfg, layer_idx, out_proj)
+        self.budget = budget
         self.cfg = cfg
         self.layer_idx = layer_idx
-        d, hidden = cfg.d_model, cfg.budget.budget_hidden
+        d, hidden = cfg.d_model, budget.budget_hidden
         # f_theta: d -> hidden -> 1 (sigmoid applied in forward); g_phi: d -> H. Width roles
         # (models/parametrization.py): d -> fixed layers are outputs, hidden -> 1 is fixed.
         self.budget_net = nn.Sequential(
@@ -413,9 +540,8 @@ def budget_layer_flops(cfg: ModelConfig, k: Any, seq_len: int, union: Any = None
     """`budget_inference_flops` of one layer; k and union are numpy arrays or tensors (the
     result has the same kind, so a training step can log it without a host sync)."""
     d, dh, T = cfg.d_model, cfg.d_head, seq_len
-    per_pair = 2 * d * dh + 4 * T * dh  # Q row and one attention row of one head
-    if cfg.attn_out == "dense":
-        per_pair += 2 * dh * d  # the head's d_head columns of W_O
+    # Q row and one attention row of one head, and the output mixing's share of the pair
+    per_pair = 2 * d * dh + 4 * T * dh + cfg.component(Seam.OUTPUT_MIXING).selected_head_flops(cfg)
     B = k.shape[0]
     if cfg.causal:
         pairs, kv_heads, decisions = k.sum(), union.sum(), B * T

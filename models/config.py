@@ -1,105 +1,34 @@
 """Typed, frozen configuration of one model (torch-free: the CLI and orchestrator import it).
 
-A mechanism is switched on by giving its sub-config (`budget`, `tsa`) or choosing its
-component (`attn_out`); absent means the dense GPT baseline. Only fields that change the
-science live here, so the content hash of a trial is stable across machines.
+The backbone's fields, plus one key per active mechanism: `model.<name>: {...}` with that
+mechanism's config (models/mechanism.py; the names come from models/catalog.py); absent or
+null means off, and no mechanism at all is the dense GPT baseline. `attn_out: <name>` is
+still read as `<name>: {}` for an output-mixing mechanism (older sweeps and job.json).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal, get_args
 
-from pydantic import field_validator, model_validator
+from pydantic import (
+    PrivateAttr,
+    SerializationInfo,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic_core.core_schema import ErrorType
 
 from contract.config import FrozenConfig
+from models import catalog
+from models.mechanism import DENSE, Component, MechanismConfig, Seam, mechanism_of, reserve
 from models.sizes import SIZES, SizePreset, get_size
 
-
-class BudgetConfig(FrozenConfig):
-    """BudgetFormer: per-input head budget s and per-head relevance (see models/budget.py;
-    equations and defaults in docs/reproducing/budgetformer.md)."""
-
-    s_min: float = 0.1  # target interval [s_min, s_max] of the budget s (paper: [0.1, 0.9])
-    s_max: float = 0.9
-    budget_hidden: int = 64  # f_theta: d -> budget_hidden -> 1
-    tau_start: float = 5.0  # temperature tau: high = near-uniform relevance (exploration) ...
-    tau_end: float = 0.05  # ... low = concentrated, near-hard top-k mask (exploitation)
-    tau_schedule: Literal["linear", "cosine", "exponential"] = "exponential"
-    gumbel_noise: bool = True  # exploration noise on the relevance logits (training only)
-    budget_loss_weight: float = 1.0  # lambda_b: hinge on s outside [s_min, s_max]
-    cost_weight: float = 0.05  # lambda_c: linear cost on s inside the interval (0: paper's form)
-    cost_warmup: float = 0.0  # lambda_c ramps linearly from 0 over this fraction of training
-    entropy_weight_start: float = -0.01  # lambda_e(0) < 0: reward spread early ...
-    entropy_weight_end: float = 0.01  # ... lambda_e(1) > 0: penalise entropy late
-    entropy_schedule: Literal["linear", "cosine", "constant"] = "linear"
-
-    @field_validator("s_min", "s_max")
-    @classmethod
-    def _open_unit_interval(cls, value: float) -> float:
-        if not 0.0 < value < 1.0:
-            raise ValueError(f"a head fraction must be in (0, 1), got {value}")
-        return value
-
-    @field_validator("budget_hidden")
-    @classmethod
-    def _positive_width(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError(f"must be a positive integer, got {value}")
-        return value
-
-    @field_validator("tau_start", "tau_end")
-    @classmethod
-    def _positive_temperature(cls, value: float) -> float:
-        if value <= 0:
-            raise ValueError(f"a temperature must be > 0, got {value}")
-        return value
-
-    @field_validator("budget_loss_weight", "cost_weight")
-    @classmethod
-    def _non_negative(cls, value: float) -> float:
-        if value < 0:
-            raise ValueError(f"must be >= 0 (a penalty, not a reward), got {value}")
-        return value
-
-    @field_validator("cost_warmup")
-    @classmethod
-    def _fraction_of_training(cls, value: float) -> float:
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"a fraction of training must be in [0, 1], got {value}")
-        return value
-
-    @model_validator(mode="after")
-    def _ordered(self) -> BudgetConfig:
-        if self.s_min >= self.s_max:
-            raise ValueError(f"s_min={self.s_min} must be < s_max={self.s_max}")
-        if self.tau_end > self.tau_start:
-            raise ValueError(
-                f"tau_end={self.tau_end} must be <= tau_start={self.tau_start} "
-                "(the temperature anneals from exploration to exploitation)"
-            )
-        return self
-
-
-class TSAConfig(FrozenConfig):
-    """Token-Selective Attention: per-token halt probabilities (see models/tsa.py)."""
-
-    lambda_depth: float = 0.0  # lambda: weight of L_depth = lambda * mean(1 - p_l)
-    threshold: float = 0.5  # inference: a token halts before block l+1 when p_l > threshold
-    sparse_inference: bool = True  # eval: skip halted tokens' FFN (gather/scatter)
-
-    @field_validator("lambda_depth")
-    @classmethod
-    def _non_negative(cls, value: float) -> float:
-        if value < 0:
-            raise ValueError(f"must be >= 0 (a depth penalty, not a reward), got {value}")
-        return value
-
-    @field_validator("threshold")
-    @classmethod
-    def _open_unit_interval(cls, value: float) -> float:
-        if not 0.0 < value < 1.0:
-            raise ValueError(f"must be in (0, 1), got {value}")
-        return value
+_ERROR_TYPES = frozenset(get_args(ErrorType))
+LEGACY_OUTPUT_MIXING = "attn_out"  # `attn_out: hadamard` = `hadamard: {}`; never written
 
 
 class ModelConfig(FrozenConfig):
@@ -119,9 +48,8 @@ class ModelConfig(FrozenConfig):
     # 'mup' keeps the optimum learning rate found at mup_base_width for wider models.
     parametrization: Literal["standard", "mup"] = "standard"
     mup_base_width: int | None = None  # the d_model that µP's multipliers are relative to
-    attn_out: Literal["dense", "hadamard"] = "dense"
-    budget: BudgetConfig | None = None
-    tsa: TSAConfig | None = None
+    # The active mechanisms by name (set by _validate_mechanisms; dumped flat, in variant order).
+    _active: dict[str, MechanismConfig] = PrivateAttr(default_factory=dict)
 
     @field_validator("size")
     @classmethod
@@ -164,25 +92,123 @@ class ModelConfig(FrozenConfig):
             raise ValueError("task='classify' needs n_classes >= 2")
         if self.task == "lm" and self.n_classes is not None:
             raise ValueError("n_classes is only allowed with task='classify'")
-        if self.budget is not None and self.n_head < 2:
-            raise ValueError(
-                f"budget needs n_head >= 2 (it selects a subset of heads), got n_head={self.n_head}"
-            )
-        if self.tsa is not None and self.n_layer < 2:
-            raise ValueError(
-                f"tsa needs n_layer >= 2 (block 0 always runs; routers sit between blocks), "
-                f"got n_layer={self.n_layer}"
-            )
-        if self.attn_out == "hadamard":
-            from kernels.sizes import nearest_supported_sizes, supported_hadamard_size
-
-            if not supported_hadamard_size(self.d_model):
-                raise ValueError(
-                    f"attn_out='hadamard' needs a d_model with a Hadamard matrix; "
-                    f"d_model={self.d_model} has none (nearest supported: "
-                    f"{nearest_supported_sizes(self.d_model)})"
-                )
         return self
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _validate_mechanisms(cls, data: Any, handler: Any) -> ModelConfig:
+        """Validate each `<mechanism>: {...}` key with its config class and the backbone
+        with pydantic; every problem of both comes out in one ValidationError, at its own
+        key (an unknown key is pydantic's extra_forbidden, as for any config)."""
+        if not isinstance(data, Mapping):
+            return handler(data)
+        rest = dict(data)
+        chosen: dict[str, MechanismConfig] = {}
+        errors: list[InitErrorDetails] = []
+        legacy = rest.pop(LEGACY_OUTPUT_MIXING, DENSE)
+        for key in [k for k in rest if k not in cls.model_fields]:
+            mechanism = catalog.get(key) if isinstance(key, str) else None
+            if mechanism is None:
+                continue  # left to pydantic: unknown key
+            value = rest.pop(key)
+            if value is None:
+                continue
+            try:
+                chosen[key] = mechanism.config.model_validate(
+                    value.model_dump() if isinstance(value, MechanismConfig) else value
+                )
+            except ValidationError as e:
+                errors += _details(e, (key,))
+        if legacy != DENSE:
+            mixing = [m.name for m in catalog.mechanisms() if m.seam is Seam.OUTPUT_MIXING]
+            if legacy in mixing:
+                chosen.setdefault(legacy, catalog.get(legacy).config())
+            else:
+                expected = " or ".join(repr(n) for n in [DENSE, *mixing])
+                errors.append(_literal_error(LEGACY_OUTPUT_MIXING, legacy, expected))
+        try:
+            model = handler(rest)
+        except ValidationError as e:
+            errors = _details(e, ()) + errors
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        model._active = dict(sorted(chosen.items(), key=lambda kv: mechanism_of(kv[1]).order))
+        return model
+
+    @model_validator(mode="after")
+    def _mechanisms_fit(self) -> ModelConfig:
+        """At most one mechanism per seam, and each one's rules across the model's fields."""
+        seams: dict[Seam, str] = {}
+        for name, config in self._active.items():
+            mechanism = mechanism_of(config)
+            if mechanism.seam in seams:
+                raise ValueError(
+                    f"{seams[mechanism.seam]} and {name} both replace the "
+                    f"{mechanism.seam.value} seam; choose one"
+                )
+            seams[mechanism.seam] = name
+            mechanism.check(self)
+        return self
+
+    @model_serializer(mode="wrap")
+    def _flat(self, handler: Any, info: SerializationInfo) -> dict[str, Any]:
+        """The backbone's fields, then each active mechanism's config under its name."""
+        out = handler(self)
+        for name, config in self._active.items():
+            out[name] = config.model_dump(mode=info.mode)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        """`cfg.<mechanism>`: its config, or None when that registered mechanism is off."""
+        if not name.startswith("_"):
+            try:
+                chosen = object.__getattribute__(self, "__pydantic_private__")["_active"]
+            except (AttributeError, KeyError, TypeError):
+                chosen = {}
+            if name in chosen:
+                return chosen[name]
+            if catalog.get(name) is not None:
+                return None
+        return super().__getattr__(name)
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> dict[str, Any]:
+        """The backbone's fields and one optional key per registered mechanism."""
+        schema = handler(core_schema)
+        target = handler.resolve_ref_schema(schema)
+        for mechanism in catalog.mechanisms():
+            sub = handler(mechanism.config.__pydantic_core_schema__)
+            target["properties"][mechanism.name] = {"anyOf": [sub, {"type": "null"}]}
+        return schema
+
+    @classmethod
+    def sub_config_class(cls, key: str) -> type | None:
+        found = catalog.get(key) if key not in cls.model_fields else None
+        return found.config if found else super().sub_config_class(key)
+
+    @classmethod
+    def config_keys(cls) -> list[str]:
+        names = [m.name for m in catalog.mechanisms()]
+        return sorted([*cls.model_fields, LEGACY_OUTPUT_MIXING, *names])
+
+    @property
+    def mechanisms(self) -> Mapping[str, MechanismConfig]:
+        """The active mechanisms' configs by name, in variant order."""
+        return dict(self._active)
+
+    def component(self, seam: Seam) -> Component:
+        """What sits at `seam`: the active mechanism there, else the dense default."""
+        for config in self._active.values():
+            mechanism = mechanism_of(config)
+            if mechanism.seam is seam:
+                return mechanism
+        return catalog.default(seam)
+
+    @property
+    def attn_out(self) -> str:
+        """The output-mixing mechanism's name, or 'dense'."""
+        found = [n for n, c in self._active.items() if mechanism_of(c).seam is Seam.OUTPUT_MIXING]
+        return found[0] if found else DENSE
 
     @property
     def preset(self) -> SizePreset:
@@ -199,25 +225,39 @@ class ModelConfig(FrozenConfig):
     @property
     def variant(self) -> str:
         """Canonical variant name, e.g. 'dense', 'hadamard', 'hadamard+budget+tsa'."""
-        parts = [
-            name
-            for name, on in (
-                ("hadamard", self.attn_out == "hadamard"),
-                ("budget", self.budget is not None),
-                ("tsa", self.tsa is not None),
-            )
-            if on
-        ]
-        return "+".join(parts) or "dense"
+        return "+".join(self._active) or DENSE
 
 
 def _divisors(n: int) -> list[int]:
     return [k for k in range(1, min(n, 128) + 1) if n % k == 0]
 
 
-__all__ = [
-    "SIZES",
-    "BudgetConfig",
-    "ModelConfig",
-    "TSAConfig",
-]
+def _details(error: ValidationError, prefix: tuple[Any, ...]) -> list[InitErrorDetails]:
+    """A ValidationError's problems, re-rooted under `prefix`, to be raised again."""
+    out = []
+    for item in error.errors(include_url=False):
+        known = item["type"] in _ERROR_TYPES  # else a custom error: rebuilt with its message
+        detail: InitErrorDetails = {
+            "type": item["type"] if known else PydanticCustomError(item["type"], item["msg"]),
+            "loc": (*prefix, *item["loc"]),
+            "input": item["input"],
+        }
+        if "ctx" in item and known:
+            detail["ctx"] = item["ctx"]
+        out.append(detail)
+    return out
+
+
+def _literal_error(key: str, value: Any, expected: str) -> InitErrorDetails:
+    return {
+        "type": PydanticCustomError(
+            "literal_error", "Input should be {expected}", {"expected": expected}
+        ),
+        "loc": (key,),
+        "input": value,
+    }
+
+
+reserve([*ModelConfig.model_fields, LEGACY_OUTPUT_MIXING])
+
+__all__ = ["SIZES", "ModelConfig"]

@@ -1,21 +1,64 @@
 """The dense baseline at the three seams: all heads (multi-head self-attention), a dense
 output projection W_O, and every token through every block.
 
-Causal for language modelling, bidirectional for the classification encoder; the output
-mixing W_O is a pluggable component (dense here, Hadamard in models/hadamard.py). Dropout
-acts on the attention probabilities only, not on the output (the FFN drops its hidden
-layer: docs/reproducing/baseline.md).
+Each seam's dense component (models/mechanism.py) gives its counts and builds its module;
+a mechanism derives from the one it replaces. Attention is causal for language modelling,
+bidirectional for the classification encoder, and mixes its heads with the output mixing it
+is given (dense W_O here, Hadamard in models/hadamard.py). Dropout acts on the attention
+probabilities only, not on the output (the FFN drops its hidden layer:
+docs/reproducing/baseline.md).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.components import build_output_mixer
-from models.config import ModelConfig
 from models.context import ForwardContext
+from models.mechanism import (
+    ActiveFractions,
+    DepthRouting,
+    FlopCount,
+    HeadSelection,
+    OutputMixing,
+)
 from models.parametrization import attention_scale
+
+if TYPE_CHECKING:
+    from models.config import ModelConfig
+
+
+class DenseOutputMixing(OutputMixing):
+    """W_O: a d x d matrix (and bias) per layer."""
+
+    def params(self, model: ModelConfig) -> int:
+        d = model.d_model
+        return model.n_layer * (d * d + d * int(model.bias))
+
+    def forward_flops(self, model: ModelConfig, seq_len: int, active: ActiveFractions) -> FlopCount:
+        return FlopCount(output_mixing=model.n_layer * 2 * model.d_model**2 * active.heads)
+
+    def selected_head_flops(self, model: ModelConfig) -> float:
+        return 2 * model.d_head * model.d_model  # the head's d_head columns of W_O
+
+    def build(self, model: ModelConfig, layer_idx: int) -> nn.Module:
+        return DenseOutputProjection(model)
+
+
+class AllHeads(HeadSelection):
+    """Every head runs (the attention's Q/K/V and scores are the backbone's counts)."""
+
+    def build(self, model: ModelConfig, layer_idx: int, out_proj: nn.Module) -> nn.Module:
+        return MultiHeadAttention(model, layer_idx, out_proj)
+
+
+class AllBlocks(DepthRouting):
+    """Every token goes through every block."""
+
+    def build(self, model: ModelConfig) -> nn.Module:
+        return FullDepth()
 
 
 class DenseOutputProjection(nn.Linear):
@@ -28,14 +71,14 @@ class DenseOutputProjection(nn.Linear):
 
 
 class MultiHeadAttention(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer_idx: int) -> None:
+    def __init__(self, cfg: ModelConfig, layer_idx: int, out_proj: nn.Module) -> None:
         super().__init__()
         self.n_head, self.d_head = cfg.n_head, cfg.d_head
         self.causal = cfg.causal
         self.dropout = cfg.dropout
         self.scale = attention_scale(cfg)  # None: 1 / sqrt(d_head)
         self.c_attn = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
-        self.out_proj = build_output_mixer(cfg)
+        self.out_proj = out_proj
 
     def split_heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(B, T, d) -> q, k, v each (B, H, T, d_head)."""
@@ -65,9 +108,6 @@ class MultiHeadAttention(nn.Module):
 
 class FullDepth(nn.Module):
     """Every token goes through every block: the baseline depth routing."""
-
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
 
     def forward(self, x: Tensor, blocks: nn.ModuleList, ctx: ForwardContext) -> Tensor:
         for block in blocks:

@@ -1,4 +1,6 @@
-"""Analytic parameter and FLOP counts per token, per mechanism (torch-free).
+"""Analytic parameter and FLOP counts per token: the backbone's terms plus what each seam's
+component (models/mechanism.py) declares (torch-free to import; a mechanism's own module is
+loaded when its config is).
 
 Conventions (Kaplan et al. 2020; Hoffmann et al. 2022, App. F):
 - a multiply-add is 2 FLOPs; layer norms, biases, GELU and softmax are not counted;
@@ -15,70 +17,23 @@ Conventions (Kaplan et al. 2020; Hoffmann et al. 2022, App. F):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-
-from kernels.sizes import transform_flops
 from models.config import ModelConfig
+from models.mechanism import ActiveFractions, Component, FlopCount, Seam
 
-
-@dataclass(frozen=True)
-class ActiveFractions:
-    heads: float = 1.0  # BudgetFormer: mean k/H of heads computed
-    ffn_tokens: float = 1.0  # TSA: share of token passes through the FFN in routed blocks
-
-
-@dataclass(frozen=True)
-class FlopCount:
-    """FLOPs per token of one forward pass, by part."""
-
-    attention_qkv: float
-    attention_context: float
-    attention_out: float  # dense W_O (matmul) ...
-    hadamard_mixing: float  # ... or the staged Walsh-Hadamard transform (small block matmuls)
-    mlp: float
-    mechanisms: float  # budget / relevance nets, TSA routers (matmul)
-    head: float  # LM head (or classifier, per token)
-
-    @property
-    def total(self) -> float:
-        return sum(getattr(self, f.name) for f in fields(self))
-
-    @property
-    def matmul(self) -> float:
-        """Every counted part runs as a matrix multiply (elementwise work is not counted)."""
-        return self.total
+__all__ = ["ActiveFractions", "FlopCount", "count_params", "forward_flops_per_token"]
 
 
 def count_params(cfg: ModelConfig, non_embedding: bool = False) -> int:
     """Exact parameter count of models.build(cfg) (tied embeddings counted once)."""
     d, L, b = cfg.d_model, cfg.n_layer, int(cfg.bias)
     norm = d * (1 + b)
-    out_mix = 2 * d if cfg.attn_out == "hadamard" else d * d + d * b
-    block = 2 * norm + (3 * d * d + 3 * d * b) + out_mix + (8 * d * d + 5 * d * b)
-    n = L * (block + _budget_params_per_layer(cfg)) + norm + _tsa_params(cfg)
+    block = 2 * norm + (3 * d * d + 3 * d * b) + (8 * d * d + 5 * d * b)  # norms, QKV, MLP
+    n = L * block + norm + sum(c.params(cfg) for c in _components(cfg))
     if cfg.task == "classify":
         n += d * cfg.n_classes + cfg.n_classes * b
     if not non_embedding:
         n += cfg.vocab_size * d + cfg.block_size * d
     return n
-
-
-def _budget_params_per_layer(cfg: ModelConfig) -> int:
-    if cfg.budget is None:
-        return 0
-    d, h = cfg.d_model, cfg.budget.budget_hidden
-    budget_net = d * h + h + h + 1  # f_theta: d -> h -> 1
-    relevance_net = d * cfg.n_head + cfg.n_head  # g_phi: d -> H
-    return budget_net + relevance_net
-
-
-def _tsa_params(cfg: ModelConfig) -> int:
-    from models.tsa import tsa_router_hidden
-
-    if cfg.tsa is None:
-        return 0
-    d, r = cfg.d_model, tsa_router_hidden(cfg.d_model)
-    return (cfg.n_layer - 1) * (d * r + r + r + 1)  # routers r_0 .. r_{L-2}: d -> r -> 1
 
 
 def forward_flops_per_token(
@@ -87,32 +42,24 @@ def forward_flops_per_token(
     """Forward FLOPs per token at context `seq_len` (default: the model's block_size)."""
     active = active or ActiveFractions()
     d, L, T = cfg.d_model, cfg.n_layer, seq_len or cfg.block_size
-    heads = active.heads if cfg.budget is not None else 1.0
-    ffn = active.ffn_tokens if cfg.tsa is not None else 1.0
-    routed_blocks = L - 1 if cfg.tsa is not None else 0  # block 0 always runs in full
-    mlp_passes = (L - routed_blocks) + routed_blocks * ffn
-    if cfg.attn_out == "hadamard":
-        out_mix, hadamard = 0.0, L * transform_flops(d)
-    else:
-        out_mix, hadamard = L * 2 * d * d * heads, 0.0
-    from models.budget import budget_net_flops
-    from models.tsa import tsa_router_hidden
-
-    mechanisms = 0.0
-    if cfg.budget is not None:  # one decision per token (decoder) or per sequence (encoder)
-        mechanisms += L * budget_net_flops(cfg) * (1.0 if cfg.causal else 1.0 / T)
-    if cfg.tsa is not None:  # routers run for every token (they decide), biases not counted
-        r = tsa_router_hidden(d)
-        mechanisms += (L - 1) * 2 * (d * r + r)
+    mixing, selection, depth = _components(cfg)
+    heads = selection.heads(cfg, active)
+    resolved = ActiveFractions(heads=heads, ffn_tokens=active.ffn_tokens)
     head = 2 * d * cfg.vocab_size if cfg.task == "lm" else 2 * d * cfg.n_classes / T
-    return FlopCount(
+    backbone = FlopCount(
         attention_qkv=L * 6 * d * d * heads,
         attention_context=L * 4 * T * d * heads,
-        attention_out=out_mix,
-        hadamard_mixing=hadamard,
-        mlp=mlp_passes * 16 * d * d,
-        mechanisms=mechanisms,
+        mlp=depth.mlp_passes(cfg, active) * 16 * d * d,
         head=head,
+    )
+    parts = [c.forward_flops(cfg, T, resolved) for c in (mixing, selection, depth)]
+    return backbone + parts[0] + parts[1] + parts[2]
+
+
+def _components(cfg: ModelConfig) -> tuple[Component, Component, Component]:
+    """What sits at each seam: output mixing, head selection, depth routing."""
+    return tuple(
+        cfg.component(s) for s in (Seam.OUTPUT_MIXING, Seam.HEAD_SELECTION, Seam.DEPTH_ROUTING)
     )
 
 

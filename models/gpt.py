@@ -1,4 +1,5 @@
-"""The GPT backbone (nanoGPT's model, with three seams for the efficiency mechanisms).
+"""The GPT backbone (nanoGPT's model, with three seams for the efficiency mechanisms:
+models/mechanism.py; each seam's module comes from `ModelConfig.component`).
 
 Pre-norm blocks, causal SDPA attention, a 4x GELU MLP, learned positional embeddings and
 tied input/output embeddings. With `task='classify'` the same stack runs as a
@@ -13,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.components import build_attention, build_depth_routing
 from models.config import ModelConfig
 from models.context import ForwardContext, ModelOutput, masked_mean
+from models.mechanism import Seam
 from models.parametrization import init_module, logit_scale, set_role
 
 
@@ -38,7 +39,8 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, layer_idx: int) -> None:
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
-        self.attn = build_attention(cfg, layer_idx)
+        out_proj = cfg.component(Seam.OUTPUT_MIXING).build(cfg, layer_idx)
+        self.attn = cfg.component(Seam.HEAD_SELECTION).build(cfg, layer_idx, out_proj)
         self.ln_2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
@@ -66,7 +68,7 @@ class GPT(nn.Module):
             self.wpe = nn.Embedding(cfg.block_size, cfg.d_model)
             self.drop = nn.Dropout(cfg.dropout)
             self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
-            self.depth = build_depth_routing(cfg)
+            self.depth = cfg.component(Seam.DEPTH_ROUTING).build(cfg)
             self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
             if cfg.task == "lm":
                 # tied input/output embeddings: the weight is the embedding's (role 'input')

@@ -12,13 +12,48 @@ O(d^2) mixing FLOPs for O(d log d).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from kernels.hadamard import hadamard_transform_affine
-from models.config import ModelConfig
+from kernels.sizes import nearest_supported_sizes, supported_hadamard_size, transform_flops
+from models.mechanism import ActiveFractions, FlopCount, Mechanism, MechanismConfig, OutputMixing
 from models.parametrization import init_std
+
+if TYPE_CHECKING:
+    from models.config import ModelConfig
+
+
+class HadamardConfig(MechanismConfig):
+    """`model.hadamard: {}` (or the older `model.attn_out: hadamard`): no settings."""
+
+
+class Hadamard(Mechanism, OutputMixing):
+    """Registered as `hadamard`. The transform is counted as executed
+    (kernels.sizes.transform_flops); its backward costs 2x its forward like a matmul's."""
+
+    name = "hadamard"
+    config = HadamardConfig
+    order = 10
+
+    def check(self, model: ModelConfig) -> None:
+        if not supported_hadamard_size(model.d_model):
+            raise ValueError(
+                f"hadamard needs a d_model with a Hadamard matrix; "
+                f"d_model={model.d_model} has none (nearest supported: "
+                f"{nearest_supported_sizes(model.d_model)})"
+            )
+
+    def params(self, model: ModelConfig) -> int:
+        return model.n_layer * 2 * model.d_model  # alpha and beta
+
+    def forward_flops(self, model: ModelConfig, seq_len: int, active: ActiveFractions) -> FlopCount:
+        return FlopCount(output_mixing=model.n_layer * transform_flops(model.d_model))
+
+    def build(self, model: ModelConfig, layer_idx: int) -> nn.Module:
+        return HadamardOutputProjection(model)
 
 
 class HadamardOutputProjection(nn.Module):

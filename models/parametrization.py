@@ -35,11 +35,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from torch import nn
 
-from models.config import ModelConfig
+if TYPE_CHECKING:
+    from models.config import ModelConfig
 
 Role = Literal["input", "hidden", "residual", "output", "fixed", "vector"]
 EMBEDDING_STD = 0.02

@@ -21,12 +21,26 @@ training are used.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+from pydantic import field_validator
 from torch import Tensor, nn
 
-from models.config import ModelConfig
 from models.context import ForwardContext, masked_mean
+from models.dense import AllBlocks
+from models.mechanism import (
+    ActiveFractions,
+    Column,
+    FlopCount,
+    Mechanism,
+    MechanismConfig,
+    MetricPlot,
+)
 from models.parametrization import set_role
+
+if TYPE_CHECKING:
+    from models.config import ModelConfig
 
 ROUTER_INIT_BIAS = -1.0  # sigmoid(-1) = 0.269: every token starts with p ~ 0.27
 
@@ -45,9 +59,79 @@ def use_sparse_ffn(n_active: int, n_tokens: int) -> bool:
     return skipped >= MIN_SKIPPED_TOKENS and n_active <= MAX_ACTIVE_FRACTION * n_tokens
 
 
+class TSAConfig(MechanismConfig):
+    """`model.tsa`: per-token halt probabilities."""
+
+    lambda_depth: float = 0.0  # lambda: weight of L_depth = lambda * mean(1 - p_l)
+    threshold: float = 0.5  # inference: a token halts before block l+1 when p_l > threshold
+    sparse_inference: bool = True  # eval: skip halted tokens' FFN (gather/scatter)
+
+    @field_validator("lambda_depth")
+    @classmethod
+    def _non_negative(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError(f"must be >= 0 (a depth penalty, not a reward), got {value}")
+        return value
+
+    @field_validator("threshold")
+    @classmethod
+    def _open_unit_interval(cls, value: float) -> float:
+        if not 0.0 < value < 1.0:
+            raise ValueError(f"must be in (0, 1), got {value}")
+        return value
+
+
 def tsa_router_hidden(d_model: int) -> int:
     """Router r_l width: a quarter of d_model rounded down, never below 16 (paper: d/4)."""
     return max(16, d_model // 4)
+
+
+class TokenSelective(Mechanism, AllBlocks):
+    """Registered as `tsa`, at the depth-routing seam."""
+
+    name = "tsa"
+    config = TSAConfig
+    order = 30
+    metrics = ("tsa/alpha", "tsa/tlops_saved")
+    losses = ("tsa/depth",)
+    columns = (
+        Column("tsa_lambda", "config:lambda_depth", label="λ (weight of the depth loss)"),
+        Column("tsa_threshold", "config:threshold", label="halt threshold"),
+        Column("tsa_alpha", "metric:tsa/alpha", label="α (active fraction of token-layers)"),
+        Column("tsa_tlops_saved", "metric:tsa/tlops_saved", label="TLOps saved"),
+    )
+    plots = (
+        MetricPlot(
+            "tsa_alpha",
+            y="tsa_alpha",
+            x=("tsa_lambda", "n_params"),
+            series="size",
+            title="TSA: active fraction α",
+            ylim=(0.0, 1.0),
+        ),
+    )
+
+    def check(self, model: ModelConfig) -> None:
+        if model.n_layer < 2:
+            raise ValueError(
+                f"tsa needs n_layer >= 2 (block 0 always runs; routers sit between blocks), "
+                f"got n_layer={model.n_layer}"
+            )
+
+    def params(self, model: ModelConfig) -> int:
+        d, r = model.d_model, tsa_router_hidden(model.d_model)
+        return (model.n_layer - 1) * (d * r + r + r + 1)  # routers r_0 .. r_{L-2}: d -> r -> 1
+
+    def forward_flops(self, model: ModelConfig, seq_len: int, active: ActiveFractions) -> FlopCount:
+        d, r = model.d_model, tsa_router_hidden(model.d_model)
+        # the routers run for every token (they decide); biases not counted
+        return FlopCount(mechanisms=(model.n_layer - 1) * 2 * (d * r + r))
+
+    def mlp_passes(self, model: ModelConfig, active: ActiveFractions) -> float:
+        return 1 + (model.n_layer - 1) * active.ffn_tokens  # block 0 always runs in full
+
+    def build(self, model: ModelConfig) -> nn.Module:
+        return TokenSelectiveDepth(model, self.settings(model))
 
 
 class Router(nn.Module):
@@ -74,14 +158,14 @@ class Router(nn.Module):
 
 
 class TokenSelectiveDepth(nn.Module):
-    """Depth routing with routers r_0 .. r_{L-2} between the blocks (DEPTH_ROUTING['tsa'])."""
+    """Depth routing with routers r_0 .. r_{L-2} between the blocks."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, tsa: TSAConfig) -> None:
         super().__init__()
-        assert cfg.tsa is not None and cfg.n_layer >= 2  # enforced by ModelConfig
-        self.lambda_depth = cfg.tsa.lambda_depth
-        self.threshold = cfg.tsa.threshold
-        self.sparse_inference = cfg.tsa.sparse_inference
+        assert cfg.n_layer >= 2  # enforced by TokenSelective.check
+        self.lambda_depth = tsa.lambda_depth
+        self.threshold = tsa.threshold
+        self.sparse_inference = tsa.sparse_inference
         self.routers = nn.ModuleList(Router(cfg.d_model) for _ in range(cfg.n_layer - 1))
         self.force_path: str | None = None  # 'sparse' | 'dense': override the rule (tests)
 

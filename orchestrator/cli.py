@@ -13,9 +13,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from contract.config import format_config_error
+from models import catalog
 from models.config import ModelConfig
 from models.sizes import SIZES
-from models.variants import all_variants, variant_fields
 from orchestrator.spec import DEFAULT_MAX_TRIALS
 
 app = typer.Typer(
@@ -53,14 +53,17 @@ def models(
     """List the model size presets with exact parameter counts and training FLOPs per token."""
     from models.flops import count_params, train_flops_per_token
 
-    variants = variant or ["dense", "hadamard", "budget", "tsa"]
+    variants = variant or ["dense", *(m.name for m in catalog.mechanisms())]
     sizes = size or list(SIZES)
     rows = []
     for name in sizes:
         for var in variants:
             try:
                 cfg = ModelConfig(
-                    size=name, vocab_size=vocab_size, block_size=block_size, **variant_fields(var)
+                    size=name,
+                    vocab_size=vocab_size,
+                    block_size=block_size,
+                    **catalog.variant_fields(var),
                 )
             except ValidationError as e:
                 raise fail(format_config_error(e, "scalelab models")) from None
@@ -115,7 +118,7 @@ def models(
 @app.command()
 def variants() -> None:
     """List the variant names a sweep may use."""
-    for name in all_variants():
+    for name in catalog.variants():
         print(name)
 
 

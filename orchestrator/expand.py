@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from jobs.config import JobCheckError, JobConfig
+from models import catalog
 from models.flops import count_params, train_flops_per_token
 from orchestrator.spec import (
     DEFAULT_MAX_TRIALS,
@@ -73,18 +74,11 @@ def _axes(spec: SweepSpec) -> list[list[list[Setting]]]:
         base_model = base_model if isinstance(base_model, dict) else {}  # else: base's error
         options = []
         for i, name in enumerate(spec.variants):
-            on = set(name.split("+"))
             where = ("variants", i)
+            settings = catalog.variant_settings(name, base_model)
             options.append(
-                [
-                    ("model.attn_out", "hadamard" if "hadamard" in on else "dense", where),
-                    (
-                        "model.budget",
-                        (base_model.get("budget") or {}) if "budget" in on else None,
-                        where,
-                    ),
-                    ("model.tsa", (base_model.get("tsa") or {}) if "tsa" in on else None, where),
-                ]
+                [("model.attn_out", None, where)]  # the older spelling of output mixing
+                + [(f"model.{m}", value, where) for m, value in settings.items()]
             )
         axes.append(options)
     for key, values in spec.grid.items():
@@ -127,9 +121,9 @@ def _set(tree: dict[str, Any], key: str, value: Any) -> None:
             return  # base has a non-mapping here (model: "x"): validation reports it there
         tree = child
     if value is None:
-        tree.pop(last, None)  # None = leave the field to its default (e.g. the other budgets)
-        if last in ("tokens", "tokens_per_param", "budget", "tsa"):
-            tree[last] = None
+        tree.pop(last, None)  # None = leave the field to its default, or the mechanism off
+        if last in ("tokens", "tokens_per_param"):
+            tree[last] = None  # an explicit None: the other training budgets stay unset
     else:
         tree[last] = _copy_tree(value)
 

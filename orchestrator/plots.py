@@ -6,9 +6,9 @@ loss_vs_flops   every trial's val/loss curve against training FLOPs, coloured by
 loss_vs_params  final loss against parameters, per variant
 isoflop         loss against N at each compute budget, with the fitted parabolas
 gains           compute-equivalent gain of each variant by both estimators, with intervals
-budget_s_mean   BudgetFormer's mean head budget s against model size, per token budget
-tsa_alpha       TSA's halted-token fraction alpha against lambda, per size and budget
-(every point of these two is a cell's mean over its seeds, never over budgets)
+and one figure per plot a registered mechanism declares (models/catalog.py: BudgetFormer's
+budget_s_mean, TSA's tsa_alpha, ...), drawn by `metric_figure`: every point is a cell's mean
+over its seeds, never over budgets
 
 `make_plots` writes PNGs to results/<sweep>/plots; `log_plots` attaches them to the
 sweep's parent MLflow run (artifact folder `plots/`).
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from matplotlib.figure import Figure
 
+    from models.mechanism import MetricPlot
     from orchestrator.results.fit import SweepFit
 
 DPI = 120
@@ -219,72 +220,66 @@ def _gain_pair_named(fit: SweepFit, variant: str) -> list[tuple[str, Any]]:
     return [("paired", paired), ("unpaired", unpaired)]
 
 
-def budget_s_mean(table: pa.Table) -> Figure:
-    """One line per variant and token budget across sizes; each point is a cell's mean over
-    its seeds (never over budgets)."""
-    fig, ax = _figure(6.0, 4.0)
-    rows = np.isfinite(_col(table, "budget_s_mean"))
-    n, s = _col(table, "n_params")[rows], _col(table, "budget_s_mean")[rows]
-    variants = np.array(table["variant"].to_pylist())[rows]
-    budgets = _budget_labels(table)[rows]
-    col = colours(sorted(set(table["variant"].to_pylist())))
-    styles = ["o-", "s--", "^:", "d-."]
-    for v in sorted(set(variants)):
-        for j, b in enumerate(sorted(set(budgets[variants == v]), key=_budget_order)):
-            r = (variants == v) & (budgets == b)
-            label = f"{v}, {b}" if b else v
-            ax.plot(*_sorted(n[r], s[r]), styles[j % 4], color=col[v], label=label)
-    ax.set_xscale("log")
-    ax.set_ylim(0, 1)
-    ax.set_xlabel("parameters N")
-    ax.set_ylabel("mean head budget s (fraction of heads)")
-    ax.set_title("BudgetFormer: head budget vs model size (each point: mean over seeds)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    return fig
+# Axis labels of the backbone's columns; a mechanism's come from its Column declarations.
+LABELS = {"n_params": "parameters N", "n_nonembed": "non-embedding parameters",
+          "flops": "training FLOPs C", "tokens": "training tokens D"}  # fmt: skip
+LOG_AXES = frozenset(LABELS)
 
 
-def tsa_alpha(table: pa.Table) -> Figure:
-    """alpha against lambda, one line per size and token budget; or against size, one line
-    per budget. Each point is a cell's mean over its seeds."""
+def metric_figure(table: pa.Table, plot: MetricPlot) -> Figure | None:
+    """A mechanism's figure (models.mechanism.MetricPlot): `plot.y` against the first of
+    `plot.x` that takes more than one value (else the last), one line per `plot.series`
+    value and token budget (never averaged across budgets); each point is a cell's mean
+    over its seeds. When every such line would be one point, one line per budget instead.
+    None when no trial has a value."""
     import matplotlib
 
-    fig, ax = _figure(6.0, 4.0)
-    a = _col(table, "tsa_alpha")
-    lam = _col(table, "tsa_lambda")
-    rows = np.isfinite(a)
-    sizes = np.array(table["size"].to_pylist())[rows]
+    if plot.y not in table.column_names:
+        return None
+    y_all = _col(table, plot.y)
+    rows = np.isfinite(y_all)
+    if not rows.any():
+        return None
+    varied = [x for x in plot.x if x in table.column_names
+              and np.unique(_col(table, x)[rows & np.isfinite(_col(table, x))]).size > 1]  # fmt: skip
+    x_name = varied[0] if varied else plot.x[-1]
+    x, y = _col(table, x_name)[rows], y_all[rows]
+    series = np.array([str(v) for v in table[plot.series].to_pylist()])[rows]
     budgets = _budget_labels(table)[rows]
+    lines = {(s, b): (series == s) & (budgets == b) for s in set(series) for b in set(budgets)}
+    lines = {k: r for k, r in lines.items() if r.any()}
+    if all(np.unique(x[r]).size <= 1 for r in lines.values()):
+        lines = {("", b): budgets == b for b in set(budgets)}
     n = _col(table, "n_params")[rows]
-    a, lam = a[rows], lam[rows]
-    order = sorted(set(sizes), key=lambda s: n[sizes == s].min())
-    budget_order = sorted(set(budgets), key=_budget_order)
+    order = sorted({s for s, _ in lines}, key=lambda s: (n[series == s].min() if s else 0, s))
     cmap = matplotlib.colormaps["plasma"]
     styles = ["o-", "s--", "^:", "d-."]
-    many_lambdas = np.unique(lam[np.isfinite(lam)]).size > 1
-    if many_lambdas:
-        for i, s in enumerate(order):
-            for j, b in enumerate(budget_order):
-                r = (sizes == s) & (budgets == b)
-                if r.any():
-                    label = f"{s}, {b}" if b else s
-                    ax.plot(*_sorted(lam[r], a[r]), styles[j % 4],
-                            color=cmap(i / max(len(order), 1)), label=label)  # fmt: skip
-        ax.set_xlabel("λ (weight of the depth loss)")
-        ax.legend(title="size", fontsize=8)
-    else:
-        for j, b in enumerate(budget_order):
-            r = budgets == b
-            ax.plot(*_sorted(n[r], a[r]), styles[j % 4], label=b or None)
+    budget_order = sorted({b for _, b in lines}, key=_budget_order)
+    fig, ax = _figure(6.0, 4.0)
+    for (s, b), r in sorted(
+        lines.items(), key=lambda kv: (order.index(kv[0][0]), _budget_order(kv[0][1]))
+    ):
+        label = ", ".join(p for p in (s, b) if p) or None
+        colour = cmap(order.index(s) / max(len(order), 1))
+        ax.plot(*_sorted(x[r], y[r]), styles[budget_order.index(b) % 4], color=colour, label=label)
+    if x_name in LOG_AXES:
         ax.set_xscale("log")
-        ax.set_xlabel("parameters N")
-        if any(budget_order):
-            ax.legend(fontsize=8)
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("α (fraction of halted tokens)")
-    ax.set_title("TSA: halted-token fraction α (each point: mean over seeds)")
+    if plot.ylim is not None:
+        ax.set_ylim(*plot.ylim)
+    ax.set_xlabel(_label(x_name))
+    ax.set_ylabel(_label(plot.y))
+    ax.set_title(f"{plot.title or plot.y} (each point: mean over seeds)")
     ax.grid(True, alpha=0.3)
+    if any(line.get_label() and not line.get_label().startswith("_") for line in ax.get_lines()):
+        ax.legend(fontsize=8)
     return fig
+
+
+def _label(column: str) -> str:
+    from models import catalog
+
+    declared = {c.name: c.label for _, c in catalog.columns() if c.label}
+    return declared.get(column) or LABELS.get(column, column)
 
 
 def _budget_labels(table: pa.Table) -> np.ndarray:
@@ -323,11 +318,12 @@ def figures(fit: SweepFit, curves: pa.Table | None) -> dict[str, Figure]:
         out["isoflop"] = isoflop(fit)
     if fit.gains or fit.paired:
         out["gains"] = gains(fit)
-    t = fit.table
-    if "budget_s_mean" in t.column_names and np.isfinite(_col(t, "budget_s_mean")).any():
-        out["budget_s_mean"] = budget_s_mean(t)
-    if "tsa_alpha" in t.column_names and np.isfinite(_col(t, "tsa_alpha")).any():
-        out["tsa_alpha"] = tsa_alpha(t)
+    from models import catalog
+
+    for plot in catalog.plots():
+        figure = metric_figure(fit.table, plot)
+        if figure is not None:
+            out[plot.name] = figure
     return out
 
 

@@ -2,8 +2,8 @@
 
 A sweep is a `base` JobConfig (possibly partial) plus axes that vary it: `grid`
 (cartesian product over dotted keys), `zip` (paired lists), `isoflop` (compute budgets x
-model sizes, Chinchilla's IsoFLOP design) and `variants` (mechanism presets from
-models.variants). Every problem is reported as `file:line: key.path: message`, found by
+model sizes, Chinchilla's IsoFLOP design) and `variants` (mechanism combinations
+from models/catalog.py). Every problem is reported as `file:line: key.path: message`, found by
 mapping pydantic's error locations back onto the YAML nodes.
 """
 
@@ -20,16 +20,15 @@ from pydantic import (
     BaseModel,
     Field,
     ValidationError,
-    WithJsonSchema,
     field_validator,
     model_validator,
 )
 
-from contract.config import FrozenConfig, config_class_of, format_config_error
+from contract.config import FrozenConfig, format_config_error, sub_config_class
 from jobs.config import JobCheckError, JobConfig
 from jobs.gpus import gpu_spec
+from models import catalog
 from models.sizes import get_size
-from models.variants import canonical_variant
 from orchestrator.sweep_file import SourceMap, SpecError, load_yaml, read_sweep
 
 __all__ = ["SourceMap", "SpecError", "SweepSpec", "load_spec", "parse_spec"]
@@ -62,9 +61,16 @@ def _inline_refs(schema: Any, defs: dict[str, Any]) -> Any:
     return schema
 
 
-_JOB_SCHEMA = JobConfig.model_json_schema()
-_BASE_SCHEMA = _without_required(_inline_refs(_JOB_SCHEMA, _JOB_SCHEMA.get("$defs", {})))
-Base = Annotated[dict[str, Any], WithJsonSchema(_BASE_SCHEMA)]
+class _PartialJobSchema:
+    """`base`'s JSON Schema: JobConfig's without required keys, made when asked (it lists
+    the registered mechanisms, so importing this module must not make it)."""
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> dict[str, Any]:
+        job = JobConfig.model_json_schema()
+        return _without_required(_inline_refs(job, job.get("$defs", {})))
+
+
+Base = Annotated[dict[str, Any], _PartialJobSchema()]
 AxisValues = list[Any]
 
 
@@ -220,7 +226,7 @@ class SweepSpec(FrozenConfig):
     )
     description: str = ""
     base: Base = Field(description="a (partial) JobConfig the axes fill in")
-    variants: list[Annotated[str, AfterValidator(canonical_variant)]] = Field(
+    variants: list[Annotated[str, AfterValidator(catalog.canonical_variant)]] = Field(
         default_factory=list, description="mechanism presets, e.g. dense, hadamard, budget+tsa"
     )
     grid: dict[str, AxisValues] = Field(
@@ -286,8 +292,8 @@ class SweepSpec(FrozenConfig):
         keys = list(self.grid) + list(self.zip)
         if self.isoflop is not None:
             keys += ["model.size", "train.tokens"]
-        if self.variants:
-            keys += [k for k in ("model.attn_out", "model.budget", "model.tsa")]
+        if self.variants:  # the variants axis sets every mechanism's key
+            keys += ["model.attn_out", *(f"model.{m.name}" for m in catalog.mechanisms())]
         clash = sorted({k for k in keys if keys.count(k) > 1})
         if clash:
             raise ValueError(f"these keys are set by more than one axis: {clash}")
@@ -301,15 +307,15 @@ def check_dotted_key(key: str) -> None:
     for i, part in enumerate(parts):
         if cls is None:
             raise ValueError(f"{key!r}: {'.'.join(parts[:i])} has no sub-keys")
-        if part not in cls.model_fields:
+        keys = cls.config_keys() if issubclass(cls, FrozenConfig) else sorted(cls.model_fields)
+        if part not in keys:
             where = ".".join(parts[:i]) or "a job"
             raise ValueError(
-                f"{key!r}: {part!r} is not a key of {where} "
-                f"(allowed: {', '.join(sorted(cls.model_fields))})"
+                f"{key!r}: {part!r} is not a key of {where} (allowed: {', '.join(keys)})"
             )
         if cls.__name__ == "DeepSpeedConfig" and part == "extra":
             return  # free-form DeepSpeed keys below
-        cls = config_class_of(cls.model_fields[part].annotation)
+        cls = sub_config_class(cls, part)
 
 
 # ---------------------------------------------------------------- the file

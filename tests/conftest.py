@@ -1,6 +1,16 @@
 """Test-wide settings: offline, no telemetry, few threads (the CI machine has 2 cores)."""
 
 import os
+import sys
+from pathlib import Path
+
+# Test support modules (the test-only mechanism, ...): importable here and, through
+# PYTHONPATH, by Ray workers and subprocesses.
+SUPPORT = Path(__file__).resolve().parent / "support"
+sys.path.insert(0, str(SUPPORT))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    filter(None, [str(SUPPORT), os.environ.get("PYTHONPATH")])
+)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

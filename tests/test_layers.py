@@ -40,10 +40,10 @@ KNOWN_CYCLES = {
     ),
     frozenset({"orchestrator.results.fit", "orchestrator.results.forecast"}),
 }
-# Modules that turn a string into code (issue 16 steps 4 and 6 shrink this to the CLI's
-# `--job module:function` and the mechanism catalog's SCALELAB_MECHANISMS). The strings in
-# models/components.py hide the cycle components -> gpt/attention -> components.
-STRING_IMPORTS = {"models/components.py", "orchestrator/backends/__init__.py"}
+# Modules that turn a string into code: the mechanism catalog's SCALELAB_MECHANISMS (read
+# from the environment only) and the backends' job reference (issue 16 step 6 moves it to
+# the CLI's `--job module:function`).
+STRING_IMPORTS = {"models/catalog.py", "orchestrator/backends/__init__.py"}
 # Imported when the CLI starts (scalelab --help, status, cancel, submit --dry-run's parse).
 TORCH_FREE = (
     "orchestrator.cli",
@@ -56,7 +56,8 @@ TORCH_FREE = (
     "orchestrator.plots",
     "models.config",
     "models.flops",
-    "models.variants",
+    "models.mechanism",
+    "models.catalog",
     "jobs.config",
     "contract.workdir",
     "contract.config",
@@ -259,3 +260,24 @@ def test_mlflow_names_are_spelled_only_in_the_contract():
     )
     stale = SPELLED_OUTSIDE_CONTRACT - set(spelled)
     assert not stale, f"spelled in the contract now: remove from the allowlist: {sorted(stale)}"
+
+
+# Modules that import a mechanism's module directly, with why (everything else asks
+# models/catalog.py or the config's component at a seam).
+MECHANISM_MODULES = {"models.hadamard", "models.budget", "models.tsa"}
+IMPORTS_MECHANISMS = {
+    "models.catalog": "the registry's door: loads the built-ins",
+    "models.decode": "a per-token decoding step for each built-in's module",
+    "models.early_exit": "the baseline TSA is compared with reuses TSA's sparse FFN",
+    "jobs.evaluate": "early exit's TLOps saved, defined as TSA's",
+    "orchestrator.memory": "activation memory per mechanism, not declared by mechanisms yet",
+}
+
+
+def test_mechanism_modules_are_imported_only_where_listed():
+    importers = {
+        source
+        for source, targets in _graph().items()
+        if targets & MECHANISM_MODULES and source not in MECHANISM_MODULES
+    }
+    assert importers == set(IMPORTS_MECHANISMS)

@@ -2,8 +2,8 @@
 cell, a variant's own swept settings (its arms), and the seed that replicates a cell.
 
 Every science field of the JobConfig (model, data, train) that takes more than one value
-across the sweep is a candidate axis, except the fields a variant sets (models.variants:
-attn_out, budget, tsa) and the seed. Fields that follow from the axes already chosen (a
+across the sweep is a candidate axis, except the keys a variant sets (each
+mechanism's, models/catalog.py) and the seed. Fields that follow from the axes already chosen (a
 size preset's n_layer, d_model, n_head) are left out, so `model.size` and `train.tokens`
 stay the axes of the demo rather than six collinear columns.
 """
@@ -39,10 +39,11 @@ def axis_label(name: str) -> str:
     return name
 
 
-def variant_fields() -> set[str]:
-    from models.variants import MECHANISMS
+def variant_keys() -> set[str]:
+    """The keys a variant sets: every mechanism's, and the older spelling attn_out."""
+    from models import catalog
 
-    return {f"model.{key}" for fields in MECHANISMS.values() for key in fields}
+    return {"model.attn_out", *(f"model.{m.name}" for m in catalog.mechanisms())}
 
 
 def read_design(table: pa.Table) -> Design:
@@ -55,7 +56,7 @@ def read_design(table: pa.Table) -> Design:
     configs = _configs(table)
     if configs is None:
         return Design(table, tuple(swept_axes(table)), ())
-    own = variant_fields()
+    own = variant_keys()
     leaves = [_flatten({k: c.get(k) for k in SCIENCE}) for c in configs]
     keys = sorted({k for leaf in leaves for k in leaf})
     shared = [k for k in keys if not any(k == f or k.startswith(f + ".") for f in own)]

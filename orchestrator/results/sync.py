@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from contract import workdir
 
 from . import store
+from .columns import config_values, summary_column, summary_prefixes, trials_schema
 from .sources import (
     SKIP_SUFFIX,
     TrialRun,
@@ -36,77 +37,25 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 FINISHED = "FINISHED"
-# Final values of these curve metrics become trial columns (mechanism summaries);
-# other budget/*, tsa/* and early_exit/* metrics are added as columns too, when present.
-SUMMARY_METRICS = ("budget/s_mean", "budget/heads_active", "tsa/alpha", "tsa/tlops_saved")
-SUMMARY_PREFIXES = ("budget/", "tsa/", "early_exit/")
-# Key config fields as columns: (column, path in the JobConfig, type)
-CONFIG_COLUMNS = (
-    ("seed", ("seed",), "int"),
-    ("attn_out", ("model", "attn_out"), "str"),
-    ("task", ("model", "task"), "str"),
-    ("n_layer", ("model", "n_layer"), "int"),
-    ("d_model", ("model", "d_model"), "int"),
-    ("n_head", ("model", "n_head"), "int"),
-    ("tsa_lambda", ("model", "tsa", "lambda_depth"), "float"),
-    ("tsa_threshold", ("model", "tsa", "threshold"), "float"),
-    ("budget_s_min", ("model", "budget", "s_min"), "float"),
-    ("budget_s_max", ("model", "budget", "s_max"), "float"),
-    ("lr", ("train", "lr"), "float"),
-    ("seq_len", ("data", "seq_len"), "int"),
-    ("data_source", ("data", "source"), "str"),
-    ("budget_flops", ("train", "flops"), "float"),  # the nominal (IsoFLOP) budget, if any
-)
-
-
-# The modules whose code turns a trial into its rows; a change to any of them re-reads all.
-DERIVING_MODULES = ("orchestrator.results.sync", "orchestrator.results.sources", "models.flops",
-                    "models.config", "models.sizes")  # fmt: skip
+# The modules whose code turns a trial into its rows (and every registered mechanism's, which
+# declares columns and counts); a change to any of them re-reads all.
+DERIVING_MODULES = ("orchestrator.results.sync", "orchestrator.results.sources",
+                    "orchestrator.results.columns", "models.flops", "models.config",
+                    "models.sizes")  # fmt: skip
 
 
 def row_derivation() -> str:
-    """A fingerprint of the code that derives rows (the sources of DERIVING_MODULES)."""
+    """A fingerprint of the code that derives rows (the sources of DERIVING_MODULES and of
+    the registered mechanisms' modules)."""
     import importlib.util
 
+    from models import catalog
+
     digest = hashlib.sha256()
-    for name in DERIVING_MODULES:
+    for name in (*DERIVING_MODULES, *(type(m).__module__ for m in catalog.mechanisms())):
         spec = importlib.util.find_spec(name)
         digest.update(Path(spec.origin).read_bytes() if spec and spec.origin else name.encode())
     return digest.hexdigest()[:16]
-
-
-def summary_column(metric: str) -> str:
-    return metric.replace("/", "_").replace("@", "_at_")
-
-
-def trials_schema(extra: list[str]) -> pa.Schema:
-    import pyarrow as pa
-
-    types = {"int": pa.int64(), "float": pa.float64(), "str": pa.string()}
-    fields = [
-        ("trial_id", pa.string()),
-        ("run_id", pa.string()),
-        ("variant", pa.string()),
-        ("size", pa.string()),
-        ("status", pa.string()),
-        ("reason", pa.string()),
-        ("n_params", pa.int64()),
-        ("n_nonembed", pa.int64()),
-        ("steps", pa.int64()),
-        ("tokens", pa.int64()),
-        ("flops", pa.float64()),
-        ("final_val_loss", pa.float64()),
-        ("best_val_loss", pa.float64()),
-        ("wall_time_s", pa.float64()),
-        ("backend", pa.string()),
-        ("code_version", pa.string()),
-        ("curves_source", pa.string()),
-    ]
-    fields += [(name, types[kind]) for name, _, kind in CONFIG_COLUMNS]
-    fields += [(summary_column(m), pa.float64()) for m in SUMMARY_METRICS]
-    fields += [(c, pa.float64()) for c in extra]
-    fields.append(("config", pa.string()))  # the whole JobConfig as JSON
-    return pa.schema(fields)
 
 
 @dataclass(frozen=True)
@@ -182,7 +131,7 @@ def sync(
             k
             for r in rows
             for k in r
-            if k.startswith(tuple(summary_column(p) for p in SUMMARY_PREFIXES))
+            if k.startswith(tuple(summary_column(p) for p in summary_prefixes()))
         }
         - {f.name for f in trials_schema([])}
     )
@@ -308,14 +257,9 @@ def _read_trial(t: TrialRun, client: Any) -> tuple[dict[str, Any], pa.Table]:
         "wall_time_s": _first(result.get("wall_time_s"), _wall(t)),
         "config": json.dumps(job, sort_keys=True),
     }
-    for name, where, kind in CONFIG_COLUMNS:
-        value = _get(job, where)
-        row[name] = None if value is None else {"int": int, "float": float, "str": str}[kind](value)
+    row.update(config_values(job, last))
     if row["n_params"] is None or row["n_nonembed"] is None:
         row.update(_count_params(job, row))
-    for metric, value in last.items():
-        if metric.startswith(SUMMARY_PREFIXES):
-            row[summary_column(metric)] = value
     if raw is None:
         raw = raw_schema().empty_table()
     trial_col = pa.array([t.trial_id] * raw.num_rows, pa.string())

@@ -82,9 +82,9 @@ def write_sweep(
     from mlflow import MlflowClient
 
     from jobs.config import JobConfig, TrainConfig
+    from models import catalog
     from models.config import ModelConfig
     from models.flops import count_params
-    from models.variants import variant_fields
 
     multipliers = multipliers or {"dense": 1.0, "hadamard": 0.8}
     rng = np.random.default_rng(rng_seed)
@@ -113,7 +113,7 @@ def write_sweep(
             for kind, amount in budgets:
                 for lam in lambdas:
                     for seed in seeds:
-                        fields = variant_fields(variant)
+                        fields = catalog.variant_fields(variant)
                         if lam is not None:
                             fields["tsa"] = {"lambda_depth": lam}
                         model = ModelConfig(size=size, vocab_size=256, block_size=256, **fields)

@@ -1,6 +1,7 @@
 """Trial identity by explicit fields (jobs/identity.py): what changes an id and what not."""
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -8,7 +9,11 @@ import yaml
 
 from jobs import identity
 from jobs.config import DataConfig, JobConfig, TrainConfig, load_recorded
-from models.config import BudgetConfig, ModelConfig, TSAConfig
+from models import catalog
+from models.budget import BudgetConfig, BudgetFormer
+from models.config import ModelConfig
+from models.mechanism import register, registered, unregister
+from models.tsa import TSAConfig
 
 DATA = Path(__file__).parent / "data"
 DEMO_V0 = Path(__file__).parents[1] / "orchestrator" / "data" / "demo_v0_jobs.json"
@@ -30,9 +35,23 @@ class NewBudget(BudgetConfig):
     new_knob: float = 0.5
 
 
+class NewBudgetFormer(BudgetFormer):
+    config = NewBudget
+
+
+@contextmanager
+def budget_replaced_by_a_newer_version():
+    catalog.mechanisms()  # the built-ins are registered
+    unregister("budget")
+    try:
+        with registered(NewBudgetFormer):
+            yield
+    finally:
+        register(BudgetFormer)
+
+
 class NewModel(ModelConfig):
     new_width_rule: str = "old"
-    budget: NewBudget | None = None
 
 
 class NewData(DataConfig):
@@ -52,7 +71,9 @@ class NewJob(JobConfig):
 def test_a_new_defaulted_field_keeps_every_id():
     for recorded in _recorded_jobs().values():
         job = JobConfig.model_validate(recorded)
-        assert NewJob.model_validate(recorded).trial_id == job.trial_id
+        with budget_replaced_by_a_newer_version():
+            newer = NewJob.model_validate(recorded)
+        assert newer.trial_id == job.trial_id
     changed = {**recorded, "train": {**recorded["train"], "z_loss": 1e-4}}
     assert NewJob.model_validate(changed).trial_id != job.trial_id  # once set, it counts
 

@@ -8,13 +8,14 @@ from pydantic import ValidationError
 from contract.config import format_config_error
 from models.budget import (
     BudgetAttention,
+    BudgetConfig,
     budget_decisions,
     budget_inference_flops,
     budget_net_flops,
     schedule,
 )
 from models.build import build
-from models.config import BudgetConfig, ModelConfig
+from models.config import ModelConfig
 from models.context import ForwardContext
 from models.flops import count_params
 

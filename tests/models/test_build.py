@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from models import catalog
 from models.build import build, build_materialised
 from models.config import ModelConfig
-from models.variants import all_variants, variant_fields
 
-CONFIGS = {v: variant_fields(v) for v in all_variants()} | {
+CONFIGS = {v: catalog.variant_fields(v) for v in catalog.variants()} | {
     "classify": {"task": "classify", "n_classes": 3},
-    "mup": {"parametrization": "mup", "mup_base_width": 32, **variant_fields("hadamard")},
+    "mup": {"parametrization": "mup", "mup_base_width": 32, **catalog.variant_fields("hadamard")},
 }
 
 

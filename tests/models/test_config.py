@@ -2,9 +2,9 @@ import pytest
 from pydantic import ValidationError
 
 from contract.config import format_config_error
+from models import catalog
 from models.config import ModelConfig
 from models.sizes import SIZES
-from models.variants import all_variants, canonical_variant, variant_fields
 
 
 def _error_lines(**kwargs) -> list[str]:
@@ -64,9 +64,9 @@ def test_every_preset_width_has_a_hadamard_matrix():
 
 
 def test_variant_names_round_trip():
-    for name in all_variants():
-        cfg = ModelConfig(size="nano", **variant_fields(name))
+    for name in catalog.variants():
+        cfg = ModelConfig(size="nano", **catalog.variant_fields(name))
         assert cfg.variant == name
-    assert canonical_variant("tsa+hadamard") == "hadamard+tsa"
+    assert catalog.canonical_variant("tsa+hadamard") == "hadamard+tsa"
     with pytest.raises(ValueError, match="unknown variant"):
-        canonical_variant("hadamard+moe")
+        catalog.canonical_variant("hadamard+moe")

@@ -4,11 +4,11 @@ for every variant; sampling is seeded and honours greedy / top-k."""
 import pytest
 import torch
 
+from models import catalog
 from models.build import build
 from models.config import ModelConfig
 from models.decode import KVCache, forward_cached
 from models.generate import SamplingConfig, generate
-from models.variants import all_variants, variant_fields
 
 VOCAB, T, PREFILL = 64, 20, 7
 
@@ -17,7 +17,7 @@ def varied_model(variant: str, seed: int = 0, **fields) -> torch.nn.Module:
     """A nano model whose mechanisms make different per-token decisions: BudgetFormer's k
     and head sets vary with the prefix, TSA halts about half the tokens at each router."""
     torch.manual_seed(seed)
-    fields = {**variant_fields(variant), **fields}
+    fields = {**catalog.variant_fields(variant), **fields}
     cfg = ModelConfig(size="nano", vocab_size=VOCAB, block_size=32, **fields)
     model = build(cfg).eval()
     g = torch.Generator().manual_seed(seed)
@@ -52,7 +52,7 @@ def _budget_k(model):
     return budget_decisions(model)
 
 
-@pytest.mark.parametrize("variant", all_variants())
+@pytest.mark.parametrize("variant", catalog.variants())
 def test_cached_decode_equals_the_full_forward_token_by_token(variant):
     model = varied_model(variant)
     idx = torch.randint(0, VOCAB, (2, T), generator=torch.Generator().manual_seed(1))

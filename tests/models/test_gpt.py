@@ -3,22 +3,22 @@ import math
 import pytest
 import torch
 
+from models import catalog
 from models.build import build
 from models.config import ModelConfig
 from models.context import ForwardContext
-from models.variants import all_variants, variant_fields
 
 VOCAB, T = 64, 24
 
 
 def tiny(variant: str = "dense", **kw) -> ModelConfig:
     return ModelConfig(
-        size="nano", vocab_size=VOCAB, block_size=32, **variant_fields(variant), **kw
+        size="nano", vocab_size=VOCAB, block_size=32, **catalog.variant_fields(variant), **kw
     )
 
 
 @pytest.mark.parametrize("mode", ["train", "eval"])
-@pytest.mark.parametrize("variant", all_variants())
+@pytest.mark.parametrize("variant", catalog.variants())
 def test_changing_a_future_token_never_changes_past_logits(variant, mode):
     torch.manual_seed(0)
     model = build(tiny(variant)).train(mode == "train")

@@ -9,10 +9,10 @@ from pydantic import ValidationError
 from contract.config import format_config_error
 from jobs.config import TrainConfig
 from jobs.optim import adamw, set_lr
+from models import catalog
 from models.build import build
 from models.config import ModelConfig
 from models.parametrization import attention_scale, logit_scale, width_mult
-from models.variants import variant_fields
 
 VOCAB = 64
 
@@ -21,7 +21,7 @@ def cfg(d: int, mup_base: int | None = None, variant: str = "dense", **kw) -> Mo
     extra = {"parametrization": "mup", "mup_base_width": mup_base} if mup_base else {}
     return ModelConfig(
         size="nano", n_layer=2, d_model=d, n_head=4, vocab_size=VOCAB, block_size=32,
-        **variant_fields(variant), **extra, **kw,
+        **catalog.variant_fields(variant), **extra, **kw,
     )  # fmt: skip
 
 

@@ -191,7 +191,7 @@ def test_dense_fallback_rule():
     # batch 1 x 256 at the paper's alpha ~ 0.73 takes the sparse path
     assert use_sparse_ffn(n_active=187, n_tokens=256)
     # the module applies the rule to its binary gates
-    depth = TokenSelectiveDepth(tsa_cfg())
+    depth = TokenSelectiveDepth(tsa_cfg(), tsa_cfg().tsa)
     few_halted = torch.ones(1, 256, dtype=torch.bool)
     few_halted[0, : MIN_SKIPPED_TOKENS - 1] = False
     assert depth._path(few_halted) == "dense"

@@ -9,6 +9,7 @@ import pytest
 from mlflow import MlflowClient
 
 from contract import workdir
+from models import catalog
 from orchestrator import plots
 from orchestrator.results import load_curves, sweep_dir, sync
 from orchestrator.results.fit import fit_sweep
@@ -49,6 +50,10 @@ def test_loss_vs_flops_has_log_compute_axis_curves_and_fitted_laws(fits):
     assert len(ax.get_lines()) >= n_trials + 3  # one curve per trial + laws + frontier
 
 
+def plot_named(name: str):
+    return next(p for p in catalog.plots() if p.name == name)
+
+
 def test_supported_figures_only(fits):
     mech = plots.figures(fits["mech"], load_curves("mech"))
     assert set(mech) == {"loss_vs_flops", "loss_vs_params", "gains", "budget_s_mean", "tsa_alpha"}
@@ -64,10 +69,10 @@ def test_gain_and_mechanism_axes(fits):
     ax = plots.gains(fit).axes[0]
     assert ax.get_xscale() == "log" and "dense" in ax.get_xlabel()
     assert [t.get_text() for t in ax.get_yticklabels()] == [g.variant for g in fit.gains]
-    ax = plots.tsa_alpha(fit.table).axes[0]
+    ax = plots.metric_figure(fit.table, plot_named("tsa_alpha")).axes[0]
     assert "λ" in ax.get_xlabel() and "α" in ax.get_ylabel()
     assert len(ax.get_lines()) == len(SIZES) * 3  # one line per size and budget, across lambdas
-    ax = plots.budget_s_mean(fit.table).axes[0]
+    ax = plots.metric_figure(fit.table, plot_named("budget_s_mean")).axes[0]
     assert ax.get_xscale() == "log" and "budget" in ax.get_ylabel()
 
 
@@ -107,15 +112,16 @@ def test_mechanism_plots_average_over_seeds_only_and_say_so():
                     for key, value in zip(cols, row, strict=True):
                         cols[key].append(value)
     table = pa.table(cols)
-    ax = plots.tsa_alpha(table).axes[0]
+    ax = plots.metric_figure(table, plot_named("tsa_alpha")).axes[0]
     assert "mean over seeds" in ax.get_title()
     lines = {line.get_label(): line for line in ax.get_lines()}
     assert set(lines) == {f"{s}, tokens={t}" for s in ("nano", "tiny") for t in (32768, 98304)}
     line = lines["tiny, tokens=98304"]
     expected = [0.1 + lam + 98304 / 1e6 + 3.7e5 / 1e7 + 0.01 for lam in (0.01, 0.05)]
     np.testing.assert_allclose(line.get_ydata(), expected)  # mean of seeds 0 and 1 only
-    ax = plots.budget_s_mean(
-        table.set_column(0, "variant", pa.array(["budget"] * table.num_rows))
+    ax = plots.metric_figure(
+        table.set_column(0, "variant", pa.array(["budget"] * table.num_rows)),
+        plot_named("budget_s_mean"),
     ).axes[0]
     assert "mean over seeds" in ax.get_title()
     lines = {line.get_label(): line for line in ax.get_lines()}
