@@ -18,6 +18,7 @@ from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from contract.runs import Status
+from models.catalog import MECHANISMS_ENV
 
 if TYPE_CHECKING:
     from orchestrator.expand import Trial
@@ -119,6 +120,8 @@ def ray_init(address: str, *, embedded: bool) -> bool:
     # Workers must import what the driver imports (the job function's module, tests' helpers).
     path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
     env = {"PYTHONPATH": path, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    if os.environ.get(MECHANISMS_ENV):  # mechanisms outside scalelab (models/catalog.py)
+        env[MECHANISMS_ENV] = os.environ[MECHANISMS_ENV]
     kwargs: dict[str, Any] = {"address": address, "log_to_driver": True}
     if "RAY_JOB_CONFIG_JSON_ENV_VAR" not in os.environ:  # a Ray job (--detach) sets its own
         kwargs["runtime_env"] = {"env_vars": env}

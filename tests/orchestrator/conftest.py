@@ -36,7 +36,12 @@ def ray_session(work_home: Path):
     from orchestrator.backends import ray_init
 
     os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
-    ray_init("local", embedded=True)
+    # Ray's workers know the test-only mechanism (tests/support/rezero_mechanism.py) as a
+    # user's would through SCALELAB_MECHANISMS; this process registers it only where a test
+    # says so (models.mechanism.registered).
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SCALELAB_MECHANISMS", "rezero_mechanism")
+        ray_init("local", embedded=True)
     import ray
 
     yield ray
