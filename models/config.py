@@ -176,9 +176,17 @@ class ModelConfig(FrozenConfig):
         """The backbone's fields and one optional key per registered mechanism."""
         schema = handler(core_schema)
         target = handler.resolve_ref_schema(schema)
+        mixing = [DENSE]
         for mechanism in catalog.mechanisms():
             sub = handler(mechanism.config.__pydantic_core_schema__)
             target["properties"][mechanism.name] = {"anyOf": [sub, {"type": "null"}]}
+            if mechanism.seam is Seam.OUTPUT_MIXING:
+                mixing.append(mechanism.name)
+        target["properties"][LEGACY_OUTPUT_MIXING] = {
+            "enum": mixing,
+            "deprecated": True,
+            "description": "older spelling of `<output-mixing mechanism>: {}`",
+        }
         return schema
 
     @classmethod
