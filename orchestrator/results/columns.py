@@ -85,14 +85,14 @@ def config_values(job: dict[str, Any], last: dict[str, float]) -> dict[str, Any]
     from models.mechanism import DENSE, Seam
 
     model = job.get("model") if isinstance(job.get("model"), dict) else {}
-    row = {name: _cast(_get(job, where), kind) for name, where, kind in BACKBONE_COLUMNS}
+    row = {name: _cast(value_at(job, where), kind) for name, where, kind in BACKBONE_COLUMNS}
     mixing = [m.name for m in catalog.mechanisms() if m.seam is Seam.OUTPUT_MIXING]
     active = [n for n in mixing if model.get(n) is not None]
     row["attn_out"] = active[0] if active else model.get("attn_out") or DENSE  # older job.json
     for mechanism, column in catalog.columns():
         kind, _, name = column.source.partition(":")
         if kind == "config":
-            value = _get(model, (mechanism.name, name))
+            value = value_at(model, (mechanism.name, name))
         else:
             value = last.get(name)
         row[column.name] = _cast(value, column.kind)
@@ -106,7 +106,8 @@ def _cast(value: Any, kind: Kind) -> Any:
     return None if value is None else CASTS[kind](value)
 
 
-def _get(tree: dict[str, Any], where: tuple[str, ...]) -> Any:
+def value_at(tree: dict[str, Any], where: tuple[str, ...]) -> Any:
+    """The value at a key path of nested dicts, None where the path ends early."""
     node: Any = tree
     for key in where:
         if not isinstance(node, dict):

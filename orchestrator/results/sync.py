@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from contract import workdir
 
 from . import store
-from .columns import config_values, summary_column, summary_prefixes, trials_schema
+from .columns import config_values, summary_column, summary_prefixes, trials_schema, value_at
 from .sources import (
     SKIP_SUFFIX,
     TrialRun,
@@ -231,7 +231,7 @@ def _read_trial(t: TrialRun, client: Any) -> tuple[dict[str, Any], pa.Table]:
         "trial_id": t.trial_id,
         "run_id": t.run_id,
         "variant": t.tags.get("scalelab.variant"),
-        "size": t.tags.get("scalelab.size") or _get(job, ("model", "size")),
+        "size": t.tags.get("scalelab.size") or value_at(job, ("model", "size")),
         "status": t.status,
         "reason": result.get("reason") or t.tags.get("scalelab.error"),
         "backend": t.tags.get("scalelab.backend"),
@@ -264,15 +264,6 @@ def _read_trial(t: TrialRun, client: Any) -> tuple[dict[str, Any], pa.Table]:
         raw = raw_schema().empty_table()
     trial_col = pa.array([t.trial_id] * raw.num_rows, pa.string())
     return row, raw.append_column("trial_id", trial_col)
-
-
-def _get(tree: dict[str, Any], where: tuple[str, ...]) -> Any:
-    node: Any = tree
-    for key in where:
-        if not isinstance(node, dict):
-            return None
-        node = node.get(key)
-    return node
 
 
 def _first(*values: Any) -> Any:
