@@ -7,14 +7,18 @@ directories (job.json, curves.jsonl, result.json), with losses drawn from a know
     L_v(C) = E + A * (C / m_v)^(-alpha)
 
 so variant v reaches any loss with m_v times the baseline's FLOPs (m_v < 1: cheaper).
-C = 6 N D. Nothing here trains a model.
+C = 6 N D. Every metric an active mechanism declares (models/mechanism.py) gets a curve
+from one formula of N, the training fraction t and its settings (`mechanism_curve`).
+Nothing here trains a model.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
-from collections.abc import Sequence
+import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,7 +68,7 @@ def write_sweep(
     multipliers: dict[str, float] | None = None,
     tokens_per_param: Sequence[float] = (10, 20, 40),
     isoflop: Sequence[float] = (),
-    tsa_lambdas: Sequence[float] = (0.01,),
+    mechanism_settings: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     seeds: Sequence[int] = (0,),
     steps: int = 20,
     noise: float = 0.005,
@@ -77,7 +81,9 @@ def write_sweep(
     shape: str = "compute",
 ) -> list[SyntheticTrial]:
     """Write the sweep; return its trials. `isoflop` budgets (FLOPs) replace the
-    tokens_per_param axis: each size trains on C / (6 N) tokens. Trials of `nan_variants`
+    tokens_per_param axis: each size trains on C / (6 N) tokens. `mechanism_settings` lists,
+    per mechanism, the settings its trials take (one trial each; default one with
+    lambda_depth 0.01 for tsa and the defaults for the others). Trials of `nan_variants`
     get a NaN final loss (diverged)."""
     from mlflow import MlflowClient
 
@@ -107,16 +113,18 @@ def write_sweep(
     if isoflop:
         budgets = [("flops", c) for c in isoflop]
     out = []
+    settings = {"tsa": ({"lambda_depth": 0.01},), **(mechanism_settings or {})}
     for variant, m in multipliers.items():
-        lambdas = tsa_lambdas if "tsa" in variant.split("+") else (None,)
+        on = catalog.variant_fields(variant)
+        arms = [
+            dict(zip(on, combo, strict=True))
+            for combo in itertools.product(*(settings.get(name, ({},)) for name in on))
+        ]
         for size in sizes:
             for kind, amount in budgets:
-                for lam in lambdas:
+                for arm in arms:
                     for seed in seeds:
-                        fields = catalog.variant_fields(variant)
-                        if lam is not None:
-                            fields["tsa"] = {"lambda_depth": lam}
-                        model = ModelConfig(size=size, vocab_size=256, block_size=256, **fields)
+                        model = ModelConfig(size=size, vocab_size=256, block_size=256, **arm)
                         n = count_params(model)
                         tokens = (
                             int(amount * n) if kind == "tokens_per_param" else int(amount / (6 * n))
@@ -126,6 +134,17 @@ def write_sweep(
                         out.append(_write_trial(ctx, job, variant, n, tokens, m, diverged))
     client.set_terminated(parent, status="FINISHED")
     return out
+
+
+def mechanism_curve(metric: str, config: Any, n: int, frac: np.ndarray) -> np.ndarray:
+    """A mechanism's metric over training, in [0, 1]: a level set by the metric's name and
+    log N, rising with t in proportion to the settings that differ from their defaults."""
+    from jobs.identity import science
+
+    numbers = [v for v in science(config, "").values() if not isinstance(v, bool)]
+    level = 0.1 + (zlib.crc32(metric.encode()) % 100) / 500 + 0.02 * np.log10(n)
+    push = sum(v for v in numbers if isinstance(v, int | float))
+    return np.clip(level + 2.0 * push * frac, 0.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -147,6 +166,8 @@ def _write_trial(
     ctx: _Context, job: Any, variant: str, n: int, tokens: int, m: float, diverged: bool
 ) -> SyntheticTrial:
     from mlflow.entities import Metric, Param, RunTag
+
+    from models.mechanism import mechanism_of
 
     client, eid, parent, sweep = ctx.client, ctx.eid, ctx.parent, ctx.sweep
     steps, noise, status, rng = ctx.steps, ctx.noise, ctx.status, ctx.rng
@@ -190,12 +211,9 @@ def _write_trial(
         "compute/flops": c,
         "compute/tokens": np.rint(tokens * frac),
     }
-    parts = set(variant.split("+"))
-    if "budget" in parts:
-        curve["budget/s_mean"] = 0.9 - 0.4 * frac * (np.log10(n) / 10)
-    if "tsa" in parts:
-        lam = job.model.tsa.lambda_depth
-        curve["tsa/alpha"] = np.clip(0.1 + 2.0 * lam * frac + 0.02 * np.log10(n), 0, 1)
+    for config in job.model.mechanisms.values():
+        for metric in mechanism_of(config).metrics:
+            curve[metric] = mechanism_curve(metric, config, n, frac)
     step_no = np.arange(1, steps + 1)
     tok = np.rint(tokens * frac).astype(np.int64)
     if ctx.local_files:

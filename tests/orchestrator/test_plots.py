@@ -26,7 +26,7 @@ def fits(tmp_path_factory):
         mp.delenv("MLFLOW_TRACKING_URI", raising=False)
         write_sweep("mech", sizes=SIZES, steps=6, tokens_per_param=(10, 20, 40),
                     multipliers={"dense": 1.0, "budget": 0.9, "tsa": 1.1},
-                    tsa_lambdas=(0.0, 0.05))  # fmt: skip
+                    mechanism_settings={"tsa": [{"lambda_depth": lam} for lam in (0.0, 0.05)]})  # fmt: skip
         write_sweep("iso", sizes=SIZES, steps=4, isoflop=(1e15, 1e17), shape="chinchilla",
                     multipliers={"dense": 1.0}, seeds=(1,))  # fmt: skip
         out = {}
