@@ -29,7 +29,6 @@ import numpy as np
 from jobs.shards import (
     DEFAULT_SHARD_TOKENS,
     FORMAT,
-    PIECE_CHARS,
     VAL_EVERY,
     VAL_MAX_TOKENS,
     Manifest,
@@ -45,7 +44,7 @@ from jobs.shards import (
     write_manifest,
 )  # fmt: skip
 from jobs.sources import TextSource
-from jobs.tokenise import DocBatch, Encoded, encoded
+from jobs.tokenise import PIECE_CHARS, DocBatch, Encoded, encoded
 from jobs.tokenizers import Tokenizer, load_tokenizer, tokenizer_fingerprint
 
 INLINE_BELOW_BYTES = 32 << 20  # smaller sources are tokenised in this process (no spawn cost)
@@ -110,8 +109,7 @@ def prepare_source(
         workers = default_workers(source) if workers is None else workers
         build = _Build(root, source, manifest, max_tokens, val_tokens, report or Report(None))
         batches = _doc_batches(source, manifest.next)
-        tok_args = (tokenizer, tokenizer_file, manifest.dtype)
-        manifest = build.run(encoded(batches, workers, tok_args))
+        manifest = build.run(encoded(batches, workers, tok, manifest.dtype))
     except BaseException:
         if created and read_manifest(root) is None:  # nothing usable was made: leave no trace
             lock.release()
@@ -260,7 +258,7 @@ def _remove_tree(root: Path) -> None:
 
 def _doc_batches(source: TextSource, start: Position) -> Iterator[DocBatch]:
     doc = start.document
-    for texts in source.batches(start.document):
+    for texts in source.work(start.document):
         yield DocBatch(texts, doc, start.piece if doc == start.document else 0)
         doc += len(texts)
 

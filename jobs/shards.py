@@ -35,7 +35,6 @@ FORMAT = 1  # bump when the files change meaning
 DEFAULT_SHARD_TOKENS = 1 << 26  # 64M tokens: 128 MiB of uint16
 VAL_EVERY = 20  # documents 0, 20, 40, ... are validation documents ...
 VAL_MAX_TOKENS = 1 << 22  # ... until the validation split holds this many tokens
-PIECE_CHARS = 1 << 16  # documents are cut into pieces of at most this many characters
 MANIFEST = "manifest.json"
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 READ_BATCH = 512  # documents per batch handed to a tokeniser worker
+GROUP_ITEMS = 16  # a larger Parquet row group is cut into this many items (see ParquetRows)
 TEXT_SUFFIXES = {".parquet", ".jsonl", ".json", ".csv", ".txt"}
 BUILTINS = ("builtin:pydoc", "builtin:copy", "builtin:sort", "builtin:classification",
             "builtin:topics")  # fmt: skip
@@ -111,6 +112,12 @@ class TextSource:
     def batches(self, start: int = 0) -> Iterator[Sequence[str | None]]:
         """Batches of documents (None where a record has no text) from document `start` on:
         lists, or pyarrow string arrays for Arrow-read files (`.to_pylist()` gives a list)."""
+        for docs in self.work(start):
+            yield docs.read() if isinstance(docs, ParquetRows) else docs
+
+    def work(self, start: int = 0) -> Iterator[Docs]:
+        """Like `batches`, but Parquet documents come as `ParquetRows` (where they are in the
+        file), read by whoever tokenises them."""
         if self.kind == "pydoc":
             topics = _pydoc_topics()
             for i in range(start, len(topics), READ_BATCH):
@@ -122,6 +129,48 @@ class TextSource:
                 start = yield from _file_batches(path, self.text_field, start)
 
 
+@dataclass(frozen=True)
+class ParquetRows:
+    """Rows [start, stop) of one row group of a Parquet file: a work item that costs the
+    process handing it out nothing to make (the file's metadata says where rows are) and
+    little to send, so with many tokeniser workers that process does not become the limit.
+
+    The reader decodes the row group in batches of `step` rows from its first row (Parquet
+    cannot seek to a row), so items are `step`-aligned and `step` is at least a row group's
+    1/GROUP_ITEMS: decoding a group costs at most ~GROUP_ITEMS/2 reads of it in all, little
+    next to tokenising it, and an item holds at most `step` documents."""
+
+    path: str
+    field: str
+    row_group: int
+    start: int
+    stop: int
+    step: int
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def read(self) -> list[str | None]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        parts, at = [], 0
+        with pq.ParquetFile(self.path) as f:
+            batches = f.iter_batches(batch_size=self.step, row_groups=[self.row_group],
+                                     columns=[self.field], use_threads=False)  # fmt: skip
+            for batch in batches:
+                lo, hi = max(self.start - at, 0), min(self.stop - at, len(batch))
+                if lo < hi:
+                    parts.append(batch.column(0).slice(lo, hi - lo))
+                at += len(batch)
+                if at >= self.stop:
+                    break
+        return pa.concat_arrays(parts).to_pylist() if parts else []
+
+
+Docs = Sequence[str | None] | ParquetRows  # a batch of documents, or where to read them
+
+
 def _pydoc_topics() -> list[str]:
     from pydoc_data.topics import topics
 
@@ -131,7 +180,7 @@ def _pydoc_topics() -> list[str]:
 # ----------------------------------------------------------------------------- local files
 
 
-def _file_batches(path: Path, field: str, skip: int) -> Iterator[Sequence[str | None]]:
+def _file_batches(path: Path, field: str, skip: int) -> Iterator[Docs]:
     """One file's documents after skipping `skip` of them; returns the skips left over."""
     if path.suffix == ".txt":
         if skip:
@@ -139,12 +188,9 @@ def _file_batches(path: Path, field: str, skip: int) -> Iterator[Sequence[str | 
         yield [path.read_text(encoding="utf-8", errors="replace")]
         return 0
     if path.suffix == ".parquet":
-        reader, skip = _parquet_reader(path, field, skip)
-        if reader is None:
-            return skip
-    else:
-        reader = _json_reader(path, field) if path.suffix in (".jsonl", ".json") else None
-        reader = reader or _csv_reader(path, field)
+        return (yield from _parquet_rows(path, field, skip))
+    reader = _json_reader(path, field) if path.suffix in (".jsonl", ".json") else None
+    reader = reader or _csv_reader(path, field)
     import pyarrow as pa
 
     for batch in reader:
@@ -160,22 +206,28 @@ def _file_batches(path: Path, field: str, skip: int) -> Iterator[Sequence[str | 
     return skip
 
 
-def _parquet_reader(path: Path, field: str, skip: int) -> tuple[Iterator | None, int]:
+def _parquet_rows(path: Path, field: str, skip: int) -> Iterator[ParquetRows]:
+    """The file's rows after the first `skip` as work items, from its metadata only;
+    returns the skips left over."""
     import pyarrow.parquet as pq
 
-    f = pq.ParquetFile(path)
-    if field not in f.schema_arrow.names:
-        raise _no_field(path, field, f.schema_arrow.names)
-    groups = []
-    for g in range(f.metadata.num_row_groups):
-        rows = f.metadata.row_group(g).num_rows
-        if not groups and skip >= rows:
+    with pq.ParquetFile(path) as f:
+        schema, meta = f.schema_arrow, f.metadata
+    if field not in schema.names:
+        raise _no_field(path, field, schema.names)
+    _check_text_type(path, field, schema.field(field).type)
+    for g in range(meta.num_row_groups):
+        rows = meta.row_group(g).num_rows
+        if skip >= rows:
             skip -= rows  # the whole row group is before `start`: never read
-        else:
-            groups.append(g)
-    if not groups:
-        return None, skip
-    return f.iter_batches(batch_size=READ_BATCH * 8, row_groups=groups, columns=[field]), skip
+            continue
+        step = max(READ_BATCH, -(-rows // GROUP_ITEMS))
+        start, skip = skip, 0
+        while start < rows:
+            stop = min((start // step + 1) * step, rows)
+            yield ParquetRows(str(path), field, g, start, stop, step)
+            start = stop
+    return skip
 
 
 def _json_reader(path: Path, field: str) -> Iterator:

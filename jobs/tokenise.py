@@ -1,10 +1,12 @@
 """Tokenising batches of documents in a pool of worker processes, results in source order.
 
-The main process only reads the source (Arrow batches from Parquet / JSONL / CSV go to the
-workers as Arrow arrays: no Python strings are made in the main process) and takes back
-numpy arrays; each worker cuts its documents into pieces, tokenises them, appends the
-separator after each document's last piece and returns the tokens in the shard dtype, with
-every piece's length and place. Workers are spawned (not forked: a trial's process has
+The main process hands out work and takes back numpy arrays: for Parquet (the format of
+hub-scale corpora) only where the rows are (jobs/sources.py, ParquetRows), which the worker
+reads itself, so the main process stays far from being the limit however many workers
+there are; for JSONL / CSV Arrow arrays it read (no Python strings are made in the main
+process), for the rest lists of texts. Each worker cuts its documents into pieces,
+tokenises them, appends the separator after each document's last piece and returns the
+tokens in the shard dtype, with every piece's length and place. Workers are spawned (not forked: a trial's process has
 threads) and exit when the main process dies.
 """
 
@@ -21,13 +23,17 @@ from typing import Any
 
 import numpy as np
 
-from jobs.shards import PIECE_CHARS
-from jobs.tokenizers import Tokenizer, load_tokenizer
+from jobs.sources import Docs, ParquetRows
+from jobs.tokenizers import Tokenizer
+
+# documents are cut into pieces of at most this many characters (part of the data's format,
+# jobs/shards.py FORMAT; defined here so the workers need not import the manifest's models)
+PIECE_CHARS = 1 << 16
 
 
 @dataclass(frozen=True)
 class DocBatch:
-    texts: Sequence[str | None] | Any  # a list, or a pyarrow string array
+    texts: Docs | Any  # a list, a pyarrow string array, or Parquet rows to read
     first_doc: int  # the source index of texts[0]
     first_piece: int  # pieces of texts[0] already consumed (a resumed run)
 
@@ -62,13 +68,13 @@ _dtype = np.dtype("uint32")
 _separator = np.zeros(0, np.uint32)
 
 
-def init_worker(spec: str, tokenizer_file: str | None, dtype: str, parent: int = 0) -> None:
+def init_worker(tokenizer: Tokenizer, dtype: str, parent: int = 0) -> None:
     global _tokenizer, _dtype, _separator
     if parent:  # a pool worker: the main process handles Ctrl-C; exit if it is killed
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
-    _tokenizer, _dtype = load_tokenizer(spec, tokenizer_file), np.dtype(dtype)
+    _tokenizer, _dtype = tokenizer, np.dtype(dtype)
     _separator = np.asarray(_tokenizer.separator, dtype=np.uint32)
 
 
@@ -81,7 +87,7 @@ def _exit_with_parent(parent: int) -> None:
 def encode(batch: DocBatch) -> Encoded:
     tok, sep = _tokenizer, _separator
     assert tok is not None, "init_worker first"
-    texts = batch.texts.to_pylist() if hasattr(batch.texts, "to_pylist") else batch.texts
+    texts = _read(batch.texts)
     chunks, docs, pieces, last = [], [], [], []
     for i, text in enumerate(texts):
         parts = split_pieces(text or "")
@@ -107,13 +113,19 @@ def encode(batch: DocBatch) -> Encoded:
                    np.asarray(pieces, dtype=np.int64), np.asarray(last, dtype=bool))  # fmt: skip
 
 
+def _read(docs: Docs | Any) -> Sequence[str | None]:
+    if isinstance(docs, ParquetRows):
+        return docs.read()
+    return docs.to_pylist() if hasattr(docs, "to_pylist") else docs
+
+
 def encoded(
-    batches: Iterator[DocBatch], workers: int, tok_args: tuple[str, str | None, str]
+    batches: Iterator[DocBatch], workers: int, tokenizer: Tokenizer, dtype: str
 ) -> Iterator[Encoded]:
     """Encoded batches in source order: in this process (workers=0), or in a pool with a
     bounded number in flight, so memory stays flat whatever the source's size."""
     if workers == 0:
-        init_worker(*tok_args)
+        init_worker(tokenizer, dtype)
         yield from map(encode, batches)
         return
     import multiprocessing
@@ -121,7 +133,7 @@ def encoded(
 
     pool = ProcessPoolExecutor(
         workers, mp_context=multiprocessing.get_context("spawn"), initializer=init_worker,
-        initargs=(*tok_args, os.getpid()),
+        initargs=(tokenizer, dtype, os.getpid()),
     )  # fmt: skip
     pending: deque = deque()
     try:

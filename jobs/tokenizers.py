@@ -15,6 +15,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +36,10 @@ GPT2_HOW_TO_GET = (
 
 @dataclass(frozen=True)
 class Tokenizer:
+    """Picklable (its functions are module functions bound to picklable encoders), so the
+    tokeniser worker processes get the one the main process loaded instead of each building
+    the vocabulary again (~0.5 CPU-seconds for GPT-2's files, ~0.07 s to unpickle)."""
+
     name: str  # what the config said
     fingerprint: str  # identifies the vocabulary (part of the prepared data's key)
     vocab_size: int  # every id is < vocab_size
@@ -63,9 +68,9 @@ def load_tokenizer(spec: str, tokenizer_file: str | None = None) -> Tokenizer:
             "byte",
             256,
             None,
-            lambda texts: [list(t.encode("utf-8")) for t in texts],
-            lambda texts: [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts],
-            lambda ids: bytes(ids).decode("utf-8", errors="replace"),
+            _byte_batch,
+            _byte_arrays,
+            _byte_decode,
         )
     if spec == "gpt2":
         return _gpt2(tokenizer_file) if tokenizer_file is not None else _installed_gpt2()
@@ -75,6 +80,18 @@ def load_tokenizer(spec: str, tokenizer_file: str | None = None) -> Tokenizer:
     if path.suffix == ".json":
         return _tokenizers_json(path)
     raise _unknown(spec)
+
+
+def _byte_batch(texts: list[str]) -> list[list[int]]:
+    return [list(t.encode("utf-8")) for t in texts]
+
+
+def _byte_arrays(texts: list[str]) -> list[np.ndarray]:
+    return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
+
+
+def _byte_decode(ids: list[int]) -> str:
+    return bytes(ids).decode("utf-8", errors="replace")
 
 
 def _unknown(spec: str) -> ValueError:
@@ -169,11 +186,32 @@ def _from_tiktoken(name: str, fingerprint: str, enc: object) -> Tokenizer:
         fingerprint,
         enc.n_vocab,
         enc.eot_token,
-        lambda texts: enc.encode_ordinary_batch(texts, num_threads=1),
-        # encode_to_numpy skips the Python ints; with no special tokens it is encode_ordinary
-        lambda texts: [enc.encode_to_numpy(t, disallowed_special=()) for t in texts],
-        lambda ids: enc.decode(ids, errors="replace"),
+        functools.partial(_tiktoken_batch, enc),
+        functools.partial(_tiktoken_arrays, enc),
+        functools.partial(_tiktoken_decode, enc),
     )
+
+
+def _tiktoken_batch(enc: Any, texts: list[str]) -> list[list[int]]:
+    return enc.encode_ordinary_batch(texts, num_threads=1)
+
+
+def _tiktoken_decode(enc: Any, ids: list[int]) -> str:
+    return enc.decode(ids, errors="replace")
+
+
+def _tiktoken_arrays(enc: Any, texts: list[str]) -> list[np.ndarray]:
+    """Each text's ids (special-token text encoded as ordinary text), from one call on the
+    texts joined by the end-of-text token: tiktoken encodes the text between special
+    tokens separately, so the ids are those of encoding each text alone, and one call per
+    batch instead of one per text takes ~10 % less CPU (measured on GPT-2). encode_to_numpy
+    skips the Python ints."""
+    if len(texts) < 2 or any(ENDOFTEXT in t for t in texts):
+        return [enc.encode_to_numpy(t, disallowed_special=()) for t in texts]
+    ids = enc.encode_to_numpy(ENDOFTEXT.join(texts) + ENDOFTEXT, allowed_special={ENDOFTEXT})
+    ends = np.flatnonzero(ids == enc.eot_token)  # ordinary text never encodes to it
+    assert len(ends) == len(texts), "one end-of-text token after each text"
+    return [ids[a:b] for a, b in zip(np.r_[0, ends[:-1] + 1], ends, strict=True)]
 
 
 def _tiktoken_file(path: Path) -> Tokenizer:
@@ -205,18 +243,27 @@ def _tokenizers_json(path: Path) -> Tokenizer:
     # the largest id, not the number of entries: a vocabulary with gaps has ids >= its size
     vocab_size = max(tok.get_vocab(with_added_tokens=True).values(), default=-1) + 1
 
-    def encode(texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
-
     return Tokenizer(
         str(path),
         tokenizer_fingerprint(str(path)),
         vocab_size,
         eot,
-        encode,
-        lambda texts: [np.asarray(ids, dtype=np.uint32) for ids in encode(texts)],
-        lambda ids: tok.decode(ids, skip_special_tokens=False),
+        functools.partial(_hf_batch, tok),
+        functools.partial(_hf_arrays, tok),
+        functools.partial(_hf_decode, tok),
     )
+
+
+def _hf_batch(tok: Any, texts: list[str]) -> list[list[int]]:
+    return [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
+
+
+def _hf_arrays(tok: Any, texts: list[str]) -> list[np.ndarray]:
+    return [np.asarray(ids, dtype=np.uint32) for ids in _hf_batch(tok, texts)]
+
+
+def _hf_decode(tok: Any, ids: list[int]) -> str:
+    return tok.decode(ids, skip_special_tokens=False)
 
 
 def _sha(path: Path) -> str:

@@ -111,6 +111,22 @@ def test_gpt2_loads_offline_from_the_installed_vocabulary(tmp_path, monkeypatch)
     assert tok.decode([15496, 995, 50256]) == "Hello world<|endoftext|>"  # scalelab generate
 
 
+def test_gpt2_batch_arrays_equal_each_text_encoded_alone_and_survive_pickling():
+    """encode_arrays encodes a batch in one call, joined by the end-of-text token; each
+    text's ids must be those of encoding it alone, also for text that spells that token.
+    Workers get the tokenizer pickled: it must encode the same there."""
+    import pickle
+
+    tok = load_tokenizer("gpt2")
+    texts = ["Hello world", "", " a<|endoftext|>b", "x\n\n", "  ", "é 12 don't"]
+    for batch in (texts, texts[3:], texts[:1]):
+        alone = [list(tok.encode_arrays([t])[0]) for t in batch]
+        assert [list(a) for a in tok.encode_arrays(batch)] == alone
+        assert alone == tok.encode_batch(batch)
+    copy = pickle.loads(pickle.dumps(tok))
+    assert [list(a) for a in copy.encode_arrays(texts[3:])] == tok.encode_batch(texts[3:])
+
+
 def test_gpt2_from_a_tokenizer_file_has_the_same_fingerprint(tmp_path):
     from jobs.tokenizers import _installed_gpt2_folder
 

@@ -16,6 +16,7 @@ from benchmarks.corpus import write_corpus
 from jobs.prepare import prepare_source
 from jobs.shards import read_manifest
 from jobs.sources import TextSource, stream_dataset
+from jobs.tokenizers import load_tokenizer
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -191,7 +192,7 @@ def test_token_ids_beyond_the_vocabulary_size_are_refused(tmp_path, monkeypatch)
                              workers=0)  # fmt: skip
     assert m.dtype == "uint32" and m.vocab_size == 70_001
     assert 70_000 in np.fromfile(root / m.train[0].file, "<u4")
-    tokenise.init_worker(str(path), None, "uint16")
+    tokenise.init_worker(load_tokenizer(str(path)), "uint16")
     with pytest.raises(ValueError, match="produced token id 70000, which does not fit uint16"):
         tokenise.encode(tokenise.DocBatch(["small huge"], 0, 0))
 
@@ -231,6 +232,27 @@ def test_the_streaming_datasets_path_reads_what_the_arrow_reader_reads(corpus):
     assert streamed == list(_all_docs(arrow, 1000))
     with pytest.raises(ValueError, match="'body' is not a column of test"):
         next(stream_dataset(ds, "body", 0, where="test"))
+
+
+def test_parquet_rows_read_by_workers_resume_at_any_document(tmp_path):
+    """Parquet is handed out as row ranges the tokeniser reads itself: from any document
+    on, across files and row groups small and large (cut into GROUP_ITEMS items), they
+    give exactly the documents in order, and an item never exceeds a group's share."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from jobs.sources import GROUP_ITEMS, READ_BATCH
+
+    docs = [None if i % 7 == 0 else f"doc {i}" for i in range(30_000)]
+    big = READ_BATCH * GROUP_ITEMS + 1_000  # items of ceil(big / GROUP_ITEMS) rows
+    pq.write_table(pa.table({"text": docs[:20_000]}), tmp_path / "a.parquet",
+                   row_group_size=big)  # fmt: skip
+    pq.write_table(pa.table({"text": docs[20_000:]}), tmp_path / "b.parquet", row_group_size=700)
+    source = TextSource.open(str(tmp_path), "text")
+    for start in (0, 1, 511, 512, big - 1, big, big + 1, 19_999, 20_000, 20_701, 29_999, 30_000):
+        assert [d for b in source.batches(start) for d in b] == docs[start:], start
+    sizes = [len(item) for item in source.work(0)]
+    assert sum(sizes) == len(docs) and max(sizes) == -(-big // GROUP_ITEMS)
 
 
 def test_hub_source_offline_says_how_to_get_it(tmp_path, monkeypatch):
