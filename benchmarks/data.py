@@ -11,7 +11,8 @@ Table 1, throughput, on a `--throughput-mb` corpus, GPT-2 BPE and bytes side by 
   today's path : datasets.load_dataset (not streaming) -> a Python list of every document
                  -> one-thread batch encoding into one Python list of ids -> numpy (what
                  jobs/data.py did before issue 12, on rank 0 of a trial)
-  new path     : streamed Arrow batches -> 1 or 2 tokeniser worker processes -> shards
+  new path     : Parquet row ranges (from the files' metadata) -> 1 or 2 tokeniser worker
+                 processes that read and tokenise them -> the main process writes shards
 Table 2, memory: the new path (GPT-2, 2 workers) on `--small-mb` and `--mb` corpora; peak
 RSS is the largest sum over the main process and its workers (psutil, sampled every 50 ms).
 
@@ -37,18 +38,25 @@ sys.path.insert(0, str(ROOT))
 LADDER_TOKENS = 112_946_315_264  # the 5.6B trial of sweeps/hadamard.yaml
 
 
-def _peak_tree_rss(stop: threading.Event, out: list[int]) -> None:
+def _peak_tree_rss(stop: threading.Event, out: list[float]) -> None:
+    """out[0]: the largest RSS sum over this process and its children, every 50 ms; out[1]:
+    this thread's own CPU seconds (kept out of the main process's). Listing the children
+    scans every process on the machine, so it is done once a second, not every sample:
+    done every 50 ms it took a CPU-second per ~20 s of wall time from the workers."""
     import psutil
 
-    me = psutil.Process()
+    me, tree, listed = psutil.Process(), [], 0.0
     while not stop.is_set():
+        if time.monotonic() - listed >= 1.0:
+            tree, listed = [me, *me.children(recursive=True)], time.monotonic()
         total = 0
-        for p in [me, *me.children(recursive=True)]:
+        for p in tree:
             try:
                 total += p.memory_info().rss
             except psutil.Error:
                 pass
         out[0] = max(out[0], total)
+        out[1] = time.thread_time()
         stop.wait(0.05)
 
 
@@ -81,7 +89,7 @@ def new_path(corpus: str, tokenizer: str, workers: int, data: str) -> int:
 def one(spec: dict) -> dict:
     """Run one row in this (fresh) process: tokens, seconds, peak RSS of the process tree,
     and CPU seconds of this process and of its (reaped) worker processes."""
-    stop, peak = threading.Event(), [0]
+    stop, peak = threading.Event(), [0.0, 0.0]
     sampler = threading.Thread(target=_peak_tree_rss, args=(stop, peak), daemon=True)
     sampler.start()
     with tempfile.TemporaryDirectory(dir=spec["tmp"]) as tmp:
@@ -96,7 +104,7 @@ def one(spec: dict) -> dict:
     sampler.join()
     cpu = os.times()
     return {**spec, "tokens": tokens, "seconds": seconds, "peak_rss": peak[0],
-            "main_cpu": cpu.user + cpu.system,
+            "main_cpu": cpu.user + cpu.system - peak[1], "sampler_cpu": peak[1],
             "worker_cpu": cpu.children_user + cpu.children_system}  # fmt: skip
 
 
@@ -127,8 +135,17 @@ def main() -> None:
         sizes = sorted({args.throughput_mb, args.small_mb, args.mb})
         corpora = {mb: str(write_corpus(Path(tmp) / f"corpus-{mb:g}mb", mb)) for mb in sizes}
         print(f"corpora generated in {tmp}: " + ", ".join(f"{mb:g} MB" for mb in sizes))
+        print(_load("at the start"))
         throughput(corpora[args.throughput_mb], args.throughput_mb, tmp)
+        print(_load("after the throughput table"))
         memory({mb: corpora[mb] for mb in (args.small_mb, args.mb)}, tmp)
+        print(_load("at the end"))
+
+
+def _load(when: str) -> str:
+    """The machine's load average: the numbers are only comparable on a quiet machine."""
+    one, five, _ = os.getloadavg()
+    return f"\nload average {when}: {one:.2f} (1 min), {five:.2f} (5 min)"
 
 
 def throughput(corpus: str, mb: float, tmp: str) -> None:
@@ -147,7 +164,8 @@ def throughput(corpus: str, mb: float, tmp: str) -> None:
                   f"{r['seconds']:.1f} | {r['rate'] / 1e6:.2f} | {ratio:.2f} | "
                   f"{r['main_cpu']:.1f} + {r['worker_cpu']:.1f} | "
                   f"{r['peak_rss'] / 2**20:,.0f} |", flush=True)  # fmt: skip
-    print()
+    sampler = max(r["sampler_cpu"] for r in rows.values())
+    print(f"\n(the RSS sampler thread, not counted above, took at most {sampler:.1f} CPU s a row)")
     for tokenizer in ("gpt2", "byte"):
         today, one_, two = (rows[tokenizer, p, w] for p, w in (("today", 0), ("new", 1),
                                                                ("new", 2)))  # fmt: skip
