@@ -174,6 +174,10 @@ def throughput(corpus: str, mb: float, tmp: str) -> None:
               f"{today['tokens'] / today['main_cpu'] / 1e6:.2f}M tokens, a worker "
               f"{two['tokens'] / two['worker_cpu'] / 1e6:.2f}M, the main process feeds "
               f"{two['tokens'] / two['main_cpu'] / 1e6:.2f}M")  # fmt: skip
+        cores = min(len(os.sched_getaffinity(0)), 3)  # main + 2 workers
+        bound = today["main_cpu"] / ((two["main_cpu"] + two["worker_cpu"]) / cores)
+        print(f"{tokenizer}: CPU-bound ceiling with 2 workers on {cores} cores, from the CPU "
+              f"seconds (what a quiet machine can reach): {bound:.2f}x today")  # fmt: skip
 
 
 def memory(corpora: dict[float, str], tmp: str) -> None:
