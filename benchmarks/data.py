@@ -201,8 +201,8 @@ def memory(corpora: dict[float, str], tmp: str) -> None:
           f"per worker CPU-second; the main process feeds {feed / 1e6:.1f}M per CPU-second. "
           f"A 64-core node (63 workers) at min(63 x worker, main) = {node / 1e6:.1f}M "
           f"tokens/s would prepare the 5.6B trial's {LADDER_TOKENS / 1e9:.0f}B tokens in "
-          f"~{LADDER_TOKENS / node / 3600:.1f} h (CPU time is little disturbed by a loaded "
-          "machine; the estimate assumes the source is read as fast)")  # fmt: skip
+          f"~{LADDER_TOKENS / node / 3600:.1f} h (CPU seconds are inflated on a loaded machine, "
+          "whose other jobs share the cores; the estimate assumes the source is read as fast)")  # fmt: skip
 
 
 if __name__ == "__main__":

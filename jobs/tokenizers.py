@@ -204,8 +204,9 @@ def _tiktoken_arrays(enc: Any, texts: list[str]) -> list[np.ndarray]:
     """Each text's ids (special-token text encoded as ordinary text), from one call on the
     texts joined by the end-of-text token: tiktoken encodes the text between special
     tokens separately, so the ids are those of encoding each text alone, and one call per
-    batch instead of one per text takes ~10 % less CPU (measured on GPT-2). encode_to_numpy
-    skips the Python ints."""
+    batch instead of one per text saves tiktoken's per-call cost (~9 % of GPT-2's CPU time
+    on 1,000 documents, best of 7, measured on a loaded machine). encode_to_numpy skips
+    the Python ints."""
     if len(texts) < 2 or any(ENDOFTEXT in t for t in texts):
         return [enc.encode_to_numpy(t, disallowed_special=()) for t in texts]
     ids = enc.encode_to_numpy(ENDOFTEXT.join(texts) + ENDOFTEXT, allowed_special={ENDOFTEXT})
