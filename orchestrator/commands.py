@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.backends import DEFAULT_JOB
+from orchestrator.completion import sweep_files
 from orchestrator.data_cli import data_plan
 from orchestrator.expand import Trial, check_size, expand, plan_rows
 from orchestrator.job_checks import check_trials
@@ -161,7 +162,9 @@ def _data_tokens(r: dict[str, Any]) -> str:
 
 
 def submit(
-    sweep: Path = typer.Argument(..., help="Sweep YAML file.", exists=False),
+    sweep: Path = typer.Argument(
+        ..., help="Sweep YAML file.", exists=False, autocompletion=sweep_files
+    ),
     overrides: list[str] = typer.Argument(
         None,
         help="KEY=VALUE settings over the file's, validated like it, e.g. train.lr=3.0e-4 "
@@ -347,7 +350,9 @@ def _find(sweep: str) -> Any:
 
 
 def cancel(
-    sweep: str = typer.Argument(..., help="Sweep name (or its YAML file)."),
+    sweep: str = typer.Argument(
+        ..., help="Sweep name (or its YAML file).", autocompletion=sweep_files
+    ),
     trials: list[str] = typer.Argument(None, help="Trial ids (default: every live trial)."),
 ) -> None:
     """Cancel a sweep's live trials (or the given ones); the driver stops them within seconds."""
@@ -409,7 +414,9 @@ def _refuse_unmigrated(ledger: Any) -> None:
 
 
 def migrate(
-    sweep: str = typer.Argument(..., help="Sweep name (or its YAML file)."),
+    sweep: str = typer.Argument(
+        ..., help="Sweep name (or its YAML file).", autocompletion=sweep_files
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change; change nothing."),
 ) -> None:
     """Re-key the trials a sweep recorded under an older trial-identity rule, so its finished

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from contract.runs import TERMINAL, Status, Tag
 from orchestrator.commands import _fail, _find, err, out
+from orchestrator.completion import sweep_files
 from orchestrator.sweep_view import STATUS_COLUMNS, status_cells, status_row
 
 STATUSES = (Status.RUNNING, Status.SCHEDULED, Status.FINISHED, Status.FAILED, Status.KILLED)
@@ -60,7 +61,9 @@ def _status_table(ledger: Any, rows: list[dict[str, Any]]) -> Table:
 
 
 def status(
-    sweep: str = typer.Argument(..., help="Sweep name (or its YAML file)."),
+    sweep: str = typer.Argument(
+        ..., help="Sweep name (or its YAML file).", autocompletion=sweep_files
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     watch: bool = typer.Option(
         False, "--watch", "-w", help="Refresh the table until every trial is done."
@@ -99,7 +102,9 @@ def status(
 
 
 def logs(
-    sweep: str = typer.Argument(..., help="Sweep name (or its YAML file)."),
+    sweep: str = typer.Argument(
+        ..., help="Sweep name (or its YAML file).", autocompletion=sweep_files
+    ),
     trial: str = typer.Argument(None, help="Trial id (a prefix will do) or run name."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing as it grows."),
     lines: int = typer.Option(40, "--lines", "-n", help="How many of its last lines."),
