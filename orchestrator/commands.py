@@ -276,6 +276,7 @@ def _drive(
 
     from orchestrator.backends import BackendError, preflight
     from orchestrator.ledger import LedgerUnavailable
+    from orchestrator.live_figure import LiveFigure
     from orchestrator.scheduler import run_sweep
     from orchestrator.sweep_view import TrialLines, failure_lines
 
@@ -289,8 +290,14 @@ def _drive(
     with Progress(*columns, console=err, transient=False) as progress:
         task = progress.add_task(f"sweep {spec.name}", total=len(trials))
         lines = TrialLines(progress.console, trials, set(_read_statuses_of(ledger)))
+        figure = LiveFigure(ledger, trials, warn=lambda m: progress.console.print(f"note: {m}"))
+
+        def ended(trial_id: str, outcome: str) -> None:
+            lines.ended(trial_id, outcome)
+            figure.trial_ended(trial_id, outcome)
 
         def update(counts: dict[str, int]) -> None:
+            figure.poll()
             eta = lines.eta()
             progress.update(
                 task,
@@ -301,13 +308,14 @@ def _drive(
 
         try:
             result = run_sweep(
-                spec, trials, ledger, job=job, on_update=update, on_trial=lines.ended,
+                spec, trials, ledger, job=job, on_update=update, on_trial=ended,
                 spec_yaml=text, spec_path=path, overrides=overrides,
             )  # fmt: skip
         except BackendError as e:
             raise _fail(str(e)) from None
         except LedgerUnavailable as e:  # mid-sweep: what MLflow holds is the state to resume
             raise _fail(f"{e}; stopped. Submit the sweep again once it is fixed", 1) from None
+        figure.flush()
         progress.update(task, completed=len(trials) - len(result.elsewhere))
     summary = (
         f"{len(result.finished)} finished, {len(result.skipped)} skipped (already done), "

@@ -69,6 +69,31 @@ def test_a_failed_trial_leaves_its_log_and_the_summary_still_comes(
     assert "job.json" in top and {"logs/trial.log", "logs/traceback.txt"} <= attached
 
 
+def test_parent_loss_vs_flops_figure_fills_in_as_trials_finish(
+    tmp_path, ray_session, work_home, sweep_name
+):
+    from mlflow import MlflowClient
+    from PIL import Image
+
+    from orchestrator.live_figure import FINISHED_KEY, FOLDER, NAME
+
+    one_at_a_time = "{concurrency: 1, max_retries: 0, cpus_per_trial: 0.5}"
+    path = _write(tmp_path, sweep_yaml(sweep_name, seeds=2, backend=one_at_a_time))
+    job = ["--job", "jobs_for_tests:curve", "--no-summary"]
+    result = runner.invoke(app, ["submit", str(path), *job])
+    assert result.exit_code == 0, result.output
+    ledger = Ledger(sweep_name)
+    seen = sorted(
+        p.name.split("-")[1]
+        for rec in ledger.records().values()
+        for p in (work_home / "calls" / rec.run_id).glob("figure-*")
+    )
+    assert seen == ["1", "none"]  # the second trial saw the first one's curve on the parent
+    client = MlflowClient(tracking_uri())
+    png = client.download_artifacts(ledger.find_parent(), f"{FOLDER}/{NAME}", str(tmp_path))
+    assert Image.open(png).text[FINISHED_KEY] == "2"  # and both at the end
+
+
 def _get(uri: str, route: str, **query: str) -> dict:
     url = f"{uri}/api/2.0/mlflow/{route}?{urllib.parse.urlencode(query)}"
     with urllib.request.urlopen(url, timeout=30) as r:
