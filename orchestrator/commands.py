@@ -37,6 +37,7 @@ from orchestrator.spec import (
     parse_spec,
     read_sweep,
 )
+from orchestrator.wide_tables import print_table
 
 err = Console(stderr=True, soft_wrap=True)
 out = Console(width=None if sys.stdout.isatty() else 200)  # the plan has 15 columns
@@ -224,7 +225,7 @@ def submit(
             where = placement_summary(spec)
             print(json.dumps({"sweep": spec.name, "placement": where, "trials": trials_json}))
         else:
-            out.print(_plan_table(spec, rows, plans))
+            print_table(out, _plan_table(spec, rows, plans))
             for line in unfit_lines(trials, plans):
                 out.print(f"does not fit: {line}", soft_wrap=True, highlight=False)
             for command in prepare_commands:  # data that trials would otherwise prepare

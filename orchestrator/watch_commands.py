@@ -18,6 +18,7 @@ from contract.runs import TERMINAL, Status, Tag
 from orchestrator.commands import _fail, _find, err, out
 from orchestrator.completion import sweep_files
 from orchestrator.sweep_view import STATUS_COLUMNS, status_cells, status_row
+from orchestrator.wide_tables import print_table
 
 STATUSES = (Status.RUNNING, Status.SCHEDULED, Status.FINISHED, Status.FAILED, Status.KILLED)
 # MLflow 3's UI keeps "GenAI" or "Model training" as a browser setting (GenAI unless
@@ -88,7 +89,7 @@ def status(
                 rows = _status_rows(ledger)
                 live.update(_status_table(ledger, rows), refresh=True)
         return
-    out.print(_status_table(ledger, rows))
+    print_table(out, _status_table(ledger, rows))
     done = sum(r["status"] in TERMINAL for r in rows)
     with Progress(
         TextColumn("{task.description}"),
