@@ -100,7 +100,9 @@ class LiveFigure:
             label = None if v in labelled else v
             labelled.add(v)
             ax.plot(flops[keep], loss[keep], color=colour[v], lw=1.0, marker=".", label=label)
-        ax.set_xscale("log")
+        flops = np.concatenate([f for f, _ in curves.values()] or [np.zeros(0)])
+        if plots.spans_decades(flops):  # else a log axis labels its minor ticks, unreadably
+            ax.set_xscale("log")
         ax.set_xlabel("training FLOPs")
         ax.set_ylabel("val/loss")
         ax.set_title(f"val/loss against compute: {len(curves)} of {self.total} trials finished")

@@ -45,7 +45,7 @@ def colours(variants: list[str]) -> dict[str, Any]:
     return {v: cmap(i % 10) for i, v in enumerate(variants)}
 
 
-def _spans_decades(x: np.ndarray, decades: float = 1.0) -> bool:
+def spans_decades(x: np.ndarray, decades: float = 1.0) -> bool:
     x = x[np.isfinite(x) & (x > 0)]
     return x.size > 1 and np.log10(x.max() / x.min()) >= decades
 
@@ -86,7 +86,7 @@ def loss_vs_flops(fit: SweepFit, curves: pa.Table | None, metric: str = "val/los
     front = pareto_frontier(c, y)
     ax.plot(c[front], y[front], "-", color="black", lw=1.0, alpha=0.7, label="Pareto frontier")
     ax.set_xscale("log")
-    if _spans_decades(y, 1.0):
+    if spans_decades(y, 1.0):
         ax.set_yscale("log")
     ax.set_xlabel("training compute C (FLOPs)")
     ax.set_ylabel(f"{metric} (nats/token)")
