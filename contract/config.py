@@ -3,11 +3,13 @@
 Every config class (model, job, sweep, backend) derives from `FrozenConfig`: immutable,
 unknown keys, NaN and infinities are errors. `format_config_error` turns pydantic's
 `ValidationError` into one line per problem naming the dotted key, and for an unknown key
-the keys allowed at that depth (docs/architecture.md, 'Configs').
+the closest allowed key ("did you mean") and the keys allowed at that depth
+(docs/architecture.md, 'Configs').
 """
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -55,14 +57,20 @@ def format_config_error(error: ValidationError, source: str = "config") -> str:
         key = ".".join(str(p) for p in item["loc"]) or "<root>"
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
-            message = "unknown key"
             allowed = allowed_keys(error.title, item["loc"])
+            message = "unknown key" + did_you_mean(str(item["loc"][-1]), allowed)
             if allowed:
                 message += f" (allowed: {', '.join(allowed)})"
         elif item["type"] == "literal_error":
             message = f"{message}, got {item.get('input')!r}"
         lines.append(f"{source}: {key}: {message}")
     return "\n".join(lines)
+
+
+def did_you_mean(key: str, allowed: list[str]) -> str:
+    """', did you mean 'n_layer'?' for a misspelt key close to one allowed, else ''."""
+    close = difflib.get_close_matches(key, allowed, n=1)
+    return f", did you mean {close[0]!r}?" if close else ""
 
 
 def allowed_keys(title: str, loc: tuple) -> list[str]:

@@ -8,12 +8,13 @@ run as artifacts, so the MLflow UI shows them on the trial's Artifacts tab.
 
 from __future__ import annotations
 
+import codecs
 import os
 import socket
 import sys
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -73,12 +74,43 @@ def attach(trial_id: str, run_id: str) -> None:
         print(f"scalelab: the trial's logs were not attached to run {run_id}: {e}", file=sys.stderr)
 
 
-def tail(trial_id: str, lines: int = 20) -> str:
-    """The last `lines` lines of the trial's log ('' when it has none)."""
+def tail(trial_id: str, lines: int = 20, end: int | None = None) -> str:
+    """The last `lines` lines of the trial's log before byte `end` (default: its end; ''
+    when it has none)."""
     log = trial_log(trial_id)
     if not log.exists():
         return ""
+    end = log.stat().st_size if end is None else end
     with open(log, "rb") as f:
-        f.seek(max(0, log.stat().st_size - 64 * 1024))
-        text = f.read().decode(errors="replace")
+        f.seek(max(0, end - 64 * 1024))
+        text = f.read(end - f.tell()).decode(errors="replace")
     return "\n".join(text.splitlines()[-lines:])
+
+
+def follow(
+    path: Path,
+    offset: int,
+    ended: Callable[[], bool],
+    write: Callable[[str], None],
+    *,
+    poll_s: float = 1.0,
+    timeout_s: float | None = None,
+) -> bool:
+    """`write` what is appended to the log at `path` after `offset`, until `ended()` says
+    the trial has ended (what it wrote last is still written) or `timeout_s` has passed.
+    True when the trial ended."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span reads
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        done = ended()  # asked before reading: the last lines come before the end is seen
+        with open(path, "rb") as f:
+            f.seek(offset)
+            chunk = f.read()
+        offset += len(chunk)
+        if text := decoder.decode(chunk, final=done):
+            write(text)
+        if done:
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)

@@ -22,7 +22,6 @@ app = typer.Typer(
     help="scalelab: scaling experiments for efficient Transformers "
     "(dense GPT, Hadamard output projection, BudgetFormer, Token-Selective Attention).",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
 )
 console = Console(width=None if sys.stdout.isatty() else 160)

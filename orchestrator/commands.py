@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.backends import DEFAULT_JOB
+from orchestrator.completion import sweep_files
 from orchestrator.data_cli import data_plan
 from orchestrator.expand import Trial, check_size, expand, plan_rows
 from orchestrator.job_checks import check_trials
@@ -36,6 +37,7 @@ from orchestrator.spec import (
     parse_spec,
     read_sweep,
 )
+from orchestrator.wide_tables import print_table
 
 err = Console(stderr=True, soft_wrap=True)
 out = Console(width=None if sys.stdout.isatty() else 200)  # the plan has 15 columns
@@ -161,7 +163,9 @@ def _data_tokens(r: dict[str, Any]) -> str:
 
 
 def submit(
-    sweep: Path = typer.Argument(..., help="Sweep YAML file.", exists=False),
+    sweep: Path = typer.Argument(
+        ..., help="Sweep YAML file.", exists=False, autocompletion=sweep_files
+    ),
     overrides: list[str] = typer.Argument(
         None,
         help="KEY=VALUE settings over the file's, validated like it, e.g. train.lr=3.0e-4 "
@@ -221,7 +225,7 @@ def submit(
             where = placement_summary(spec)
             print(json.dumps({"sweep": spec.name, "placement": where, "trials": trials_json}))
         else:
-            out.print(_plan_table(spec, rows, plans))
+            print_table(out, _plan_table(spec, rows, plans))
             for line in unfit_lines(trials, plans):
                 out.print(f"does not fit: {line}", soft_wrap=True, highlight=False)
             for command in prepare_commands:  # data that trials would otherwise prepare
@@ -273,6 +277,7 @@ def _drive(
 
     from orchestrator.backends import BackendError, preflight
     from orchestrator.ledger import LedgerUnavailable
+    from orchestrator.live_figure import LiveFigure
     from orchestrator.scheduler import run_sweep
     from orchestrator.sweep_view import TrialLines, failure_lines
 
@@ -286,8 +291,14 @@ def _drive(
     with Progress(*columns, console=err, transient=False) as progress:
         task = progress.add_task(f"sweep {spec.name}", total=len(trials))
         lines = TrialLines(progress.console, trials, set(_read_statuses_of(ledger)))
+        figure = LiveFigure(ledger, trials, warn=lambda m: progress.console.print(f"note: {m}"))
+
+        def ended(trial_id: str, outcome: str) -> None:
+            lines.ended(trial_id, outcome)
+            figure.trial_ended(trial_id, outcome)
 
         def update(counts: dict[str, int]) -> None:
+            figure.poll()
             eta = lines.eta()
             progress.update(
                 task,
@@ -298,13 +309,14 @@ def _drive(
 
         try:
             result = run_sweep(
-                spec, trials, ledger, job=job, on_update=update, on_trial=lines.ended,
+                spec, trials, ledger, job=job, on_update=update, on_trial=ended,
                 spec_yaml=text, spec_path=path, overrides=overrides,
             )  # fmt: skip
         except BackendError as e:
             raise _fail(str(e)) from None
         except LedgerUnavailable as e:  # mid-sweep: what MLflow holds is the state to resume
             raise _fail(f"{e}; stopped. Submit the sweep again once it is fixed", 1) from None
+        figure.flush()
         progress.update(task, completed=len(trials) - len(result.elsewhere))
     summary = (
         f"{len(result.finished)} finished, {len(result.skipped)} skipped (already done), "
@@ -347,7 +359,9 @@ def _find(sweep: str) -> Any:
 
 
 def cancel(
-    sweep: str = typer.Argument(..., help="Sweep name (or its YAML file)."),
+    sweep: str = typer.Argument(
+        ..., help="Sweep name (or its YAML file).", autocompletion=sweep_files
+    ),
     trials: list[str] = typer.Argument(None, help="Trial ids (default: every live trial)."),
 ) -> None:
     """Cancel a sweep's live trials (or the given ones); the driver stops them within seconds."""
@@ -409,7 +423,9 @@ def _refuse_unmigrated(ledger: Any) -> None:
 
 
 def migrate(
-    sweep: str = typer.Argument(..., help="Sweep name (or its YAML file)."),
+    sweep: str = typer.Argument(
+        ..., help="Sweep name (or its YAML file).", autocompletion=sweep_files
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change; change nothing."),
 ) -> None:
     """Re-key the trials a sweep recorded under an older trial-identity rule, so its finished

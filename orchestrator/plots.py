@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 DPI = 120
 
 
-def _figure(width: float = 7.0, height: float = 4.6) -> tuple[Figure, Any]:
+def new_figure(width: float = 7.0, height: float = 4.6) -> tuple[Figure, Any]:
     from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
 
     fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
@@ -45,7 +45,7 @@ def colours(variants: list[str]) -> dict[str, Any]:
     return {v: cmap(i % 10) for i, v in enumerate(variants)}
 
 
-def _spans_decades(x: np.ndarray, decades: float = 1.0) -> bool:
+def spans_decades(x: np.ndarray, decades: float = 1.0) -> bool:
     x = x[np.isfinite(x) & (x > 0)]
     return x.size > 1 and np.log10(x.max() / x.min()) >= decades
 
@@ -60,7 +60,7 @@ def loss_vs_flops(fit: SweepFit, curves: pa.Table | None, metric: str = "val/los
 
     from orchestrator.scaling import pareto_frontier
 
-    fig, ax = _figure()
+    fig, ax = new_figure()
     col = colours(fit.variants)
     t = fit.table
     variant_of = dict(zip(t["trial_id"].to_pylist(), t["variant"].to_pylist(), strict=True))
@@ -86,7 +86,7 @@ def loss_vs_flops(fit: SweepFit, curves: pa.Table | None, metric: str = "val/los
     front = pareto_frontier(c, y)
     ax.plot(c[front], y[front], "-", color="black", lw=1.0, alpha=0.7, label="Pareto frontier")
     ax.set_xscale("log")
-    if _spans_decades(y, 1.0):
+    if spans_decades(y, 1.0):
         ax.set_yscale("log")
     ax.set_xlabel("training compute C (FLOPs)")
     ax.set_ylabel(f"{metric} (nats/token)")
@@ -112,7 +112,7 @@ def law_label(fit: SweepFit, variant: str) -> str:
 
 
 def loss_vs_params(fit: SweepFit) -> Figure:
-    fig, ax = _figure()
+    fig, ax = new_figure()
     col = colours(fit.variants)
     t = fit.table
     n, y = _col(t, "n_params"), _col(t, fit.loss)
@@ -135,7 +135,7 @@ def loss_vs_params(fit: SweepFit) -> Figure:
 def isoflop(fit: SweepFit) -> Figure:
     import matplotlib
 
-    fig, ax = _figure()
+    fig, ax = new_figure()
     t = fit.table
     n, y, b = _col(t, "n_params"), _col(t, fit.loss), _col(t, "budget_flops")
     variants = np.array(t["variant"].to_pylist())
@@ -175,7 +175,7 @@ def isoflop(fit: SweepFit) -> Figure:
 def gains(fit: SweepFit) -> Figure:
     """Each variant's gain by both estimators: paired (filled) and unpaired (open)."""
     shown = [v for v in fit.variants if _gain_pair(fit, v) != (None, None)]
-    fig, ax = _figure(6.5, 1.4 + 0.7 * len(shown))
+    fig, ax = new_figure(6.5, 1.4 + 0.7 * len(shown))
     col = colours(fit.variants)
     for i, v in enumerate(shown):
         for offset, (kind, interval) in zip((0.15, -0.15), _gain_pair_named(fit, v), strict=True):
@@ -255,7 +255,7 @@ def metric_figure(table: pa.Table, plot: MetricPlot) -> Figure | None:
     cmap = matplotlib.colormaps["plasma"]
     styles = ["o-", "s--", "^:", "d-."]
     budget_order = sorted({b for _, b in lines}, key=_budget_order)
-    fig, ax = _figure(6.0, 4.0)
+    fig, ax = new_figure(6.0, 4.0)
     for (s, b), r in sorted(
         lines.items(), key=lambda kv: (order.index(kv[0][0]), _budget_order(kv[0][1]))
     ):

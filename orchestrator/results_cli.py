@@ -14,6 +14,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from orchestrator.wide_tables import print_table
+
 app = typer.Typer(
     help="Aggregated results of a sweep: Parquet tables, queries, scaling fits, plots, report.",
     no_args_is_help=True,
@@ -209,7 +211,11 @@ def _print_table(result, output: Path | None, chosen: bool = False) -> None:  # 
         table.caption = caption.replace(
             f"{result.num_rows} rows", f"first 500 of {result.num_rows} rows (--format csv for all)"
         )
-    (Console(file=open(output, "w")) if output else console).print(table)  # noqa: SIM115
+    if output:
+        with open(output, "w") as f:
+            Console(file=f).print(table)
+    else:
+        print_table(console, table)
 
 
 def _cell(v: object) -> str:

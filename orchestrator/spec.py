@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from contract.config import FrozenConfig, format_config_error, sub_config_class
+from contract.config import FrozenConfig, did_you_mean, format_config_error, sub_config_class
 from jobs.config import JobCheckError, JobConfig
 from jobs.gpus import gpu_spec
 from models import catalog
@@ -72,6 +72,15 @@ class _PartialJobSchema:
 
 Base = Annotated[dict[str, Any], _PartialJobSchema()]
 AxisValues = list[Any]
+
+
+def _dotted_key(key: str) -> str:
+    check_dotted_key(key)
+    return key
+
+
+# an axis' keys are checked one by one, so every misspelt key of a grid is reported
+AxisKey = Annotated[str, AfterValidator(_dotted_key)]
 
 
 class IsoFlopAxis(FrozenConfig):
@@ -229,10 +238,10 @@ class SweepSpec(FrozenConfig):
     variants: list[Annotated[str, AfterValidator(catalog.canonical_variant)]] = Field(
         default_factory=list, description="mechanism presets, e.g. dense, hadamard, budget+tsa"
     )
-    grid: dict[str, AxisValues] = Field(
+    grid: dict[AxisKey, AxisValues] = Field(
         default_factory=dict, description="dotted key -> values; the cartesian product"
     )
-    zip: dict[str, AxisValues] = Field(
+    zip: dict[AxisKey, AxisValues] = Field(
         default_factory=dict, description="dotted key -> values; lists of equal length, paired"
     )
     isoflop: IsoFlopAxis | None = None
@@ -277,9 +286,8 @@ class SweepSpec(FrozenConfig):
 
     @field_validator("grid", "zip")
     @classmethod
-    def _dotted_keys(cls, axes: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    def _axes_have_values(cls, axes: dict[str, list[Any]]) -> dict[str, list[Any]]:
         for key, values in axes.items():
-            check_dotted_key(key)
             if not values:
                 raise ValueError(f"{key}: needs at least one value")
         return axes
@@ -311,7 +319,8 @@ def check_dotted_key(key: str) -> None:
         if part not in keys:
             where = ".".join(parts[:i]) or "a job"
             raise ValueError(
-                f"{key!r}: {part!r} is not a key of {where} (allowed: {', '.join(keys)})"
+                f"{key!r}: {part!r} is not a key of {where}{did_you_mean(part, keys)} "
+                f"(allowed: {', '.join(keys)})"
             )
         if cls.__name__ == "DeepSpeedConfig" and part == "extra":
             return  # free-form DeepSpeed keys below
@@ -337,10 +346,29 @@ def parse_spec(
     try:
         spec = SweepSpec.model_validate(copy.deepcopy(data))
     except ValidationError as e:
-        raise SpecError(problems + located_errors(e, source)) from None
+        raise SpecError(
+            problems + located_errors(e, source) + unknown_base_keys(data, source)
+        ) from None
     if problems:
         raise SpecError(problems)
     return spec, source
+
+
+def unknown_base_keys(data: dict[str, Any], source: SourceMap) -> list[str]:
+    """The unknown keys under `base`, found without the axes: reported with the sweep's
+    other errors, so a file's mistakes all show at once (the rest of base is checked per
+    trial, once the axes have filled it in: orchestrator/expand.py)."""
+    base = data.get("base")
+    if not isinstance(base, dict):
+        return []
+    try:
+        JobConfig.model_validate(base)
+    except ValidationError as e:
+        unknown = [i for i in e.errors() if i["type"] == "extra_forbidden"]
+        if unknown:
+            only = ValidationError.from_exception_data(e.title, unknown)
+            return located_errors(only, source, lambda loc: ("base", *loc))
+    return []
 
 
 def load_spec(path: str | Path) -> tuple[SweepSpec, SourceMap]:
@@ -367,7 +395,7 @@ def located_errors(
     messages = format_config_error(error, "").splitlines()
     out = []
     for item, message in zip(error.errors(), messages, strict=True):
-        at = tuple(item["loc"])
+        at = tuple(p for p in item["loc"] if p != "[key]")  # a dict key's own error
         cause = (item.get("ctx") or {}).get("error")
         if isinstance(cause, JobCheckError):  # a check across sections names its keys
             at = checked_key(cause, at, relocate)

@@ -16,7 +16,9 @@ from rich.table import Table
 
 from contract.runs import TERMINAL, Status, Tag
 from orchestrator.commands import _fail, _find, err, out
+from orchestrator.completion import sweep_files
 from orchestrator.sweep_view import STATUS_COLUMNS, status_cells, status_row
+from orchestrator.wide_tables import print_table
 
 STATUSES = (Status.RUNNING, Status.SCHEDULED, Status.FINISHED, Status.FAILED, Status.KILLED)
 # MLflow 3's UI keeps "GenAI" or "Model training" as a browser setting (GenAI unless
@@ -60,7 +62,9 @@ def _status_table(ledger: Any, rows: list[dict[str, Any]]) -> Table:
 
 
 def status(
-    sweep: str = typer.Argument(..., help="Sweep name (or its YAML file)."),
+    sweep: str = typer.Argument(
+        ..., help="Sweep name (or its YAML file).", autocompletion=sweep_files
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     watch: bool = typer.Option(
         False, "--watch", "-w", help="Refresh the table until every trial is done."
@@ -85,7 +89,7 @@ def status(
                 rows = _status_rows(ledger)
                 live.update(_status_table(ledger, rows), refresh=True)
         return
-    out.print(_status_table(ledger, rows))
+    print_table(out, _status_table(ledger, rows))
     done = sum(r["status"] in TERMINAL for r in rows)
     with Progress(
         TextColumn("{task.description}"),
@@ -99,18 +103,25 @@ def status(
 
 
 def logs(
-    sweep: str = typer.Argument(..., help="Sweep name (or its YAML file)."),
+    sweep: str = typer.Argument(
+        ..., help="Sweep name (or its YAML file).", autocompletion=sweep_files
+    ),
     trial: str = typer.Argument(None, help="Trial id (a prefix will do) or run name."),
-    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing as it grows."),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="Keep printing as it grows, until the trial ends."
+    ),
+    timeout: float = typer.Option(
+        None, "--timeout", min=0, help="With --follow: stop after this many seconds."
+    ),
     lines: int = typer.Option(40, "--lines", "-n", help="How many of its last lines."),
 ) -> None:
     """Print a trial's log (stdout and stderr of every attempt); without TRIAL, list them."""
-    import time
-
     from contract.workdir import trial_log
+    from jobs.trial_logs import follow as follow_log
     from jobs.trial_logs import tail
 
-    records = list(_find(sweep).records().values())
+    ledger = _find(sweep)
+    records = list(ledger.records().values())
     if trial is None:
         for rec in records:
             last = tail(rec.trial_id, 1) or "(no log here)"
@@ -123,19 +134,30 @@ def logs(
         raise _fail(
             f"{trial!r} names {len(chosen)} trials of sweep {sweep}" + (f": {ids}" if ids else "")
         )
-    path = trial_log(chosen[0].trial_id)
+    rec = chosen[0]
+    path = trial_log(rec.trial_id)
     if not path.exists():
         raise _fail(f"no log at {path} (the trial has not run on this machine)")
-    sys.stdout.write(tail(chosen[0].trial_id, lines) + "\n")
     offset = path.stat().st_size
-    while follow:
-        time.sleep(1.0)
-        with open(path, "rb") as f:
-            f.seek(offset)
-            chunk = f.read()
-        offset += len(chunk)
-        sys.stdout.write(chunk.decode(errors="replace"))
+    sys.stdout.write(tail(rec.trial_id, lines, end=offset) + "\n")
+    sys.stdout.flush()
+    if not follow:
+        return
+    status = rec.status
+
+    def ended() -> bool:
+        nonlocal status
+        status = ledger.record(rec.run_id).status
+        return status in TERMINAL
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
         sys.stdout.flush()
+
+    if follow_log(path, offset, ended, write, timeout_s=timeout):
+        err.print(f"trial {rec.trial_id} ended: {status}")
+    else:
+        err.print(f"stopped following after {timeout:g} s; trial {rec.trial_id} is {status}")
 
 
 def ui(

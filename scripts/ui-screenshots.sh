@@ -6,8 +6,8 @@
 #
 # After `make demo` (or any finished sweep in $SCALELAB_HOME): starts `scalelab ui` on a free
 # port of 127.0.0.1, saves ui-experiment.png (what the experiment opens on), ui-runs.png (the
-# runs list), ui-trial.png (one trial's run) and ui-parent-artifacts.png (the sweep's parent
-# run: report and plots), then stops the UI.
+# runs' chart view), ui-trial.png (one trial's run) and
+# ui-parent-artifacts.png (the sweep's parent run: its loss-vs-FLOPs plot), then stops the UI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -61,6 +61,6 @@ shot() {  # name, URL fragment
 }
 VIEW="workflowType=machine_learning"  # the UI's model-training mode (docs/monitoring.md)
 shot ui-experiment "#/experiments/$EID?$VIEW"
-shot ui-runs "#/experiments/$EID/runs?$VIEW"
+shot ui-runs "#/experiments/$EID/runs?$VIEW&compareRunsMode=CHART"  # the runs' charts
 shot ui-trial "#/experiments/$EID/runs/$TRIAL?$VIEW"
-shot ui-parent-artifacts "#/experiments/$EID/runs/$PARENT/artifacts?$VIEW"
+shot ui-parent-artifacts "#/experiments/$EID/runs/$PARENT/artifacts/plots/loss_vs_flops.png?$VIEW"

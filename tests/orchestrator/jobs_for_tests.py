@@ -99,3 +99,31 @@ def diverges(job: JobConfig, run_id: str | None = None) -> dict:
     if job.seed == 1:
         return {"status": "FAILED", "reason": "diverged: loss nan at step 3", "diverged": True}
     return {"status": "FINISHED"}
+
+
+def curve(job: JobConfig, run_id: str | None = None) -> dict:
+    """Writes down how many finished trials the parent run's live loss-vs-FLOPs figure shows
+    now (`figure-<n>`; `figure-none` without one), then logs a val/loss curve against GFLOPs
+    (steps 1, 2, 4) and finishes."""
+    import tempfile
+
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric as MlflowMetric
+    from PIL import Image
+
+    from contract.runs import Metric
+    from contract.workdir import tracking_uri
+    from orchestrator.live_figure import FINISHED_KEY, FOLDER, NAME
+
+    client = MlflowClient(tracking_uri())
+    parent = client.get_run(run_id).data.tags["mlflow.parentRunId"]
+    shown = "none"
+    if f"{FOLDER}/{NAME}" in {a.path for a in client.list_artifacts(parent, FOLDER)}:
+        with tempfile.TemporaryDirectory() as tmp:
+            png = client.download_artifacts(parent, f"{FOLDER}/{NAME}", tmp)
+            shown = Image.open(png).text[FINISHED_KEY]
+    _record(job, run_id, f"figure-{shown}")
+    now = int(time.time() * 1000)
+    points = [MlflowMetric(Metric.VAL_LOSS_AT_GFLOP, 5.0 / s, now, s) for s in (1, 2, 4)]
+    client.log_batch(run_id, metrics=points)
+    return {"status": "FINISHED"}

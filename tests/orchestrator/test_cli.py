@@ -47,6 +47,16 @@ def test_bad_yaml_and_unknown_backend_exit_nonzero_naming_the_line(tmp_path, wor
     assert result.exit_code == 2 and "backend.kind" in result.stderr and "'slurm'" in result.stderr
 
 
+def test_two_errors_in_a_sweep_file_both_reported_exit_2(tmp_path, work_home):
+    text = sweep_yaml("twoerr", backend="{kind: local}").replace("backend:", "backnd:", 1)
+    path = _write(tmp_path, text.replace("name: twoerr", "name: twoerr\nexperimnt: e"))
+    result = runner.invoke(app, ["submit", str(path), "--dry-run"])
+    assert result.exit_code == 2, result.output
+    assert "did you mean 'backend'?" in result.stderr
+    assert "did you mean 'experiment'?" in result.stderr
+    assert "Traceback" not in result.output
+
+
 @pytest.mark.slow
 def test_slurm_not_reachable_submits_nothing(tmp_path, work_home, sweep_name):
     path = _write(tmp_path, sweep_yaml(sweep_name, backend="{kind: slurm}"))

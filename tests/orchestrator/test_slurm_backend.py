@@ -48,6 +48,26 @@ def test_array_of_trials_runs_and_records_job_ids(
     assert "flaky failure number 2" in recs[flaky].tags["scalelab.error"]  # from the job's log
 
 
+def test_a_slurm_trial_s_output_is_in_its_log_and_on_its_run(
+    slurm_cluster, ray_session, work_home, sweep_name
+):
+    backend = (
+        "{kind: slurm, concurrency: 1, max_retries: 0, "
+        f"slurm: {{partition: {slurm_cluster.partition}, time_min: 5, poll_s: 1}}}}"
+    )
+    spec, source = parse_spec(sweep_yaml(sweep_name, seeds=1, first_seed=7500, backend=backend))
+    (trial,) = expand(spec, source)
+    out = run_sweep(spec, [trial], Ledger(spec.name), job="jobs_for_tests:talkative")
+    assert out.finished == [trial.trial_id]
+    log = workdir.trial_log(trial.trial_id).read_text()
+    for line in ("stdout of seed 7500", "stderr of seed 7500", "child process of seed 7500"):
+        assert line in log  # what the job printed on the SLURM node, fds 1 and 2
+    run_id = Ledger(spec.name).records()[trial.trial_id].run_id
+    client = MlflowClient(tracking_uri())
+    assert "job.json" in {a.path for a in client.list_artifacts(run_id)}
+    assert "logs/trial.log" in {a.path for a in client.list_artifacts(run_id, "logs")}
+
+
 def _sbatch_count(job_name: str) -> int:
     """How many SLURM jobs were ever submitted under this name (accounting, not the queue)."""
     res = subprocess.run(

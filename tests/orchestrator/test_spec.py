@@ -217,3 +217,23 @@ def problems_with(text: str, overrides: list[str]) -> list[str]:
         spec, source = parse_spec(text, "x.yaml", overrides)
         expand(spec, source)
     return e.value.problems
+
+
+def test_every_error_of_a_file_at_once_with_did_you_mean():
+    # a misspelt top-level key, two misspelt grid keys and a misspelt base key
+    text = BASE.replace("{tokens: 4096}", "{tokens: 4096, lrr: 0.1}")
+    text += "grid: {train.lrr: [0.1], model.sise: [nano]}\nbackedn: {kind: local}\n"
+    lines = problems(text)
+    assert len(lines) == 4, lines
+    by_key = {line.split(": ")[1]: line for line in lines}
+    assert by_key["backedn"].startswith("x.yaml:8: ")
+    assert "did you mean 'backend'?" in by_key["backedn"]
+    assert "'lrr' is not a key of train, did you mean 'lr'?" in by_key["grid.train.lrr"]
+    assert "did you mean 'size'?" in by_key["grid.model.sise"]
+    assert by_key["base.train.lrr"].startswith("x.yaml:5: ")
+    assert "did you mean 'lr'?" in by_key["base.train.lrr"]
+
+
+def test_unknown_key_far_from_every_allowed_one_gets_no_guess():
+    (line,) = problems(BASE + "zzzzqq: 1\n")
+    assert "unknown key (allowed: " in line and "did you mean" not in line

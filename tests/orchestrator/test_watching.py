@@ -5,6 +5,8 @@ REST API)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -15,11 +17,15 @@ from conftest import calls, sweep_yaml
 from faults.mlflow_kit import MlflowServer
 from typer.testing import CliRunner
 
-from contract.workdir import tracking_uri, trial_dir
+from contract.workdir import tracking_uri, trial_dir, trial_log
+from jobs.trial_logs import follow
 from orchestrator.cli import app
+from orchestrator.expand import expand
 from orchestrator.ledger import Ledger
+from orchestrator.spec import parse_spec
 
 runner = CliRunner()
+SCALELAB = Path(sys.executable).with_name("scalelab")
 ONCE = "{concurrency: 2, max_retries: 0, cpus_per_trial: 0.5}"
 
 
@@ -67,6 +73,69 @@ def test_a_failed_trial_leaves_its_log_and_the_summary_still_comes(
     top = {a.path for a in client.list_artifacts(failed.run_id)}
     attached = {a.path for a in client.list_artifacts(failed.run_id, "logs")}
     assert "job.json" in top and {"logs/trial.log", "logs/traceback.txt"} <= attached
+
+
+@pytest.mark.slow
+def test_parent_loss_vs_flops_figure_fills_in_as_trials_finish(
+    tmp_path, ray_session, work_home, sweep_name
+):
+    from mlflow import MlflowClient
+    from PIL import Image
+
+    from orchestrator.live_figure import FINISHED_KEY, FOLDER, NAME
+
+    one_at_a_time = "{concurrency: 1, max_retries: 0, cpus_per_trial: 0.5}"
+    path = _write(tmp_path, sweep_yaml(sweep_name, seeds=2, backend=one_at_a_time))
+    job = ["--job", "jobs_for_tests:curve", "--no-summary"]
+    result = runner.invoke(app, ["submit", str(path), *job])
+    assert result.exit_code == 0, result.output
+    ledger = Ledger(sweep_name)
+    seen = sorted(
+        p.name.split("-")[1]
+        for rec in ledger.records().values()
+        for p in (work_home / "calls" / rec.run_id).glob("figure-*")
+    )
+    assert seen == ["1", "none"]  # the second trial saw the first one's curve on the parent
+    client = MlflowClient(tracking_uri())
+    png = client.download_artifacts(ledger.find_parent(), f"{FOLDER}/{NAME}", str(tmp_path))
+    assert Image.open(png).text[FINISHED_KEY] == "2"  # and both at the end
+
+
+@pytest.mark.slow
+def test_logs_follow_prints_what_is_appended_and_exits_when_the_trial_ends(work_home, sweep_name):
+    spec, source = parse_spec(sweep_yaml(sweep_name, seeds=1, first_seed=7400))
+    (trial,) = expand(spec, source)
+    ledger = Ledger(spec.name)
+    rec = ledger.sync(spec, [trial])[trial.trial_id]
+    ledger.set_status(rec.run_id, "RUNNING")
+    log = trial_log(trial.trial_id)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("before following\n")
+    command = [str(SCALELAB), "logs", sweep_name, trial.trial_id[:8], "--follow"]
+    follower = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert follower.stdout.readline() == "before following\n"
+        with log.open("a") as f:
+            f.write("appended while following\n")
+        assert follower.stdout.readline() == "appended while following\n"
+        with log.open("a") as f:
+            f.write("the last words\n")
+        ledger.set_status(rec.run_id, "FINISHED")
+        rest, errors = follower.communicate(timeout=30)  # it stops by itself
+    finally:
+        follower.kill()
+    assert follower.returncode == 0, errors
+    assert rest == "the last words\n" and f"{trial.trial_id} ended: FINISHED" in errors
+
+
+def test_follow_stops_at_its_bound_while_the_trial_runs(tmp_path):
+    log = tmp_path / "trial.log"
+    log.write_text("old\nnew ✓\n")
+    written: list[str] = []
+    started = time.monotonic()
+    ended = follow(log, 4, lambda: False, written.append, poll_s=0.05, timeout_s=0.3)
+    assert not ended and 0.3 <= time.monotonic() - started < 5
+    assert "".join(written) == "new ✓\n"
 
 
 def _get(uri: str, route: str, **query: str) -> dict:
