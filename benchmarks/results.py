@@ -6,7 +6,7 @@ bootstrap: a full bootstrap fit with 1,000 resamples over 100 trials (goal: < 10
 cores) for the Chinchilla law (Approach 3), the loss-versus-compute law and the
 compute-equivalent gain (100 trials: 50 baseline + 50 variant).
 
-sync: `orchestrator.results.sync` of 1,000 trials x 1,000 curve points from local curve
+sync: `analysis.results.sync` of 1,000 trials x 1,000 curve points from local curve
 files (goal: < 30 s), cold and incremental (all FINISHED: nothing re-read). The synthetic
 sweep (real MLflow sqlite runs + trial directories) is written once to
 $SCALELAB_BENCH_DIR (default /tmp/scalelab-bench-results) and reused.
@@ -20,12 +20,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
-from orchestrator.scaling import (
+from analysis.scaling import (
     ChinchillaFit,
     Trials,
     bootstrap,
@@ -100,8 +102,10 @@ def bench_sync(n_seeds: int = 25, steps: int = 250) -> None:
     home = _env_home()
     os.environ["SCALELAB_HOME"] = home
     os.environ.pop("MLFLOW_TRACKING_URI", None)
-    from orchestrator.results import store, sync
-    from orchestrator.results.synthetic import write_sweep
+    from analysis.results import store, sync
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "orchestrator"))
+    from synthetic_sweep import write_sweep  # test support: writes sweeps straight into MLflow
 
     marker = os.path.join(home, "bench-sweep-ready")
     if not os.path.exists(marker):
@@ -144,7 +148,7 @@ def bench_query(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from orchestrator.results import metric_at, query, store
+    from analysis.results import metric_at, query, store
 
     root = tempfile.mkdtemp(prefix="scalelab-bench-query-")
     n = n_trials * n_metrics * steps

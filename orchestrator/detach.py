@@ -107,7 +107,7 @@ def submit_detached(
         "RAY_USAGE_STATS_ENABLED": "0",
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }
-    entry = [sys.executable, "-m", "orchestrator.cli", "submit", str(sweep), "--job", job,
+    entry = [sys.executable, "-m", "cli.main", "submit", str(sweep), "--job", job,
              "--max-trials", str(max_trials), *(overrides or [])]  # fmt: skip
     client = JobSubmissionClient(address, headers=_headers(head_token()))
     job_id = client.submit_job(

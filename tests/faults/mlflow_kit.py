@@ -86,7 +86,7 @@ def env(home: Path, uri: str | None = None) -> dict[str, str]:
 def scalelab(*args: str, home: Path, uri: str | None = None, timeout: float = 300):
     """Run the real CLI; returns the CompletedProcess (text)."""
     return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
+        [sys.executable, "-m", "cli.main", *args],
         env=env(home, uri), capture_output=True, text=True, timeout=timeout, cwd=ROOT,
     )  # fmt: skip
 

@@ -10,7 +10,7 @@ import torch
 from trained_checks import checkpoint_val_loss
 from typer.testing import CliRunner
 
-from orchestrator.cli import app
+from cli.main import app
 
 
 class _RunsCode:

@@ -71,7 +71,7 @@ def test_a_driver_sends_what_an_outage_held_back_then_marks_finished(tmp_path):
         sweep.write_text(sweep_yaml("outage", seeds=1, steps=STEPS))
         (trial,) = expand(*parse_spec(sweep.read_text(), str(sweep)))
         driver = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.cli", "submit", str(sweep), "--no-summary"],
+            [sys.executable, "-m", "cli.main", "submit", str(sweep), "--no-summary"],
             env=_quick_finish(env(home, server.uri)),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip

@@ -118,7 +118,7 @@ backend: {concurrency: 2, max_retries: 0, cpus_per_trial: 0.5}
     for var in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN",
                 "RAY_AUTH_TOKEN_PATH"):  # fmt: skip
         env.pop(var, None)
-    cmd = [sys.executable, "-m", "orchestrator.cli", "submit", str(sweep),
+    cmd = [sys.executable, "-m", "cli.main", "submit", str(sweep),
            "--job", job, "--no-summary"]  # fmt: skip
     log = open(tmp_path / "driver.log", "w")  # closed in the finally below
     driver = Driver(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))

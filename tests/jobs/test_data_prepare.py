@@ -30,7 +30,7 @@ def corpus(tmp_path_factory) -> Path:
 
 
 def _cli(corpus: Path, data: Path, workers: int) -> list[str]:
-    return [sys.executable, "-m", "orchestrator.cli", "data", "prepare", str(corpus),
+    return [sys.executable, "-m", "cli.main", "data", "prepare", str(corpus),
             "--tokenizer", "gpt2", "--shard-tokens", "20000", "--workers", str(workers)]  # fmt: skip
 
 

@@ -109,7 +109,7 @@ def test_the_gradient_dtype_is_in_the_trial_id_and_compile_is_not(tiny_job):
     "key", ["data_types", "communication_data_type", "bf16", "gradient_clipping"]
 )
 def test_deepspeed_extra_cannot_change_the_numerics(key, home, tmp_path):
-    from orchestrator.cli import app
+    from cli.main import app
 
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(

@@ -111,9 +111,9 @@ def curve(job: JobConfig, run_id: str | None = None) -> dict:
     from mlflow.entities import Metric as MlflowMetric
     from PIL import Image
 
+    from analysis.live_figure import FINISHED_KEY, FOLDER, NAME
     from contract.runs import Metric
     from contract.workdir import tracking_uri
-    from orchestrator.live_figure import FINISHED_KEY, FOLDER, NAME
 
     client = MlflowClient(tracking_uri())
     parent = client.get_run(run_id).data.tags["mlflow.parentRunId"]

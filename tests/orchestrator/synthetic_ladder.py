@@ -1,5 +1,5 @@
 """Synthetic ladders with a known truth, in memory (numpy, no MLflow): the statistics tests'
-ground truth. (orchestrator.results.synthetic writes whole sweeps into MLflow for the tests
+ground truth. (synthetic_sweep writes whole sweeps into MLflow for the tests
 of sync, plots and report, and for the benchmarks.)
 
 The baseline's loss follows L(C) = E + A C^-alpha; a variant with multiplier m follows

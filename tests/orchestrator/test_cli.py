@@ -17,7 +17,7 @@ from conftest import HERE, calls, sweep_yaml
 from faults.mlflow_kit import NO_JOB_RUNNER
 from typer.testing import CliRunner
 
-from orchestrator.cli import app
+from cli.main import app
 from orchestrator.ledger import Ledger
 
 runner = CliRunner()
@@ -153,7 +153,7 @@ def test_kill_9_the_driver_then_resubmit_picks_up(
         "SCALELAB_TEST_SLEEP": "1.5",
     }
     driver = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "submit", str(path), "--job", "jobs_for_tests:sleepy"],
+        [sys.executable, "-m", "cli.main", "submit", str(path), "--job", "jobs_for_tests:sleepy"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     deadline = time.monotonic() + 120

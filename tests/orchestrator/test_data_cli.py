@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator.cli import app
+from cli.main import app
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 

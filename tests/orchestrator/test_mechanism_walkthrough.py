@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 from rezero_mechanism import ReZero  # tests/support: on sys.path and on Ray's PYTHONPATH
 
+from analysis.plots import metric_figure
+from analysis.results import load_trials, sync
 from models import catalog
 from models.build import build
 from models.mechanism import registered
 from orchestrator.expand import expand
 from orchestrator.ledger import Ledger
-from orchestrator.plots import metric_figure
-from orchestrator.results import load_trials, sync
 from orchestrator.scheduler import run_sweep
 from orchestrator.spec import parse_spec
 

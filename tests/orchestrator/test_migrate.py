@@ -11,11 +11,11 @@ import pytest
 from mlflow.entities import Param
 from typer.testing import CliRunner
 
+from cli.main import app
 from contract import workdir
 from contract.runs import Role, Status, Tag
 from jobs.config import JobConfig
 from jobs.provenance import mlflow_params
-from orchestrator.cli import app
 from orchestrator.expand import expand
 from orchestrator.ledger import Ledger
 from orchestrator.migrate import MigrationRefused, migrate_sweep, needs_migration

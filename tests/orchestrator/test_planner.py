@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from cli.main import app
 from jobs.gpus import GPUS
 from models.build import build
 from models.config import ModelConfig
 from models.flops import forward_flops_per_token
-from orchestrator.cli import app
 from orchestrator.expand import expand
 from orchestrator.memory import PROCESS_HOST_BYTES, parameter_sizes
 from orchestrator.planner import Placement, plan_sweep, plan_trial
@@ -206,7 +206,7 @@ def test_the_planner_and_the_cli_import_no_torch():
     import sys
 
     code = (
-        "import sys, orchestrator.cli, orchestrator.planner, jobs.ds_config, jobs.gpus; "
+        "import sys, cli.main, orchestrator.planner, jobs.ds_config, jobs.gpus; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -1,4 +1,4 @@
-"""orchestrator.plots: the figures the data supports, with labelled, scaled axes; PNGs on
+"""analysis.plots: the figures the data supports, with labelled, scaled axes; PNGs on
 disk and as artifacts of the sweep's MLflow parent run."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from mlflow import MlflowClient
+from synthetic_sweep import write_sweep
 
+from analysis import plots
+from analysis.results import load_curves, sweep_dir, sync
+from analysis.results.fit import fit_sweep
+from analysis.results.sources import find_sweep_runs
 from contract import workdir
 from models import catalog
-from orchestrator import plots
-from orchestrator.results import load_curves, sweep_dir, sync
-from orchestrator.results.fit import fit_sweep
-from orchestrator.results.sources import find_sweep_runs
-from orchestrator.results.synthetic import write_sweep
 
 SIZES = ("nano", "micro", "mini", "124M")
 
@@ -136,7 +136,7 @@ def test_the_law_label_says_when_a_law_fell_back_or_failed_its_check():
     legend says so; the demo's BudgetFormer frontier: its law is not pinned down."""
     from synthetic_ladder import DEMO, SIZES, as_trials, ladder
 
-    from orchestrator.results.fit import fit_table
+    from analysis.results.fit import fit_table
 
     sizes = {k: SIZES[k] for k in ("nano", "tiny", "micro", "mini")}
     truth = DEMO.with_noise(E=0.0, cell_sd=0.002, trial_sd=0.002)

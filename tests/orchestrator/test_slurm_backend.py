@@ -15,10 +15,10 @@ from conftest import HERE, calls, sweep_yaml
 from mlflow import MlflowClient
 from typer.testing import CliRunner
 
+from cli.main import app
 from contract import workdir
 from contract.runs import Tag
 from contract.workdir import tracking_uri
-from orchestrator.cli import app
 from orchestrator.expand import expand
 from orchestrator.ledger import Ledger
 from orchestrator.scheduler import run_sweep
@@ -92,7 +92,7 @@ def test_a_restarted_driver_reattaches_to_the_running_slurm_job(
         "SCALELAB_TEST_SLEEP": "6",  # the SLURM job inherits it (sbatch exports the env)
     }
     driver = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "submit", str(path),
+        [sys.executable, "-m", "cli.main", "submit", str(path),
          "--job", "jobs_for_tests:sleepy", "--no-summary"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip

@@ -156,7 +156,7 @@ def test_the_hadamard_plan_prices_every_ladder_size():
 def test_submit_dry_run_prints_the_plan_as_json(tmp_path, monkeypatch):
     monkeypatch.setenv("SCALELAB_HOME", str(tmp_path))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    from orchestrator.cli import app
+    from cli.main import app
 
     result = CliRunner().invoke(
         app, ["submit", str(SWEEPS / "hadamard_cpu.yaml"), "--dry-run", "--json"]
@@ -179,7 +179,7 @@ def test_submit_dry_run_refuses_a_tokenizer_this_machine_cannot_load(tmp_path, m
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")  # a download would fail
-    from orchestrator.cli import app
+    from cli.main import app
 
     path = tmp_path / "hadamard.yaml"
     path.write_text((SWEEPS / "hadamard.yaml").read_text().replace(

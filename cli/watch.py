@@ -1,6 +1,6 @@
 """CLI commands that watch a sweep: status, logs, ui (docs/monitoring.md).
 
-Registered onto `orchestrator.cli.app` after `orchestrator.commands`, whose console and
+Registered onto `cli.main.app` after `cli.sweeps`, whose console and
 error printer they share; ray and mlflow are imported inside the commands.
 """
 
@@ -14,11 +14,11 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from cli.completion import sweep_files
+from cli.sweep_view import STATUS_COLUMNS, status_cells, status_row
+from cli.sweeps import _fail, _find, err, out
+from cli.wide_tables import print_table
 from contract.runs import TERMINAL, Status, Tag
-from orchestrator.commands import _fail, _find, err, out
-from orchestrator.completion import sweep_files
-from orchestrator.sweep_view import STATUS_COLUMNS, status_cells, status_row
-from orchestrator.wide_tables import print_table
 
 STATUSES = (Status.RUNNING, Status.SCHEDULED, Status.FINISHED, Status.FAILED, Status.KILLED)
 # MLflow 3's UI keeps "GenAI" or "Model training" as a browser setting (GenAI unless

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from orchestrator.wide_tables import print_table
+from cli.wide_tables import print_table
 
 app = typer.Typer(
     help="Aggregated results of a sweep: Parquet tables, queries, scaling fits, plots, report.",
@@ -42,7 +42,7 @@ def _fail(message: str) -> typer.Exit:
 
 def _synced(sweep: str, uri: str | None) -> None:
     """Sync first when the sweep has never been synced (queries then just work)."""
-    from orchestrator.results import store, sync
+    from analysis.results import store, sync
 
     if store.read_table(store.TRIALS, sweep) is None:
         Console(stderr=True).print(str(sync(sweep, uri)), highlight=False)
@@ -50,8 +50,8 @@ def _synced(sweep: str, uri: str | None) -> None:
 
 def _guard(fn):  # noqa: ANN001, ANN202
     """Run a command body; ResultsError/ScalingError -> exit 2 with one line."""
-    from orchestrator.results.store import ResultsError
-    from orchestrator.scaling import ScalingError
+    from analysis.results.store import ResultsError
+    from analysis.scaling import ScalingError
 
     try:
         return fn()
@@ -62,7 +62,7 @@ def _guard(fn):  # noqa: ANN001, ANN202
 @app.command("sync")
 def sync_cmd(sweep: str = SWEEP, tracking_uri: str | None = URI) -> None:
     """Build or refresh the sweep's `trials` and `curves` Parquet tables (incremental)."""
-    from orchestrator.results import sync
+    from analysis.results import sync
 
     result = _guard(lambda: sync(sweep, tracking_uri))
     console.print(str(result), highlight=False)
@@ -95,7 +95,7 @@ def query_cmd(
     tracking_uri: str | None = URI,
 ) -> None:
     """Filter and aggregate a sweep's results (syncs first if never synced)."""
-    from orchestrator.results import query
+    from analysis.results import query
 
     if fmt not in ("table", "csv", "json", "parquet"):
         raise _fail(f"--format {fmt!r}: expected table, csv, json or parquet")
@@ -106,7 +106,7 @@ def query_cmd(
     def run():  # noqa: ANN202
         import warnings
 
-        from orchestrator.results.query import ResultsWarning
+        from analysis.results.query import ResultsWarning
 
         _synced(sweep, tracking_uri)
         with warnings.catch_warnings(record=True) as caught:
@@ -116,7 +116,7 @@ def query_cmd(
             err.print(f"warning: {w.message}", highlight=False, markup=False, soft_wrap=True)
         if columns:
             wanted = [c.strip() for c in columns.split(",") if c.strip()]
-            from orchestrator.results.store import ResultsError
+            from analysis.results.store import ResultsError
 
             missing = [c for c in wanted if c not in result.column_names]
             if missing:
@@ -239,8 +239,8 @@ def fit_cmd(
 ) -> None:
     """Scaling laws per variant, the compute-equivalent gain vs the baseline with bootstrap
     intervals, and per-size differences."""
-    from orchestrator.results.fit import fit_sweep
-    from orchestrator.results.render import rich_tables
+    from analysis.results.fit import fit_sweep
+    from analysis.results.render import rich_tables
 
     def run():  # noqa: ANN202
         _synced(sweep, tracking_uri)
@@ -257,11 +257,11 @@ def fit_cmd(
 
 
 def _fit_and_plot(sweep: str, baseline: str, resamples: int, tracking_uri: str | None):  # noqa: ANN202
+    from analysis import plots
+    from analysis.results import load_curves, sweep_dir
+    from analysis.results.fit import fit_sweep
+    from analysis.results.sources import find_sweep_runs
     from contract import workdir
-    from orchestrator import plots
-    from orchestrator.results import load_curves, sweep_dir
-    from orchestrator.results.fit import fit_sweep
-    from orchestrator.results.sources import find_sweep_runs
 
     _synced(sweep, tracking_uri)
     fit = fit_sweep(sweep, baseline=baseline, n_resamples=resamples)
@@ -294,8 +294,8 @@ def report_cmd(
     tracking_uri: str | None = URI,
 ) -> None:
     """One Markdown report (tables + plots) at results/<sweep>/report.md."""
-    from orchestrator.report import write_report
-    from orchestrator.results import sweep_dir
+    from analysis.report import write_report
+    from analysis.results import sweep_dir
 
     fit, files, _, uri = _guard(lambda: _fit_and_plot(sweep, baseline, resamples, tracking_uri))
     console.print(str(write_report(fit, files, sweep_dir(sweep), uri)), highlight=False)
@@ -309,7 +309,7 @@ def summary_cmd(
     tracking_uri: str | None = URI,
 ) -> None:
     """sync + fit + plot + report in one go, printing the gains and where everything is."""
-    from orchestrator.report import summarise_sweep
+    from analysis.report import summarise_sweep
 
     print(
         _guard(
@@ -340,9 +340,9 @@ def forecast_cmd(
 ) -> None:
     """Forecast the final loss of a larger run from the smaller ones, with a prediction
     interval; --holdout backtests it on a size that was run."""
-    from orchestrator.results import load_trials
-    from orchestrator.results.forecast import forecast_table
-    from orchestrator.results.store import ResultsError
+    from analysis.results import load_trials
+    from analysis.results.forecast import forecast_table
+    from analysis.results.store import ResultsError
 
     if law not in ("auto", "C", "ND"):
         raise _fail(f"--law {law!r}: expected auto, C or ND")
@@ -400,9 +400,9 @@ def advise_cmd(
 ) -> None:
     """What to run next: how many more seeds, or which extra size or budget, would let the
     paired gain tell a given compute gain from none, and what it costs."""
-    from orchestrator.results.advice import costing
-    from orchestrator.results.export import advice_dict
-    from orchestrator.results.fit import fit_sweep
+    from analysis.results.advice import costing
+    from analysis.results.export import advice_dict
+    from analysis.results.fit import fit_sweep
 
     if not 0 < effect < 1:
         raise _fail(f"--effect {effect}: expected a fraction between 0 and 1 (0.05 = 5%)")

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from orchestrator.results.render import markdown_table, sections
+from analysis.results.render import markdown_table, sections
 
 if TYPE_CHECKING:
-    from orchestrator.results.fit import SweepFit
-    from orchestrator.scaling import Interval
+    from analysis.results.fit import SweepFit
+    from analysis.scaling import Interval
 
 
 def write_report(
@@ -166,15 +166,15 @@ def summarise_sweep(
     summary that says why."""
     from rich.console import Console
 
+    from analysis import plots as plotting
+    from analysis.parent_record import record_on_parent
+    from analysis.results import load_curves, sweep_dir, sync
+    from analysis.results.advice import costing
+    from analysis.results.fit import fit_sweep
+    from analysis.results.render import rich_tables
+    from analysis.results.sources import find_sweep_runs
+    from analysis.results.store import ResultsError
     from contract import workdir
-    from orchestrator import plots as plotting
-    from orchestrator.parent_record import record_on_parent
-    from orchestrator.results import load_curves, sweep_dir, sync
-    from orchestrator.results.advice import costing
-    from orchestrator.results.fit import fit_sweep
-    from orchestrator.results.render import rich_tables
-    from orchestrator.results.sources import find_sweep_runs
-    from orchestrator.results.store import ResultsError
 
     uri = tracking_uri or workdir.tracking_uri()
     synced = sync(sweep, uri, root=root)
@@ -226,7 +226,7 @@ def _summary_key(sweep: str, root: Path | None, *options: object) -> str:
 
     import pyarrow as pa
 
-    from orchestrator.results import load_trials
+    from analysis.results import load_trials
 
     sink = pa.BufferOutputStream()
     table = load_trials(sweep, root)

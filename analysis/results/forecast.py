@@ -1,5 +1,5 @@
 """Forecasts for a synced sweep: the final loss of a larger run, with a prediction
-interval, from the smaller ones (orchestrator.scaling.forecast), and the backtest that
+interval, from the smaller ones (analysis.scaling.forecast), and the backtest that
 holds out a size that was run and checks the forecast against it.
 
 Targets: `size` (a preset larger than the sweep's, at each of the variant's token budgets,
@@ -21,7 +21,7 @@ from .store import ResultsError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from orchestrator.scaling.forecast import ForecastLaw, Prediction
+    from analysis.scaling.forecast import ForecastLaw, Prediction
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def forecast_table(
     exactly one of size, flops and holdout."""
     import pyarrow.compute as pc
 
-    from orchestrator.scaling import ScalingError, pareto_frontier
+    from analysis.scaling import ScalingError, pareto_frontier
 
     if sum(x is not None for x in (size, flops, holdout)) != 1:
         raise ResultsError("forecast: give exactly one of --target SIZE, --flops C, --holdout SIZE")
@@ -177,7 +177,7 @@ def forecast_table(
 
 def _fit_cells(rows: pa.Table, mask: np.ndarray, loss: str, law: str) -> ForecastLaw:
     """The forecast law through the cell means (seeds averaged) of the masked trials."""
-    from orchestrator.scaling.forecast import fit_forecast_law
+    from analysis.scaling.forecast import fit_forecast_law
 
     keys: dict[tuple[float, float], list[int]] = {}
     n, d, c, y = (_col(rows, k) for k in ("n_params", "tokens", "flops", loss))

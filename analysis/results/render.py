@@ -9,7 +9,7 @@ import numpy as np
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from orchestrator.scaling import CellComparison, Interval
+    from analysis.scaling import CellComparison, Interval
 
     from .fit import SweepFit
 

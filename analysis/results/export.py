@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from orchestrator.scaling import Bootstrap
+    from analysis.scaling import Bootstrap
 
     from .fit import SweepFit
 

@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 FINISHED = "FINISHED"
 # The modules whose code turns a trial into its rows (and every registered mechanism's, which
 # declares columns and counts); a change to any of them re-reads all.
-DERIVING_MODULES = ("orchestrator.results.sync", "orchestrator.results.sources",
-                    "orchestrator.results.columns", "models.flops", "models.config",
+DERIVING_MODULES = ("analysis.results.sync", "analysis.results.sources",
+                    "analysis.results.columns", "models.flops", "models.config",
                     "models.sizes")  # fmt: skip
 
 

@@ -1,6 +1,6 @@
 """Compute-equivalent gain of a variant against a baseline.
 
-By default (law="shift", orchestrator/scaling/shift.py) the variant's loss curve is the
+By default (law="shift", analysis/scaling/shift.py) the variant's loss curve is the
 baseline's shifted in compute, L_v(C) = L_b(C / m), with L_b(C) = E + A C^-alpha: four
 constants fitted on both variants' trials together, and m is the gain at every loss.
 

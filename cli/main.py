@@ -192,11 +192,11 @@ from orchestrator import generate_cli as _generate_cli  # noqa: E402
 
 _generate_cli.register(app)
 
-from orchestrator.results_cli import app as results_app  # noqa: E402
+from cli.results import app as results_app  # noqa: E402
 
 app.add_typer(results_app, name="results")
 
-from orchestrator.data_cli import app as data_app  # noqa: E402
+from cli.data import app as data_app  # noqa: E402
 
 app.add_typer(data_app, name="data")
 

@@ -5,7 +5,7 @@ its training FLOPs (the metric `val/loss_at_gflop`, whose step is GFLOPs), colou
 variant, and attaches it to the sweep's parent run as `plots/loss_vs_flops.png`: a person
 watching the sweep in the MLflow UI sees the picture fill in. Re-drawn at most every
 `min_interval_s` (and once more when the sweep ends); the summary then replaces it with
-the fitted figure of the same name (`orchestrator/plots.py`). Best effort: a drawing or
+the fitted figure of the same name (`analysis/plots.py`). Best effort: a drawing or
 upload that fails costs the picture, never the sweep.
 """
 
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from analysis import plots
 from contract.runs import Metric
-from orchestrator import plots
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

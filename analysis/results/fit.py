@@ -1,4 +1,4 @@
-"""Scaling fits of one synced sweep (orchestrator.scaling on the `trials` table).
+"""Scaling fits of one synced sweep (analysis.scaling on the `trials` table).
 
 Uses FINISHED trials with a finite final loss; everything left out is said in `notes`.
 Per variant: L(C) = E + A C^-alpha through its compute frontier (least squares, t
@@ -29,10 +29,10 @@ from .store import ResultsError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from orchestrator.scaling import Bootstrap, CellComparison, Gain, IsoFlopFit, PairedGain
-    from orchestrator.scaling.advice import Advice
-    from orchestrator.scaling.checks import FitCheck
-    from orchestrator.scaling.lsq import LsqFit
+    from analysis.scaling import Bootstrap, CellComparison, Gain, IsoFlopFit, PairedGain
+    from analysis.scaling.advice import Advice
+    from analysis.scaling.checks import FitCheck
+    from analysis.scaling.lsq import LsqFit
 
     from .forecast import Forecast
 
@@ -140,7 +140,7 @@ def fit_table(
     power: float = 0.8,
     resample: bool = True,
 ) -> SweepFit:
-    from orchestrator.scaling import ScalingError, ScalingWarning
+    from analysis.scaling import ScalingError, ScalingWarning
 
     if loss not in table.column_names:
         raise ResultsError(f"unknown loss column {loss!r} (use final_val_loss or best_val_loss)")
@@ -203,9 +203,9 @@ def _fit_variant(
 ) -> None:
     """The per-variant laws: L(C) on the frontier, Chinchilla (unless boot_opts is None),
     IsoFLOP."""
-    from orchestrator.scaling import bootstrap, fit_chinchilla, fit_isoflop, pareto_frontier
-    from orchestrator.scaling.checks import check_chinchilla, check_power_law
-    from orchestrator.scaling.lsq import lsq_power_law
+    from analysis.scaling import bootstrap, fit_chinchilla, fit_isoflop, pareto_frontier
+    from analysis.scaling.checks import check_chinchilla, check_power_law
+    from analysis.scaling.lsq import lsq_power_law
 
     c, y = _col(rows, "flops"), _col(rows, fit.loss)
     ids = rows["trial_id"].to_pylist()
@@ -244,7 +244,7 @@ def _compare(
 ) -> None:
     """Against the baseline: unpaired (unless boot_opts is None) and paired gains,
     per-cell differences, and the advice for a target (effect, power)."""
-    from orchestrator.scaling import (
+    from analysis.scaling import (
         Trials,
         cell_means,
         compare_cells,
@@ -252,7 +252,7 @@ def _compare(
         pair_trials,
         paired_gain,
     )
-    from orchestrator.scaling.lsq import lsq_power_law
+    from analysis.scaling.lsq import lsq_power_law
 
     from .advice import advise_gain
     from .design import read_design

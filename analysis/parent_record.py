@@ -1,6 +1,6 @@
 """The sweep's answer on its parent run in MLflow: each variant's gain over the baseline by
 both estimators with the interval bounds, the fitted L(C) constants, and report.md (the
-plots are attached by `orchestrator.plots.log_plots`). Logged again, as new points, each
+plots are attached by `analysis.plots.log_plots`). Logged again, as new points, each
 time the sweep is summarised: the latest value is the one the UI shows."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from orchestrator.results.fit import SweepFit
-    from orchestrator.scaling import Interval
+    from analysis.results.fit import SweepFit
+    from analysis.scaling import Interval
 
 
 def parent_metrics(fit: SweepFit) -> dict[str, float]:

@@ -1,6 +1,6 @@
 """What to run next, for a synced sweep: the options (more seeds per cell, the next size
 preset at every budget, one more token budget at every size) priced in FLOPs, GPU-hours and
-this machine's measured trial time, projected by orchestrator.scaling.advice."""
+this machine's measured trial time, projected by analysis.scaling.advice."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import numpy as np
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from orchestrator.scaling import PairedGain
-    from orchestrator.scaling.advice import Advice, Option
-    from orchestrator.scaling.lsq import LsqFit
+    from analysis.scaling import PairedGain
+    from analysis.scaling.advice import Advice, Option
+    from analysis.scaling.lsq import LsqFit
 
 MAX_SEEDS = 32  # more seeds per cell than this is not advice worth giving
 
@@ -63,7 +63,7 @@ def advise_gain(
 ) -> Advice:
     """Advice for one variant's paired gain (`law`: the baseline slope's fit, through its
     cell means)."""
-    from orchestrator.scaling.advice import advise
+    from analysis.scaling.advice import advise
 
     options = _seed_options(gain) + _new_cell_options(table, gain)
     alpha = law.values()["alpha"]
@@ -75,7 +75,7 @@ def advise_gain(
 
 def _seed_options(gain: PairedGain) -> list[Option]:
     """k more seeds in every cell the pairs cover, k = 1..MAX_SEEDS."""
-    from orchestrator.scaling.advice import Option
+    from analysis.scaling.advice import Option
 
     p = gain.pairs
     per_cell: dict[Any, float] = {}
@@ -149,10 +149,10 @@ def _priced(
     """An option whose new trials are change(config) for every distinct config `which`
     picks, `seeds` times each; None when a changed config is invalid (a width the variant
     cannot use)."""
+    from analysis.scaling.advice import Option
     from jobs.config import JobConfig
     from models.flops import count_params, train_flops_per_token
     from orchestrator.expand import resolve_tokens
-    from orchestrator.scaling.advice import Option
 
     seen: set[str] = set()
     new_flops, cost = [], 0.0

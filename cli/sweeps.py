@@ -1,6 +1,6 @@
 """CLI commands of the orchestrator: submit, status, cancel, resume, ui, schema.
 
-Registered onto `orchestrator.cli.app`; ray and mlflow are imported inside the commands.
+Registered onto `cli.main.app`; ray and mlflow are imported inside the commands.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from cli.completion import sweep_files
+from cli.data import data_plan
+from cli.wide_tables import print_table
 from orchestrator.backends import DEFAULT_JOB
-from orchestrator.completion import sweep_files
-from orchestrator.data_cli import data_plan
 from orchestrator.expand import Trial, check_size, expand, plan_rows
 from orchestrator.job_checks import check_trials
 from orchestrator.planner import (
@@ -37,7 +38,6 @@ from orchestrator.spec import (
     parse_spec,
     read_sweep,
 )
-from orchestrator.wide_tables import print_table
 
 err = Console(stderr=True, soft_wrap=True)
 out = Console(width=None if sys.stdout.isatty() else 200)  # the plan has 15 columns
@@ -119,7 +119,7 @@ def _plan_table(spec: SweepSpec, rows: list[dict[str, Any]], plans: list[TrialPl
     for col in (*columns, "status"):
         right = col in ("params", "tokens", "FLOPs", "GPU-h")
         table.add_column(col, justify="right" if right else "left")
-    table.add_column("data")  # orchestrator/data_cli.py: readiness, tokens needed / prepared
+    table.add_column("data")  # cli/data.py: readiness, tokens needed / prepared
     table.add_column("data tokens", justify="right")
     for col in PLAN_COLUMNS:  # orchestrator/planner.py: memory, fit, time, checkpoint
         table.add_column(col, justify="right")
@@ -256,8 +256,8 @@ def submit(
 
 
 def _summarise(sweep: str) -> None:
-    from orchestrator.report import summarise_sweep
-    from orchestrator.results.store import ResultsError
+    from analysis.report import summarise_sweep
+    from analysis.results.store import ResultsError
 
     with err.status("syncing results, fitting scaling laws (bootstrap), plotting ..."):
         try:
@@ -275,11 +275,11 @@ def _drive(
     each failure with its log. True when a trial failed."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+    from analysis.live_figure import LiveFigure
+    from cli.sweep_view import TrialLines, failure_lines
     from orchestrator.backends import BackendError, preflight
     from orchestrator.ledger import LedgerUnavailable
-    from orchestrator.live_figure import LiveFigure
     from orchestrator.scheduler import run_sweep
-    from orchestrator.sweep_view import TrialLines, failure_lines
 
     try:
         preflight(spec.backend)
@@ -456,5 +456,5 @@ def migrate(
 
 
 def register(app: typer.Typer) -> None:
-    for fn in (submit, cancel, resume, schema, migrate):  # and orchestrator/watch_commands.py
+    for fn in (submit, cancel, resume, schema, migrate):  # and cli/watch.py
         app.command()(fn)

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from matplotlib.figure import Figure
 
+    from analysis.results.fit import SweepFit
     from models.mechanism import MetricPlot
-    from orchestrator.results.fit import SweepFit
 
 DPI = 120
 
@@ -58,7 +58,7 @@ def loss_vs_flops(fit: SweepFit, curves: pa.Table | None, metric: str = "val/los
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from orchestrator.scaling import pareto_frontier
+    from analysis.scaling import pareto_frontier
 
     fig, ax = new_figure()
     col = colours(fit.variants)
@@ -285,7 +285,7 @@ def _label(column: str) -> str:
 def _budget_labels(table: pa.Table) -> np.ndarray:
     """Per trial, its cell's swept axes other than the size, in words ('tokens=98304'):
     the lines of the mechanism plots (one per budget, never averaged across budgets)."""
-    from orchestrator.results.design import axis_label, read_design
+    from analysis.results.design import axis_label, read_design
 
     design = read_design(table)
     axes = [a for a in design.axes if a != "size"]

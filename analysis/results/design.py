@@ -51,7 +51,7 @@ def read_design(table: pa.Table) -> Design:
     the size, tokens and budget columns."""
     import pyarrow as pa
 
-    from orchestrator.scaling import swept_axes
+    from analysis.scaling import swept_axes
 
     configs = _configs(table)
     if configs is None:
