@@ -8,21 +8,16 @@ import sys
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from cli.console import fail, stdout_console
 from jobs.shards import DEFAULT_SHARD_TOKENS
 
 app = typer.Typer(
     help="Training text, tokenised once per (source, tokenizer) and shared by every trial.",
     no_args_is_help=True,
 )
-out = Console(width=None if sys.stdout.isatty() else 160)
-
-
-def _fail(message: str) -> typer.Exit:
-    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {message}", highlight=False)
-    return typer.Exit(code=2)
+out = stdout_console(160)
 
 
 @app.command()
@@ -65,7 +60,7 @@ def prepare(
             shard_tokens=shard_tokens, report=report,
         )  # fmt: skip
     except ValueError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     except KeyboardInterrupt:
         m = read_manifest(root)
         kept = f"{len(m.train)} shards ({m.train_tokens:,} tokens)" if m else "nothing"

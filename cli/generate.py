@@ -3,18 +3,10 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
-from rich.markup import escape
+
+from cli.console import fail
 
 DEFAULT_NEW_TOKENS = 64
-
-
-def fail(message: str) -> typer.Exit:
-    """One clean `error:` line on stderr (no traceback) and exit code 2."""
-    Console(stderr=True, soft_wrap=True).print(
-        f"[bold red]error:[/] {escape(message)}", highlight=False
-    )
-    return typer.Exit(code=2)
 
 
 def generate(

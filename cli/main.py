@@ -8,10 +8,9 @@ import sys
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from cli.console import fail, stdout_console
 from contract.config import format_config_error
 from models import catalog
 from models.config import ModelConfig
@@ -24,15 +23,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-console = Console(width=None if sys.stdout.isatty() else 160)
-
-
-def fail(message: str) -> typer.Exit:
-    """Print a clean error (no traceback) and return the exit to raise."""
-    Console(stderr=True, soft_wrap=True).print(
-        f"[bold red]error:[/] {escape(message)}", highlight=False
-    )
-    return typer.Exit(code=2)
+console = stdout_console(160)
 
 
 @app.command()

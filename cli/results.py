@@ -12,8 +12,8 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
+from cli.console import err, fail, stdout_console
 from cli.wide_tables import print_table
 
 app = typer.Typer(
@@ -22,8 +22,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, soft_wrap=True)
+console = stdout_console(160)
 
 SWEEP = typer.Argument(..., help="Sweep name (the MLflow experiment).")
 URI = typer.Option(
@@ -33,19 +32,12 @@ BASELINE = typer.Option("dense", "--baseline", "-b", help="Variant the others ar
 RESAMPLES = typer.Option(1000, "--resamples", help="Bootstrap resamples for the intervals.")
 
 
-def _fail(message: str) -> typer.Exit:
-    Console(stderr=True, soft_wrap=True).print(
-        f"[bold red]error:[/] {escape(message)}", highlight=False
-    )
-    return typer.Exit(code=2)
-
-
 def _synced(sweep: str, uri: str | None) -> None:
     """Sync first when the sweep has never been synced (queries then just work)."""
     from analysis.results import store, sync
 
     if store.read_table(store.TRIALS, sweep) is None:
-        Console(stderr=True).print(str(sync(sweep, uri)), highlight=False)
+        err.print(str(sync(sweep, uri)), highlight=False)
 
 
 def _guard(fn):  # noqa: ANN001, ANN202
@@ -56,7 +48,7 @@ def _guard(fn):  # noqa: ANN001, ANN202
     try:
         return fn()
     except (ResultsError, ScalingError) as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
 
 
 @app.command("sync")
@@ -98,9 +90,9 @@ def query_cmd(
     from analysis.results import query
 
     if fmt not in ("table", "csv", "json", "parquet"):
-        raise _fail(f"--format {fmt!r}: expected table, csv, json or parquet")
+        raise fail(f"--format {fmt!r}: expected table, csv, json or parquet")
     if fmt == "parquet" and output is None:
-        raise _fail("--format parquet needs --output FILE")
+        raise fail("--format parquet needs --output FILE")
     groups = [g.strip() for g in group_by.split(",") if g.strip()] if group_by else None
 
     def run():  # noqa: ANN202
@@ -130,7 +122,7 @@ def query_cmd(
     try:
         _emit(result, fmt, output, chosen=bool(columns))
     except OSError as e:  # --output in a missing folder, a folder, no permission
-        raise _fail(f"--output {output}: cannot write ({e.strerror or e})") from None
+        raise fail(f"--output {output}: cannot write ({e.strerror or e})") from None
 
 
 def _emit(result, fmt: str, output: Path | None, chosen: bool = False) -> None:  # noqa: ANN001
@@ -345,9 +337,9 @@ def forecast_cmd(
     from analysis.results.store import ResultsError
 
     if law not in ("auto", "C", "ND"):
-        raise _fail(f"--law {law!r}: expected auto, C or ND")
+        raise fail(f"--law {law!r}: expected auto, C or ND")
     if not 0 < level < 1:
-        raise _fail(f"--level {level}: expected a number between 0 and 1")
+        raise fail(f"--level {level}: expected a number between 0 and 1")
 
     def run():  # noqa: ANN202
         _synced(sweep, tracking_uri)
@@ -405,9 +397,9 @@ def advise_cmd(
     from analysis.results.fit import fit_sweep
 
     if not 0 < effect < 1:
-        raise _fail(f"--effect {effect}: expected a fraction between 0 and 1 (0.05 = 5%)")
+        raise fail(f"--effect {effect}: expected a fraction between 0 and 1 (0.05 = 5%)")
     if not 0 < power < 1 or not 0 < level < 1:
-        raise _fail("--power and --level: expected numbers between 0 and 1")
+        raise fail("--power and --level: expected numbers between 0 and 1")
 
     def run():  # noqa: ANN202
         _synced(sweep, tracking_uri)
@@ -416,7 +408,7 @@ def advise_cmd(
 
     fit = _guard(run)
     if not fit.advice:
-        raise _fail(
+        raise fail(
             "no advice: no variant has a paired gain against the baseline ("
             + ("; ".join(fit.notes) or "one variant only")
             + ")"

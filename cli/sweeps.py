@@ -6,16 +6,14 @@ Registered onto `cli.main.app`; ray and mlflow are imported inside the commands.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from cli.completion import sweep_files
+from cli.console import err, fail, stdout_console
 from cli.data import data_plan
 from cli.wide_tables import print_table
 from orchestrator.backends import DEFAULT_JOB
@@ -39,8 +37,7 @@ from orchestrator.spec import (
     read_sweep,
 )
 
-err = Console(stderr=True, soft_wrap=True)
-out = Console(width=None if sys.stdout.isatty() else 200)  # the plan has 15 columns
+out = stdout_console(200)  # the plan has 15 columns
 
 
 MAX_TRIALS = typer.Option(
@@ -52,15 +49,10 @@ MAX_TRIALS = typer.Option(
 PROGRESS_FROM = 20_000  # combinations: from here on, expanding shows its progress
 
 
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True)
-    return typer.Exit(code=code)
-
-
 def _invalid(problems: list[str]) -> typer.Exit:
     if len(problems) == 1:
-        return _fail(f"{problems[0]} (invalid sweep, nothing submitted)")
-    return _fail("invalid sweep, nothing submitted:\n" + "\n".join(problems))
+        return fail(f"{problems[0]} (invalid sweep, nothing submitted)")
+    return fail("invalid sweep, nothing submitted:\n" + "\n".join(problems))
 
 
 def _load(path: Path, max_trials: int, overrides: list[str]) -> tuple[SweepSpec, list[Trial], str]:
@@ -98,7 +90,7 @@ def _ledger(spec_name: str, experiment: str | None, create: bool = True) -> Any:
     try:
         return Ledger(spec_name, experiment)
     except LedgerUnavailable as e:
-        raise _fail(f"{e}; nothing submitted") from None
+        raise fail(f"{e}; nothing submitted") from None
 
 
 def _read_statuses(spec: SweepSpec) -> dict[str, str]:
@@ -234,7 +226,7 @@ def submit(
         return
     unfit = unfit_lines(trials, plans)
     if unfit and not ignore_fit:
-        raise _fail(
+        raise fail(
             f"{len(unfit)} trial(s) do not fit, nothing submitted ({placement_summary(spec)}; "
             "--ignore-fit submits them anyway):\n" + "\n".join(unfit)
         )
@@ -244,7 +236,7 @@ def submit(
         try:
             job_id, address = submit_detached(sweep.resolve(), job, max_trials, overrides)
         except RuntimeError as e:
-            raise _fail(str(e)) from None
+            raise fail(str(e)) from None
         out.print(f"submitted sweep {spec.name} as Ray job {job_id} on {address}")
         out.print(f"watch it with: scalelab status {spec.name}")
         return
@@ -284,7 +276,7 @@ def _drive(
     try:
         preflight(spec.backend)
     except BackendError as e:
-        raise _fail(f"{e}; nothing submitted") from None
+        raise fail(f"{e}; nothing submitted") from None
     ledger = _ledger(spec.name, spec.experiment_name)
     _refuse_unmigrated(ledger)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
@@ -313,9 +305,9 @@ def _drive(
                 spec_yaml=text, spec_path=path, overrides=overrides,
             )  # fmt: skip
         except BackendError as e:
-            raise _fail(str(e)) from None
+            raise fail(str(e)) from None
         except LedgerUnavailable as e:  # mid-sweep: what MLflow holds is the state to resume
-            raise _fail(f"{e}; stopped. Submit the sweep again once it is fixed", 1) from None
+            raise fail(f"{e}; stopped. Submit the sweep again once it is fixed", 1) from None
         figure.flush()
         progress.update(task, completed=len(trials) - len(result.elsewhere))
     summary = (
@@ -355,7 +347,7 @@ def _find(sweep: str) -> Any:
     try:
         return find_sweep(sweep)
     except (LookupError, LedgerUnavailable) as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
 
 
 def cancel(
@@ -394,7 +386,7 @@ def resume(
     try:
         if text is None:
             if not path or not Path(path).exists():
-                raise _fail(f"sweep {sweep}: its YAML is not recorded; submit the file again")
+                raise fail(f"sweep {sweep}: its YAML is not recorded; submit the file again")
             text = read_sweep(path)
         overrides = json.loads(tags.get(Tag.OVERRIDES, "[]"))
         spec, source = parse_spec(text, path or "<recorded sweep>", overrides)
@@ -416,7 +408,7 @@ def _refuse_unmigrated(ledger: Any) -> None:
 
     stale = needs_migration(ledger)
     if stale:
-        raise _fail(
+        raise fail(
             f"sweep {ledger.sweep} has {stale} trials recorded under an older identity rule; "
             f"run `scalelab migrate {ledger.sweep}` first (nothing submitted)"
         )
@@ -437,7 +429,7 @@ def migrate(
     try:
         report = migrate_sweep(ledger, dry_run=dry_run)
     except (MigrationRefused, LedgerUnavailable) as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     verb = "would re-key" if dry_run else "re-keyed"
     out.print(
         f"sweep {ledger.sweep}: {verb} {len(report.rekeyed)} trials, "

@@ -15,8 +15,9 @@ import typer
 from rich.table import Table
 
 from cli.completion import sweep_files
+from cli.console import err, fail
 from cli.sweep_view import STATUS_COLUMNS, status_cells, status_row
-from cli.sweeps import _fail, _find, err, out
+from cli.sweeps import _find, out
 from cli.wide_tables import print_table
 from contract.runs import TERMINAL, Status, Tag
 
@@ -131,13 +132,13 @@ def logs(
     chosen = [r for r in records if r.trial_id.startswith(trial) or r.name == trial]
     if len(chosen) != 1:
         ids = ", ".join(r.trial_id for r in chosen[:5])
-        raise _fail(
+        raise fail(
             f"{trial!r} names {len(chosen)} trials of sweep {sweep}" + (f": {ids}" if ids else "")
         )
     rec = chosen[0]
     path = trial_log(rec.trial_id)
     if not path.exists():
-        raise _fail(f"no log at {path} (the trial has not run on this machine)")
+        raise fail(f"no log at {path} (the trial has not run on this machine)")
     offset = path.stat().st_size
     sys.stdout.write(tail(rec.trial_id, lines, end=offset) + "\n")
     sys.stdout.flush()
@@ -186,7 +187,7 @@ def ui(
             probe.bind(address)
     except OSError as e:
         why = e.strerror or str(e)
-        raise _fail(
+        raise fail(
             f"cannot serve the MLflow UI on {host}:{port}: {why}; pick another --port"
         ) from None
     if not ipaddress.ip_address(address[0]).is_loopback:
