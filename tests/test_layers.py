@@ -40,7 +40,6 @@ KNOWN_CYCLES = {
             "orchestrator.backends.slurm",
         }
     ),
-    frozenset({"analysis.results.fit", "analysis.results.forecast"}),
 }
 # Modules that turn a string into code: the mechanism catalog's SCALELAB_MECHANISMS (read
 # from the environment only) and the backends' job reference (issue 16 step 6 moves it to
@@ -74,7 +73,6 @@ HEAVY += ("datasets",)
 SPELLED_OUTSIDE_CONTRACT = {
     "orchestrator/backends/slurm.py",
     "cli/sweeps.py",
-    "analysis/results/fit.py",
     "analysis/results/sync.py",
 }
 

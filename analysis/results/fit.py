@@ -16,7 +16,6 @@ fitted, `fit_sweep` raises ResultsError (e.g. a sweep with one size).
 from __future__ import annotations
 
 import warnings
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ import numpy as np
 
 from .query import load
 from .store import ResultsError
+from .usable import usable_trials
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -73,58 +73,12 @@ class SweepFit:
         return next((p for p in self.paired if p.variant == variant), None)
 
 
-def usable_trials(table: pa.Table, loss: str, notes: list[str]) -> pa.Table:
-    """FINISHED trials with a finite loss; what is left out goes into `notes`."""
-    import pyarrow.compute as pc
-
-    if table.num_rows == 0:
-        raise ResultsError("the sweep has no trials (empty sweep)")
-    status = table["status"].to_pylist()
-    not_done = [s for s in status if s != "FINISHED"]
-    if len(not_done) == len(status):
-        counts = ", ".join(f"{n} {s}" for s, n in sorted(Counter(not_done).items()))
-        raise ResultsError(f"no FINISHED trials yet ({counts}); nothing to fit")
-    if not_done:
-        counts = ", ".join(f"{n} {s}" for s, n in sorted(Counter(not_done).items()))
-        notes.append(f"left out {len(not_done)} trials that are not FINISHED ({counts})")
-    done = table.filter(pc.equal(table["status"], "FINISHED"))
-    y = done[loss].to_numpy(zero_copy_only=False).astype(float)
-    bad = ~np.isfinite(y)
-    if bad.all():
-        raise ResultsError(
-            f"all {y.size} FINISHED trials have a NaN/missing {loss} (diverged?); nothing to fit"
-        )
-    if bad.any():
-        ids = [done["trial_id"][int(i)].as_py() for i in np.flatnonzero(bad)]
-        notes.append(
-            f"left out {int(bad.sum())} FINISHED trials with NaN/missing {loss}: {', '.join(ids[:8])}"
-            + (" ..." if len(ids) > 8 else "")
-        )
-        done = done.filter(np.isfinite(y))
-    return done
-
-
-def fit_sweep(
-    sweep: str,
-    *,
-    baseline: str = "dense",
-    loss: str = LOSS,
-    n_resamples: int = 1000,
-    level: float = 0.95,
-    seed: int = 0,
-    effect: float = 0.05,
-    power: float = 0.8,
-    resample: bool = True,
-    root: Path | None = None,
-) -> SweepFit:
-    """All the fits the sweep's data supports (module doc). Needs a prior `sync`.
-    resample=False skips the parts that need the bootstrap, the slow part: the unpaired
-    gains and Chinchilla's L(N, D) (`results advise` needs neither)."""
-    return fit_table(
-        load(sweep, "trials", root), sweep, baseline=baseline, loss=loss,
-        n_resamples=n_resamples, level=level, seed=seed, effect=effect, power=power,
-        resample=resample,
-    )  # fmt: skip
+def fit_sweep(sweep: str, *, root: Path | None = None, **options: Any) -> SweepFit:
+    """All the fits the sweep's data supports (module doc). Needs a prior `sync`. `options`
+    are fit_table's: baseline, loss, n_resamples, level, seed, effect, power, resample
+    (False skips the bootstrap, the slow part: the unpaired gains and Chinchilla's L(N, D);
+    `results advise` needs neither)."""
+    return fit_table(load(sweep, "trials", root), sweep, **options)
 
 
 def fit_table(

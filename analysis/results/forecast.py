@@ -118,7 +118,7 @@ def forecast_table(
 
     if sum(x is not None for x in (size, flops, holdout)) != 1:
         raise ResultsError("forecast: give exactly one of --target SIZE, --flops C, --holdout SIZE")
-    from .fit import usable_trials
+    from .usable import usable_trials
 
     rows = usable_trials(table, loss, [])
     rows = rows.filter(pc.equal(rows["variant"], variant))
