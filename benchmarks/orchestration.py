@@ -70,7 +70,7 @@ def bench_plan(n: int, repeats: int = 3) -> float:
 
 def bench_schedule(n: int) -> tuple[float, float]:
     """(seconds per trial for the whole driver loop, of which MLflow sync) with no-op jobs."""
-    from orchestrator.backends import ray_init
+    from orchestrator.backends.base import ray_init
     from orchestrator.expand import expand
     from orchestrator.ledger import Ledger
     from orchestrator.scheduler import run_sweep

@@ -16,7 +16,7 @@ from cli.completion import sweep_files
 from cli.console import err, fail, stdout_console
 from cli.data import data_plan
 from cli.wide_tables import print_table
-from orchestrator.backends import DEFAULT_JOB
+from jobs.launch import DEFAULT_JOB
 from orchestrator.expand import Trial, check_size, expand, plan_rows
 from orchestrator.job_checks import check_trials
 from orchestrator.planner import (

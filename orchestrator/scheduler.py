@@ -22,9 +22,10 @@ from typing import Any
 
 from contract import workdir
 from contract.runs import Status, Tag
+from jobs.launch import DEFAULT_JOB, JobRef
 from jobs.outbox import Outbox
 from orchestrator import delivery
-from orchestrator.backends import DEFAULT_JOB, JobRef, make_backend
+from orchestrator.backends import make_backend
 from orchestrator.expand import Trial
 from orchestrator.ledger import Ledger, TrialRecord
 from orchestrator.spec import SweepSpec

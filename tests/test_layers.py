@@ -30,21 +30,12 @@ ALLOWED = {
     "kernels": set(),
     "contract": set(),
 }
-# Cycles that exist today, each as its set of modules (issue 16 steps 6, 7 and 9 remove them).
-KNOWN_CYCLES = {
-    frozenset(
-        {
-            "orchestrator.backends",
-            "orchestrator.backends.local",
-            "orchestrator.backends.ray",
-            "orchestrator.backends.slurm",
-        }
-    ),
-}
+# Cycles that exist today, each as its set of modules (none: a new one is a defect).
+KNOWN_CYCLES: set[frozenset[str]] = set()
 # Modules that turn a string into code: the mechanism catalog's SCALELAB_MECHANISMS (read
-# from the environment only) and the backends' job reference (issue 16 step 6 moves it to
-# the CLI's `--job module:function`).
-STRING_IMPORTS = {"models/catalog.py", "orchestrator/backends/__init__.py"}
+# from the environment only) and the job reference of `jobs.launch` (the CLI's developer
+# hook `--job module:function`); never a sweep or trial file.
+STRING_IMPORTS = {"models/catalog.py", "jobs/launch.py"}
 # Imported when the CLI starts (scalelab --help, status, cancel, submit --dry-run's parse).
 TORCH_FREE = (
     "cli.main",
@@ -52,6 +43,8 @@ TORCH_FREE = (
     "orchestrator.expand",
     "orchestrator.ledger",
     "orchestrator.scheduler",
+    "orchestrator.backends",
+    "jobs.launch",
     "analysis.results",
     "analysis.report",
     "analysis.plots",

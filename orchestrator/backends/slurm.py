@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from contract import workdir
 from contract.outcome import EXIT_REQUEUE
 from contract.runs import Status, Tag, job_ref
-from orchestrator.backends import Backend, BackendError, JobRef, ray_init, run_job
+from jobs.launch import JobRef, launch
+from orchestrator.backends.base import Backend, BackendError, ray_init
 
 if TYPE_CHECKING:
     from orchestrator.expand import Trial
@@ -85,7 +86,7 @@ class SlurmTrial:
     def __call__(self, job_ref: JobRef, job_json: str, run_id: str | None) -> dict[str, Any]:
         from orchestrator.backends.requeue import requeue_in_place
 
-        outcome = run_job(job_ref, job_json, run_id)
+        outcome = launch(job_ref, job_json, run_id)
         if outcome["status"] == Status.PREEMPTED and requeue_in_place():
             raise SystemExit(EXIT_REQUEUE)  # no result file: watchers wait for the requeued run
         return outcome

@@ -74,7 +74,7 @@ def ray_home(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SCALELAB_HOME", str(home))
         mp.delenv("MLFLOW_TRACKING_URI", raising=False)
-        from orchestrator.backends import ray_init
+        from orchestrator.backends.base import ray_init
 
         owns = ray_init("local", embedded=True)
         yield home

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 RUN_TWO_RANKS = """
 import json, sys
 from jobs.config import JobConfig
-from orchestrator.backends import run_ranks
+from jobs.launch import run_ranks
 job = JobConfig.model_validate_json(open(sys.argv[1]).read())
 print(json.dumps(run_ranks(job, None, 2)))
 """

@@ -33,7 +33,7 @@ def work_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def ray_session(work_home: Path):
-    from orchestrator.backends import ray_init
+    from orchestrator.backends.base import ray_init
 
     os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
     # Ray's workers know the test-only mechanism (tests/support/rezero_mechanism.py) as a

@@ -1,0 +1,86 @@
+"""The one door into a trial, wherever it runs (docs/architecture.md, 'Layers'): a Ray task
+(local and ray backends) and a SLURM job (submitit) both call `launch`, which runs the job
+body in this process or in `ranks` processes; each rank then runs `jobs.train.run` (through
+`python -m jobs.train` or `scalelab train`). Torch-free at import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from contract.runs import Status
+
+DEFAULT_JOB = "jobs.train:run"
+JobRef = str | Callable[..., Any]  # a job body, or 'module:function' (the CLI's --job hook)
+
+
+def resolve_job(ref: JobRef) -> Callable[..., Any]:
+    """'module:function' -> the function (callables pass through)."""
+    if callable(ref):
+        return ref
+    module, _, name = ref.partition(":")
+    if not name:
+        raise ValueError(f"a job is 'module:function', got {ref!r}")
+    obj: Any = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def outcome_of(result: Any) -> dict[str, Any]:
+    """A job's return value (TrainResult, dict, None) -> {'status', 'reason',
+    'metrics_pending' (MLflow writes the job left spooled in its trial folder), 'diverged'
+    (a FAILED trial whose loss diverged: deterministic, so it is not retried)}."""
+    if result is None:
+        return {"status": Status.FINISHED, "reason": None, "metrics_pending": 0, "diverged": False}
+    get = result.get if isinstance(result, dict) else lambda k, d: getattr(result, k, d)
+    return {
+        "status": get("status", Status.FINISHED),
+        "reason": get("reason", None),
+        "metrics_pending": get("metrics_pending", 0),
+        "diverged": bool(get("diverged", False)),
+    }
+
+
+def launch(job_ref: JobRef, job_json: str, run_id: str | None, ranks: int = 1) -> dict[str, Any]:
+    """The body of one trial wherever it runs: rebuild the JobConfig, call the job (in
+    `ranks` processes under torchrun when the trial has several), its output captured in
+    the trial's log and attached to its run (jobs/trial_logs.py)."""
+    from jobs.config import JobConfig
+    from jobs.trial_logs import captured
+
+    job = JobConfig.model_validate_json(job_json)
+    with captured(job.trial_id, run_id, job.model_dump_json(indent=2)):  # trials/<id>/logs/
+        if ranks > 1:
+            if job_ref != DEFAULT_JOB:
+                raise ValueError(f"several ranks per trial need the training job, not {job_ref!r}")
+            return run_ranks(job, run_id, ranks)
+        return outcome_of(resolve_job(job_ref)(job, run_id))
+
+
+def run_ranks(job: Any, run_id: str | None, ranks: int) -> dict[str, Any]:
+    """`ranks` processes of `python -m jobs.train` (one per GPU, or gloo ranks on CPU),
+    started as torchrun would but with the rendezvous on 127.0.0.1 (jobs/local_ranks.py);
+    DeepSpeed shards across them. The outcome comes from the result file the job writes last."""
+    import json
+    import tempfile
+    import time
+
+    from contract.workdir import RESULT_FILE, trial_dir
+    from jobs.local_ranks import run_local_ranks
+
+    result_path = trial_dir(job.trial_id) / RESULT_FILE
+    started = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        config = os.path.join(tmp, "job.json")
+        with open(config, "w") as f:
+            f.write(job.model_dump_json())
+        cmd = [sys.executable, "-m", "jobs.train", config, *([run_id] if run_id else [])]
+        code = run_local_ranks(cmd, ranks)
+    if result_path.exists() and result_path.stat().st_mtime >= started:
+        return outcome_of(json.loads(result_path.read_text()))
+    return {"status": Status.FAILED, "reason": f"{ranks} ranks: one exited with code {code}"}

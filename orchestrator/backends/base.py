@@ -1,0 +1,121 @@
+"""What every backend shares: a Ray session (joined or started here, on 127.0.0.1 only when
+started) and the launch of trials as Ray tasks that call `jobs.launch.launch`."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import sys
+from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any
+
+from jobs.launch import DEFAULT_JOB, JobRef, launch
+from models.catalog import MECHANISMS_ENV
+
+if TYPE_CHECKING:
+    from orchestrator.expand import Trial
+    from orchestrator.ledger import Ledger, TrialRecord
+    from orchestrator.spec import BackendConfig
+
+
+class BackendError(RuntimeError):
+    """A backend cannot be used (not reachable, not installed); nothing was submitted."""
+
+
+def ray_init(address: str, *, embedded: bool) -> bool:
+    """Connect to (or start) Ray once per process, quietly and without telemetry; True when
+    this call connected (so the caller should disconnect when done, with `ray_shutdown`).
+
+    A cluster started here (embedded, address 'local') listens on 127.0.0.1 only, requires a
+    token and ends with this process (orchestrator.backends.embedded). Joining a cluster
+    changes nothing of it: not its address, not its authentication."""
+    from orchestrator.backends.embedded import SINGLE_NODE, driver_session, scoped_environ
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    starts = embedded and address == "local"
+    with scoped_environ(SINGLE_NODE if starts else {}):
+        import ray  # Ray reads single-node mode once, on its first import
+
+    if ray.is_initialized():
+        return False
+    # Workers must import what the driver imports (the job function's module, tests' helpers).
+    path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+    env = {"PYTHONPATH": path, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    if os.environ.get(MECHANISMS_ENV):  # mechanisms outside scalelab (models/catalog.py)
+        env[MECHANISMS_ENV] = os.environ[MECHANISMS_ENV]
+    kwargs: dict[str, Any] = {"address": address, "log_to_driver": True}
+    if "RAY_JOB_CONFIG_JSON_ENV_VAR" not in os.environ:  # a Ray job (--detach) sets its own
+        kwargs["runtime_env"] = {"env_vars": env}
+    if embedded:
+        kwargs.update(include_dashboard=False, logging_level="WARNING")
+    session = driver_session() if starts else None
+    if session:
+        kwargs["_temp_dir"] = str(session.temp_dir)
+    try:
+        with session.starting_cluster() if session else nullcontext():
+            ray.init(**kwargs)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        if session:
+            ray_shutdown()  # whatever it had started
+        raise BackendError(f"cannot connect to Ray at {address!r}: {e}") from None
+    if session and not ipaddress.ip_address(ray.util.get_node_ip_address()).is_loopback:
+        node_ip = ray.util.get_node_ip_address()
+        ray_shutdown()  # fail closed
+        raise BackendError(
+            f"the embedded Ray came up on {node_ip}, not on 127.0.0.1 (Ray was imported before "
+            "scalelab could choose its single-node mode); set "
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 in the environment"
+        )
+    return True
+
+
+def ray_shutdown() -> None:
+    """Disconnect from Ray; the processes of clusters this process started are all ended."""
+    import ray
+
+    from orchestrator.backends.embedded import end_embedded_clusters
+
+    ray.shutdown()
+    end_embedded_clusters()
+
+
+class Backend:
+    """Launch trials as Ray tasks; subclasses change where the work happens."""
+
+    kind = "local"
+
+    def __init__(self, cfg: BackendConfig, ledger: Ledger, job: JobRef = DEFAULT_JOB):
+        self.cfg, self.ledger, self.job = cfg, ledger, job
+        self.owns_ray = False
+
+    def start(self) -> None:
+        """Connect to (or start) the Ray that runs the trials."""
+        raise NotImplementedError
+
+    def launch_many(self, items: list[tuple[Trial, TrialRecord]]) -> list[tuple[Any, str]]:
+        """Start trials; returns (handle, job_ref) per item: an ObjectRef and its id."""
+        import ray
+
+        task = ray.remote(launch).options(
+            num_cpus=self.cfg.cpus_per_trial,
+            num_gpus=self.cfg.gpus_per_trial,
+            max_retries=0,  # the scheduler retries, with backoff and a FAILED tag
+            name="scalelab-trial",
+        )
+        out = []
+        for trial, rec in items:
+            ref = task.remote(self.job, trial.job.model_dump_json(), rec.run_id, self.cfg.ranks)
+            out.append((ref, f"ray:{ref.task_id().hex()}"))
+        return out
+
+    def cancel(self, handle: Any, rec: TrialRecord) -> None:
+        import ray
+
+        ray.cancel(handle, force=True)
+
+    def stop(self) -> None:
+        """Disconnect from Ray if this backend connected (a shared session stays up)."""
+        import ray
+
+        if self.owns_ray and ray.is_initialized():
+            ray_shutdown()
