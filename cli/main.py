@@ -172,16 +172,16 @@ def _sweep_trial(path: str, selector: str, max_trials: int) -> object:
     return found[0].job
 
 
-from orchestrator import commands as _orchestrator_commands  # noqa: E402
-from orchestrator import watch_commands as _watch_commands  # noqa: E402
+from cli import sweeps as _sweeps  # noqa: E402
+from cli import watch as _watch  # noqa: E402
 
-_orchestrator_commands.register(app)
-_watch_commands.register(app)
+_sweeps.register(app)
+_watch.register(app)
 
 
-from orchestrator import generate_cli as _generate_cli  # noqa: E402
+from cli import generate as _generate  # noqa: E402
 
-_generate_cli.register(app)
+_generate.register(app)
 
 from cli.results import app as results_app  # noqa: E402
 

@@ -9,7 +9,7 @@ import json
 
 from faults.input_cli import deadline, one_line_error, runs_in, scalelab
 
-from orchestrator import commands
+from cli import sweeps as commands
 from orchestrator.spec import parse_spec
 
 
