@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import signal
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,6 @@ MARKER = "COMPLETE"
 REJECTED_DIR = "rejected"  # checkpoints set aside, each with the reason in REASON_FILE
 REASON_FILE = "REJECTED"
 UNIVERSAL_DIR = "universal"  # a conversion for another rank count, removed once loaded
-PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 log = logging.getLogger(__name__)
 
 FileName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")]
@@ -252,30 +250,3 @@ def _merged(env: DistEnv, mine: dict[str, dict]) -> dict[str, dict]:
     everyone: list[dict | None] = [None] * env.world_size
     dist.all_gather_object(everyone, mine)
     return {name: rec for part in everyone for name, rec in (part or {}).items()}
-
-
-class PreemptionFlag:
-    """Records SIGTERM / SIGUSR1 / SIGUSR2; the loop checkpoints at the next step boundary."""
-
-    def __init__(self) -> None:
-        self.signal: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> PreemptionFlag:
-        try:
-            for sig in PREEMPT_SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._handle)
-        except ValueError:  # not the main thread (e.g. some Ray workers): no handlers
-            self._previous.clear()
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.signal = signum
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-    @property
-    def raised(self) -> bool:
-        return self.signal is not None

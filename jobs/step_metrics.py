@@ -4,7 +4,7 @@ The step loop reads nothing back from the device between log points (a host read
 every queued kernel and stalls a GPU's pipeline): each micro-batch's losses and metrics are
 added into device tensors, each step's train/loss is kept apart (the divergence check needs
 every step's), and at a sync step one all-reduce and one device-to-host copy bring back the
-window's means, each step's loss and whether any rank was signalled.
+window's means and each step's loss.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ class Reduced:
     first_step: int
     means: dict[str, float]  # over the window's steps
     step_losses: list[float]  # train/loss of each step, from first_step on
-    preempt: bool  # some rank was signalled
 
     @property
     def steps(self) -> int:
@@ -55,25 +54,22 @@ class MetricWindow:
         self.step_losses.append(self._loss)
         self._loss = None
 
-    def reduce(self, world_size: int, device: str, preempt: bool) -> Reduced:
+    def reduce(self, world_size: int) -> Reduced:
         """The host sync: means over micro-batches, steps and ranks (names are the same on
-        every rank: one model), each step's loss, and whether any rank was signalled."""
+        every rank: one model) and each step's loss."""
         names, steps = list(self.sums), len(self.step_losses)
-        flag = torch.tensor([float(preempt)], device=device)
         vec = torch.cat([
             torch.stack([self.sums[k] for k in names]) / (self.micro * steps),
             torch.stack(self.step_losses) / self.micro,
-            flag,
         ])  # fmt: skip
         if world_size > 1:
             dist.all_reduce(vec)
-            vec[:-1] /= world_size
+            vec /= world_size
         host = vec.cpu().tolist()
         return Reduced(
             first_step=self.first_step,
             means=dict(zip(names, host[: len(names)], strict=True)),
-            step_losses=host[len(names) : -1],
-            preempt=host[-1] > 0,
+            step_losses=host[len(names) :],
         )
 
     def _add(self, name: str, value: torch.Tensor) -> None:

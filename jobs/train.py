@@ -39,6 +39,7 @@ from jobs.distributed import DistEnv
 from jobs.ds_config import BatchPlan, deepspeed_config
 from jobs.evaluate import evaluate, evaluate_early_exit
 from jobs.optim import adamw, lr_at, set_lr, total_steps, total_tokens
+from jobs.preemption import PreemptionFlag, PreemptionVote
 from jobs.provenance import code_version, mlflow_params
 from jobs.step_metrics import MetricWindow, Reduced
 from jobs.tracking import Tracker
@@ -218,7 +219,7 @@ class _Trainer:
                 Tag.CHECKPOINTS_SKIPPED, " | ".join(self.skipped_checkpoints)[:5000]
             )
         try:
-            with checkpoint.PreemptionFlag() as flag:
+            with PreemptionFlag() as flag:
                 status, reason, final_val = self._loop(state, flag)
             final_metrics = self._final_evaluation(state) if status == Status.FINISHED else {}
         except BaseException as e:
@@ -249,10 +250,11 @@ class _Trainer:
             tmp.replace(self.dir / RESULT_FILE)
         return result
 
-    def _loop(self, state: dict[str, Any], flag: checkpoint.PreemptionFlag) -> tuple:
+    def _loop(self, state: dict[str, Any], flag: PreemptionFlag) -> tuple:
         """Steps until the budget. Nothing is read back from the device except at sync steps
-        (log, eval, checkpoint and the last step; jobs/step_metrics.py): only there are the
-        losses checked for divergence and the ranks asked whether one was signalled."""
+        (log, eval, checkpoint and the last step; jobs/step_metrics.py), where the losses are
+        checked for divergence. Before every step's update the ranks vote on whether one was
+        signalled (jobs/preemption.py, on the host): if so the step ends in a checkpoint."""
         env, engine, t = self.env, self.engine, self.job.train
         peak, accum = device_peak_flops(env.device), self.plan.accum
         log: dict[str, float] = {}  # sums over the log window's steps (host)
@@ -260,6 +262,7 @@ class _Trainer:
         final_val = state.get("last_val")
         inputs = prefetched(self._micro_batches(state["step"]), env.device)
         window = MetricWindow(accum, state["step"])
+        vote = PreemptionVote(env)
         while state["step"] < self.steps:
             step = state["step"]
             lr = lr_at(step, self.steps, t)
@@ -275,8 +278,9 @@ class _Trainer:
                 window.add(out)
                 if a == accum - 1:
                     window.end_step()
-                    if sync:  # decide before the update: the state is still good
-                        reduced = window.reduce(env.world_size, env.device, flag.raised)
+                    preempt = done < self.steps and vote.any_raised(flag)
+                    if sync or preempt:  # decide before the update: the state is still good
+                        reduced = window.reduce(env.world_size)
                         window = MetricWindow(accum, done)
                         problem = self._divergence(reduced, state)
                         if problem:
@@ -293,7 +297,7 @@ class _Trainer:
             state["step"] = done
             state["tokens"] += self.step_tokens
             state["flops"] += self.step_tokens * self.flops_per_token
-            if not sync:
+            if not (sync or preempt):
                 continue
             if done % t.log_interval == 0 or done == self.steps:
                 tok_s = log_steps * self.step_tokens / (time.perf_counter() - log_t)
@@ -310,7 +314,7 @@ class _Trainer:
                 log, log_steps, log_t = {}, 0, time.perf_counter()
             if done % t.eval_interval == 0 or done == self.steps:
                 final_val = self._validate(state, progress)
-            if reduced.preempt and done < self.steps:
+            if preempt:
                 self._save(state)
                 sig = flag.signal or 0
                 return Status.PREEMPTED, f"signal {sig} (checkpointed at step {done})", final_val

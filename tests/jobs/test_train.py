@@ -14,6 +14,7 @@ from trained_checks import checkpoint_val_loss
 from contract.outcome import EXIT_REQUEUE
 from contract.runs import Metric
 from contract.workdir import JOB_FILE, RESULT_FILE
+from jobs.checkpoint import read_state
 from jobs.train import run
 
 
@@ -79,6 +80,37 @@ def test_divergence_fails_after_checkpoint(home, mlflow_uri, tiny_job):
     assert mlrun.info.status == "FAILED"
     assert mlrun.data.tags["scalelab.error"].startswith("diverged")
     assert mlrun.data.tags["scalelab.diverged"] == "1"
+
+
+def test_a_signal_checkpoints_at_the_next_step_not_the_next_log_step(
+    home, mlflow_uri, tiny_job, monkeypatch
+):
+    """SLURM kills KillWait seconds after its SIGTERM (scancel, preemption, requeue), so a
+    signal must end the step in progress in a checkpoint, however far the next log,
+    eval or checkpoint step is; the run resumes from it."""
+    from jobs.train import _Trainer
+
+    job = tiny_job(train__log_interval=1000,
+                   train__eval_interval=1000, train__checkpoint_interval=1000)  # fmt: skip
+    signal_at = 3  # when step 3's batch is read (the loop reads one batch ahead)
+    read_batches = _Trainer._micro_batches
+
+    def batches_then_signal(self, first_step):
+        for i, batch in enumerate(read_batches(self, first_step)):
+            if first_step + i == signal_at:
+                os.kill(os.getpid(), signal.SIGTERM)  # SIGUSR2 is handled alike
+            yield batch
+
+    with monkeypatch.context() as patched:
+        patched.setattr(_Trainer, "_micro_batches", batches_then_signal)
+        first = run(job)
+    assert first.status == "PREEMPTED", first.reason
+    assert first.steps in (signal_at, signal_at + 1)
+    saved = (home / "trials" / job.trial_id / "ckpt").glob("*/COMPLETE")
+    assert [read_state(p.parent)["step"] for p in saved] == [first.steps]
+    resumed = run(job)
+    assert resumed.status == "FINISHED" and resumed.steps == 8
+    assert resumed.run_id == first.run_id  # from the checkpoint's loop state
 
 
 @pytest.mark.slow
