@@ -131,6 +131,7 @@ class _Trainer:
 
         job = self.job
         torch.manual_seed(job.seed)  # identical initial weights on every rank
+        self.ds_config = deepspeed_config(job, self.plan, self.env.device)
         model = self._built_model()
         if job.deepspeed.activation_checkpointing:
             for block in model.blocks:
@@ -138,7 +139,6 @@ class _Trainer:
                 block.attn_update = _checkpointed(block.attn_update)
         universal.record_info(model)  # lets a checkpoint be resumed on another rank count
         self.optimizer = adamw(model, job.train)
-        self.ds_config = deepspeed_config(job, self.plan, self.env.device)
         self.engine, *_ = deepspeed.initialize(
             model=model, optimizer=self.optimizer, config=self.ds_config, dist_init_required=False
         )
@@ -149,13 +149,13 @@ class _Trainer:
     def _built_model(self) -> torch.nn.Module:
         """ZeRO 0-2 keep the whole model on every rank: it is placed on the rank's device in
         the compute dtype one module at a time, never whole in fp32 on the host; ZeRO-3
-        partitions the fp32 build inside deepspeed.initialize (zero.Init: not yet). The
-        initial values are the same either way (models/build.py)."""
-        from models.build import build, build_materialised
+        builds it partitioned across the ranks (deepspeed.zero.Init), one module whole at a
+        time. The initial values are the same either way (models/build.py)."""
+        from models.build import build_materialised, build_partitioned
 
-        if self.job.deepspeed.zero_stage == 3:
-            return build(self.job.model)
         dtype = COMPUTE_DTYPES[self.job.train.dtype]
+        if self.job.deepspeed.zero_stage == 3:
+            return build_partitioned(self.job.model, self.ds_config)
         return build_materialised(self.job.model, self.env.device, dtype)
 
     def _write_job_files(self) -> None:

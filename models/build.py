@@ -1,5 +1,6 @@
 """models.build(ModelConfig) -> nn.Module: the one entry point to construct a model, whole
-in fp32 (`build`) or placed straight on its device in its dtype (`build_materialised`)."""
+in fp32 (`build`), placed straight on its device in its dtype (`build_materialised`, ZeRO
+0-2), or partitioned across the ranks from the start (`build_partitioned`, ZeRO-3)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from torch import nn
 
 from models.config import ModelConfig
 from models.gpt import GPT
-from models.vocab import pad_vocabulary
+from models.vocab import pad_vocabulary, padded_vocab_size
 
 
 def build(cfg: ModelConfig, device: str | torch.device | None = None) -> nn.Module:
@@ -47,6 +48,85 @@ def build_materialised(
         raise RuntimeError(f"{left} were not materialised")
     pad_vocabulary(model)
     return model
+
+
+def build_partitioned(cfg: ModelConfig, ds_config: dict) -> GPT:
+    """ZeRO-3: `build(cfg)`'s values in the config's dtype (bf16, fp16 or fp32), bit for
+    bit after the same seed, with no
+    rank ever holding the whole model: the modules are constructed under
+    `deepspeed.zero.Init` (each parameter partitioned across the ranks as soon as its module
+    exists; the constructors' values and draws are discarded, as `GPT` does itself), then,
+    module by module in GPT.init_weights' order, every rank draws the module's own
+    parameters in fp32 on the CPU as the plain build would and keeps its partition
+    (`zero.GatheredParameters`: one module's parameters whole at a time, the embedding the
+    largest). Needs DeepSpeed's process group (jobs.distributed.init) and the engine's
+    config (`ds_config`, stage 3), whose `deepspeed.initialize` then takes the model as is.
+    """
+    import deepspeed
+
+    # No `dtype=`: DeepSpeed 0.19's zero.Init then ignores the config and, on an accelerator
+    # without fp16 (the CPU), makes bf16 whatever dtype was given (Init._set_dtype's
+    # `dtype or fp16 if ... else bf16 ...`); from the config alone it takes the config's.
+    with torch.random.fork_rng(devices=[]), deepspeed.zero.Init(config_dict_or_path=ds_config):
+        model = GPT(cfg)  # init_weights ran on empty partitions
+        unpadded = _pad_partitioned_vocabulary(model)
+    for module in _children_first(model):
+        _draw_partitioned(model, module, unpadded)
+    for module in model.modules():  # GPT.post_init, each mechanism's parameters gathered
+        if module is not model and hasattr(module, "post_init"):
+            with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=0):
+                module.post_init()
+    return model
+
+
+def _pad_partitioned_vocabulary(model: GPT) -> dict[int, torch.Size]:
+    """pad_vocabulary for partitioned parameters (run inside zero.Init): a new, padded
+    embedding (tied to the LM head again); the padded parameter's id -> the shape the plain
+    build draws it in."""
+    real, padded = model.cfg.vocab_size, padded_vocab_size(model.cfg.vocab_size)
+    if padded == real:
+        return {}
+    old = model.wte
+    model.wte = nn.Embedding(padded, old.embedding_dim)
+    if hasattr(model, "lm_head"):
+        model.lm_head.weight = model.wte.weight
+        model.lm_head.out_features = padded
+    return {id(model.wte.weight): torch.Size([real, old.embedding_dim])}
+
+
+def _draw_partitioned(model: GPT, module: nn.Module, unpadded: dict[int, torch.Size]) -> None:
+    """`module`'s own parameters drawn whole in fp32 (in the plain build's shapes: a padded
+    vocabulary's rows beyond the real one are zero) and written into their partitions."""
+    import deepspeed
+
+    own = {name: p for name, p in module._parameters.items() if p is not None}
+    if not own:
+        return
+    for name, p in own.items():  # NaN until drawn: an unset parameter is caught below
+        shape = unpadded.get(id(p), p.ds_shape)
+        module._parameters[name] = nn.Parameter(torch.full(shape, float("nan")))
+    try:
+        if isinstance(module, nn.Linear | nn.Embedding):
+            model._init_weights(module)
+        elif hasattr(module, "reset_parameters"):  # LayerNorm, Hadamard's alpha and beta
+            module.reset_parameters()
+        drawn = {name: module._parameters[name].detach() for name in own}
+    finally:
+        module._parameters.update(own)
+    unset = [name for name, value in drawn.items() if torch.isnan(value).any()]
+    if unset:
+        raise RuntimeError(
+            f"{type(module).__name__}.{unset} not initialised by GPT.init_weights "
+            "(give the module reset_parameters())"
+        )
+    with deepspeed.zero.GatheredParameters(list(own.values()), modifier_rank=0):
+        for name, p in own.items():
+            value = drawn[name].to(p.dtype)
+            if value.shape == p.shape:
+                p.data.copy_(value)
+            else:  # the padded vocabulary
+                p.data.zero_()
+                p.data[: value.shape[0]].copy_(value)
 
 
 def _children_first(module: nn.Module) -> Iterator[nn.Module]:

@@ -325,10 +325,11 @@ def host_bytes_per_rank(
     """Host RAM one rank needs at its peak: the process itself, the model as it is built
     before DeepSpeed moves it to the GPU, and the offloaded optimizer states.
 
-    'full_fp32': every rank builds the whole model in fp32 (jobs/train.py under ZeRO-3);
+    'full_fp32': every rank builds the whole model in fp32 (models.build.build);
     'per_module': the model goes to the GPU one module at a time, drawn in fp32 on the host
-    (models.build.build_materialised, ZeRO 0-2): the `largest` parameter tensor's 4 bytes
-    per element; 'sharded': each rank materialises only its share (deepspeed.zero.Init)."""
+    (jobs/train.py at every ZeRO stage: models.build.build_materialised, build_partitioned):
+    the `largest` parameter tensor's 4 bytes per element; 'sharded': each rank materialises
+    only its share, on the host."""
     if construction == "full_fp32":
         built = 4 * n_params
     elif construction == "per_module":

@@ -40,9 +40,10 @@ MAX_NODES_FACTOR = 16  # the fix may multiply the nodes by up to this
 
 
 def construction_mode(job: JobConfig) -> Construction:
-    """How jobs/train.py builds the model on each rank: module by module on the GPU under
-    ZeRO 0-2, the whole model in fp32 under ZeRO-3 (deepspeed.zero.Init is not used yet)."""
-    return "full_fp32" if job.deepspeed.zero_stage == 3 else "per_module"
+    """How jobs/train.py builds the model on each rank: one module at a time drawn in fp32
+    on the host, at every stage (on the GPU whole under ZeRO 0-2, models.build.build_materialised;
+    partitioned across the ranks under ZeRO-3, models.build.build_partitioned)."""
+    return "per_module"
 
 
 @dataclass(frozen=True)
