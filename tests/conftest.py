@@ -19,7 +19,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 import pytest  # noqa: E402
-from slurm_cluster import SlurmCluster, slurm_cluster  # noqa: E402, F401  (session fixture)
+from slurm_cluster import SlurmCluster, slurm_cluster, two_node_cluster  # noqa: E402, F401
 
 # Tests that share one expensive thing run in one pytest-xdist worker (`make test` runs two,
 # --dist loadgroup): the single-node SLURM (its CPUs, and start.sh's first-time install)

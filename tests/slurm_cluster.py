@@ -76,3 +76,19 @@ def start_cluster(timeout_s: float = 600) -> SlurmCluster:
 def slurm_cluster() -> SlurmCluster:
     """A running single-node SLURM with accounting (sacct), shared by the whole session."""
     return start_cluster()
+
+
+TWO_NODES = REPO / "scripts" / "slurm" / "two-nodes.sh"
+
+
+@pytest.fixture(scope="session")
+def two_node_cluster(slurm_cluster: SlurmCluster) -> Path:
+    """A second cluster of 2 nodes on this host (two slurmd, scripts/slurm/two-nodes.sh):
+    the path of its config, for SLURM_CONF."""
+    proc = subprocess.run(
+        ["bash", str(TWO_NODES)], capture_output=True, text=True, timeout=300, check=False
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"scripts/slurm/two-nodes.sh failed (exit {proc.returncode})\n{proc.stderr}")
+    line = proc.stdout.strip().splitlines()[-1]
+    return Path(line.removeprefix("SLURM_CONF="))
