@@ -10,6 +10,7 @@ itself in place (orchestrator/backends/requeue.py): the same job id, the same ar
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -95,6 +96,14 @@ class SlurmTrial:
         import submitit
 
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def slurm_client_options() -> dict[str, Any]:
+    """Ray options that point the watchers' sacct at the driver's cluster: SLURM_CONF names
+    it where there are several (a Ray worker does not inherit the driver's environment, and
+    another cluster's job of the same id would be taken for ours)."""
+    conf = os.environ.get("SLURM_CONF")
+    return {"runtime_env": {"env_vars": {"SLURM_CONF": conf}}} if conf else {}
 
 
 def watch_slurm(folder: str, job_id: str, poll_s: float) -> dict[str, Any]:
@@ -189,7 +198,9 @@ class SlurmBackend(Backend):
                     jobs = [ex.submit(SlurmTrial(), *args[0])]
                 for i, job in zip(group, jobs, strict=True):
                     job_ids[i] = job.job_id
-        watcher = ray.remote(watch_slurm).options(num_cpus=WATCHER_CPUS, max_retries=3)
+        watcher = ray.remote(watch_slurm).options(
+            num_cpus=WATCHER_CPUS, max_retries=3, **slurm_client_options()
+        )
         poll = self.cfg.slurm.poll_s
         return [(watcher.remote(self.folder, jid, poll), job_ref("slurm", jid)) for jid in job_ids]
 
