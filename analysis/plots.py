@@ -23,6 +23,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
     from analysis.results.fit import SweepFit
@@ -123,12 +124,7 @@ def loss_vs_params(fit: SweepFit) -> Figure:
         sizes = np.unique(n[rows])
         best = [y[rows][n[rows] == s].min() for s in sizes]
         ax.plot(sizes, best, "-o", color=col[v], ms=4, label=f"{v} (best per size)")
-    ax.set_xscale("log")
-    ax.set_xlabel("parameters N")
-    ax.set_ylabel(f"{fit.loss} (nats/token)")
-    ax.set_title(f"{fit.sweep}: final loss vs model size")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    _loss_vs_params_axes(ax, fit, "final loss vs model size", legend_size=8)
     return fig
 
 
@@ -163,13 +159,18 @@ def isoflop(fit: SweepFit) -> Figure:
                 label=label,
             )
             ax.plot([opt.n_opt], [opt.loss_opt], "*", color=colour, ms=10, mec="black")
+    _loss_vs_params_axes(ax, fit, "IsoFLOP profiles (★ = optimum N*)", legend_size=7)
+    return fig
+
+
+def _loss_vs_params_axes(ax: Axes, fit: SweepFit, title: str, legend_size: int) -> None:
+    """Parameters N on a log x-axis, the fitted loss on y, a light grid and the legend."""
     ax.set_xscale("log")
     ax.set_xlabel("parameters N")
     ax.set_ylabel(f"{fit.loss} (nats/token)")
-    ax.set_title(f"{fit.sweep}: IsoFLOP profiles (★ = optimum N*)")
+    ax.set_title(f"{fit.sweep}: {title}")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
-    return fig
+    ax.legend(fontsize=legend_size)
 
 
 def gains(fit: SweepFit) -> Figure:
