@@ -19,9 +19,14 @@ JobRef = str | Callable[..., Any]  # a job body, or 'module:function' (the CLI's
 
 
 def resolve_job(ref: JobRef) -> Callable[..., Any]:
-    """'module:function' -> the function (callables pass through)."""
+    """The job body: training by a plain import; another 'module:function' (a developer's
+    `--job`, from the command line only) by name; callables pass through."""
     if callable(ref):
         return ref
+    if ref == DEFAULT_JOB:
+        from jobs.train import run
+
+        return run
     module, _, name = ref.partition(":")
     if not name:
         raise ValueError(f"a job is 'module:function', got {ref!r}")
