@@ -129,19 +129,8 @@ install_config slurm.conf.in "$ETC/slurm.conf" 644
 install_config slurmdbd.conf.in "$ETC/slurmdbd.conf" 600
 
 # ---------------------------------------------------------------- daemons
-pid_alive() { [[ -s "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
-
-stop_pidfile() { # stop_pidfile PIDFILE: TERM the daemon, wait for it to go
-  pid_alive "$1" || return 0
-  local pid i
-  pid="$(cat "$1")"
-  kill "$pid" 2>/dev/null || true
-  for i in $(seq 50); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.2
-  done
-  kill -9 "$pid" 2>/dev/null || true
-}
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 cluster_ready() { # the node answers (idle, or busy with jobs) and accounting answers
   local state

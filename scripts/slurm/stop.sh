@@ -5,23 +5,14 @@
 set -euo pipefail
 STATE="${SCALELAB_SLURM_STATE:-/var/lib/scalelab-slurm}"
 
-stop_pidfile() { # stop_pidfile NAME PIDFILE: TERM the daemon and wait up to 10 s for it to go
-  local pid
-  [[ -s "$2" ]] && pid="$(cat "$2")" && kill -0 "$pid" 2>/dev/null || return 0
-  echo "[slurm] stopping $1 ($pid)" >&2
-  kill "$pid" 2>/dev/null || true
-  for _ in $(seq 50); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.2
-  done
-  kill -9 "$pid" 2>/dev/null || true
-}
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-stop_pidfile slurmd "$STATE/run/slurmd.pid"
-stop_pidfile slurmctld "$STATE/run/slurmctld.pid"
-stop_pidfile slurmdbd "$STATE/run/slurmdbd.pid"
-stop_pidfile mariadb "$STATE/run/mariadb.pid"
-stop_pidfile munged /run/munge/munged.pid
+stop_pidfile "$STATE/run/slurmd.pid" slurmd
+stop_pidfile "$STATE/run/slurmctld.pid" slurmctld
+stop_pidfile "$STATE/run/slurmdbd.pid" slurmdbd
+stop_pidfile "$STATE/run/mariadb.pid" mariadb
+stop_pidfile /run/munge/munged.pid munged
 
 if [[ "${1:-}" == "--purge" ]]; then
   rm -rf "$STATE"

@@ -22,24 +22,22 @@ PARTITION=two
 # Two node names for this host that resolve to a loopback address, neither "localhost"
 # (which SLURM reads as this host's own name): SCALELAB_SLURM2_NODES="a b", else the first
 # two such names in /etc/hosts. The first is the rendezvous host of a 2-node job.
-read -r NODE1 NODE2 _ <<<"${SCALELAB_SLURM2_NODES:-$(awk '$1 ~ /^127\./ {
-  for (i = 2; i <= NF; i++) if ($i != "localhost" && $i !~ /^#/) print $i }' /etc/hosts | sort -u | tr '\n' ' ')}"
+loopback_names() {
+  awk '$1 ~ /^127\./ { for (i = 2; i <= NF; i++) { if ($i ~ /^#/) break; if ($i != "localhost") print $i } }' \
+    /etc/hosts | sort -u | tr '\n' ' '
+}
+# A host with fewer such names (a plain container) gets two, marked, when run as root.
+if [[ -z "${SCALELAB_SLURM2_NODES:-}" ]] && (($(wc -w <<<"$(loopback_names)") < 2)) &&
+  [[ -w /etc/hosts ]]; then
+  echo "127.0.0.1 scalelab-node-a scalelab-node-b # added by scalelab scripts/slurm/two-nodes.sh" >>/etc/hosts
+fi
+read -r NODE1 NODE2 _ <<<"${SCALELAB_SLURM2_NODES:-$(loopback_names)}"
 MARKER="# written by scalelab scripts/slurm/two-nodes.sh"
 export PATH="$PATH:/usr/sbin:/sbin"
 
 log() { printf '[slurm2] %s\n' "$*" >&2; }
-pid_alive() { [[ -s "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
-stop_pidfile() {
-  pid_alive "$1" || return 0
-  local pid
-  pid="$(cat "$1")"
-  kill "$pid" 2>/dev/null || true
-  for _ in $(seq 50); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.2
-  done
-  kill -9 "$pid" 2>/dev/null || true
-}
+# shellcheck source=lib.sh
+source "$HERE/lib.sh"
 die() {
   log "ERROR: $1"
   for f in "$LOGS"/*.log; do
