@@ -6,7 +6,7 @@ the earlier positions from `cache` and writing their own. Prefill is one call wi
 prompt, decode one call per token (T = 1). It computes the same function as
 `GPT.forward` in eval mode (tests/models/test_decode.py checks every variant token by
 token); each mechanism gets a per-token step through the same seams as training
-(models/components.py):
+(the seams of models/mechanism.py):
 
 - output mixing: the block's own `out_proj`, so Hadamard applies its FWHT + affine to each
   new token exactly as in the full forward;
