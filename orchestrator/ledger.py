@@ -248,10 +248,17 @@ class Ledger:
         tags = {ExperimentTag.KIND: ExperimentTag.TRAINING}
         if spec.description:
             tags[ExperimentTag.NOTE] = spec.description
+        from mlflow.exceptions import MlflowException
+
         current = self.client.get_experiment(eid).tags
         for key, value in tags.items():
-            if current.get(key) != value:
+            if current.get(key) == value:
+                continue
+            try:
                 self.client.set_experiment_tag(eid, key, value)
+            except MlflowException:  # a second driver set it at once (a unique key)
+                if self.client.get_experiment(eid).tags.get(key) != value:
+                    raise
 
     def ensure_parent(
         self, spec: SweepSpec, spec_yaml: str = "", spec_path: str = "", overrides: str = "[]"
