@@ -39,8 +39,8 @@ class Tag:
     DIVERGED = "scalelab.diverged"  # "1": the loss diverged (deterministic: not retried)
     SWEPT = "scalelab.swept"  # JSON {dotted key: value} of the settings its axes vary
     TOKENS = "scalelab.tokens"  # the trial's resolved token budget
-    STARTED_MS = "scalelab.started_ms"  # its first launch (MLflow's start: its creation)
-    QUEUED_S = "scalelab.queued_s"  # from the run's creation to that launch
+    STARTED_MS = "scalelab.started_ms"  # its first launch: its run was created then
+    QUEUED_S = "scalelab.queued_s"  # from its placeholder's creation to that launch
     N_TRIALS = "scalelab.n_trials"  # on the parent
     SPEC_YAML = "scalelab.spec_yaml"  # on the parent: the sweep file's text
     SPEC_PATH = "scalelab.spec_path"

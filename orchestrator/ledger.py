@@ -1,7 +1,10 @@
 """MLflow is the sweep's state: one parent run per sweep, one child run per trial.
 
-Children are created up front with status SCHEDULED, so the UI shows the whole grid at once;
-the run id is the trial's identity across retries, requeues and driver restarts.
+Children are created up front with status SCHEDULED, so the UI shows the whole grid at once.
+MLflow cannot move a run's start time, so at a trial's first launch its placeholder is
+replaced by a run created then (`start_run`): the UI's Created and Duration are the real
+ones. From that launch on the run id is the trial's identity across retries, requeues and
+driver restarts.
 
 Two drivers on one sweep never both launch a trial: a driver *claims* a trial by logging
 the param `scalelab.claim.<n>` = its id. MLflow params are write-once (a second, different
@@ -106,7 +109,7 @@ class TrialRecord:
     status: str
     tags: dict[str, str] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
-    start_time: int = 0  # ms; the run was created (SCHEDULED) then, not started
+    start_time: int = 0  # ms; created then: the placeholder at scheduling, else its first launch
     end_time: int = 0  # ms; 0 while it has not ended
     metrics: dict[str, float] = field(default_factory=dict)  # each metric's latest value
     name: str = ""
@@ -128,6 +131,11 @@ class TrialRecord:
     @property
     def cancelled(self) -> bool:
         return self.tags.get(Tag.CANCEL) == "1"
+
+    @property
+    def launched(self) -> bool:
+        """Launched once at least: not the placeholder made at scheduling (`start_run`)."""
+        return Tag.STARTED_MS in self.tags or Tag.JOB_REF in self.tags or self.attempts > 0
 
 
 def new_driver_id() -> str:
@@ -218,7 +226,14 @@ class Ledger:
         """The trials' runs, by trial id (one search, paged)."""
         runs = self._search(trials_filter(self.sweep))
         out: dict[str, TrialRecord] = {}
-        for run in sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id)):
+
+        # a started run before a placeholder (one a driver stopped in start_run left
+        # behind); else the oldest: the winner of a creation race (sync)
+        def rank(run: Any) -> tuple[bool, int, str]:
+            placeholder = Tag.STARTED_MS not in run.data.tags
+            return placeholder, run.info.start_time, run.info.run_id
+
+        for run in sorted(runs, key=rank):
             tid = run.data.tags.get(Tag.TRIAL_ID)
             if tid and tid not in out:
                 out[tid] = _record(run)
@@ -414,6 +429,35 @@ class Ledger:
         self.set_tags(rec.run_id, {Tag.ATTEMPTS: str(attempt)})
         rec.tags[Tag.ATTEMPTS] = str(attempt)
 
+    def start_run(self, rec: TrialRecord) -> TrialRecord:
+        """A trial's first launch: its placeholder (created SCHEDULED at scheduling) is
+        replaced by a run created now, with every tag and param of the placeholder (the
+        claims too) plus when it started and how long it queued; MLflow cannot move a run's
+        start time. The placeholder is deleted; a cancel that landed on it meanwhile is
+        carried over (`request_cancel` handles one that comes after the delete)."""
+        from mlflow.entities import Param as MlflowParam
+        from mlflow.entities import RunTag
+
+        now_ms = int(time.time() * 1000)
+        run = self.client.create_run(
+            self.experiment_id(), start_time=now_ms, tags=rec.tags, run_name=rec.name or None
+        )
+        run_id = run.info.run_id
+        self.set_status(run_id, Status.SCHEDULED)  # RUNNING once the job runs
+        items = [MlflowParam(k, v) for k, v in rec.params.items()]
+        batches = [items[i : i + 100] for i in range(0, len(items), 100)] or [[]]
+        for batch in batches[:-1]:
+            self.client.log_batch(run_id, params=batch)
+        # last, with the final params: a run tagged started is a whole copy (records()
+        # prefers it to the placeholder, should this driver stop before the delete)
+        queued_s = f"{(now_ms - rec.start_time) / 1000:.1f}"
+        started = [RunTag(Tag.STARTED_MS, str(now_ms)), RunTag(Tag.QUEUED_S, queued_s)]
+        self.client.log_batch(run_id, params=batches[-1], tags=started)
+        self.client.delete_run(rec.run_id)
+        if self.client.get_run(rec.run_id).data.tags.get(Tag.CANCEL) == "1":
+            self.client.log_batch(run_id, tags=[RunTag(Tag.CANCEL, "1")])
+        return self.record(run_id)  # a cancel may have come to this run already
+
     def set_status(self, run_id: str, status: str) -> None:
         if status in TERMINAL:
             self.client.set_terminated(run_id, status=status)
@@ -427,16 +471,36 @@ class Ledger:
     def request_cancel(self, trial_ids: list[str] | None = None) -> list[str]:
         """Mark trials cancelled; SCHEDULED ones become KILLED at once. Returns run ids."""
         recs = self.records()
-        chosen = [r for tid, r in recs.items() if trial_ids is None or tid in trial_ids]
+        chosen = [tid for tid in recs if trial_ids is None or tid in trial_ids]
         touched = []
-        for rec in chosen:
-            if rec.status in TERMINAL:
-                continue
-            self.set_tags(rec.run_id, {Tag.CANCEL: "1"})
-            if rec.status == Status.SCHEDULED:
-                self.set_status(rec.run_id, Status.KILLED)
-            touched.append(rec.run_id)
+        for tid in chosen:
+            run_id = self._cancel(tid, recs[tid])
+            if run_id is not None:
+                touched.append(run_id)
         return touched
+
+    def _cancel(self, trial_id: str, rec: TrialRecord) -> str | None:
+        """Cancel one trial's live run: when `start_run` replaced the run read (deleted:
+        a write fails, or the write landed after the delete), again on its new run."""
+        from mlflow.exceptions import MlflowException
+
+        for _ in range(3):
+            if rec.status in TERMINAL:
+                return None
+            try:
+                self.set_tags(rec.run_id, {Tag.CANCEL: "1"})
+                if rec.status == Status.SCHEDULED:
+                    self.set_status(rec.run_id, Status.KILLED)
+                if self.client.get_run(rec.run_id).info.lifecycle_stage != "deleted":
+                    return rec.run_id
+            except MlflowException:
+                if self.client.get_run(rec.run_id).info.lifecycle_stage != "deleted":
+                    raise
+            fresh = self.records().get(trial_id)
+            if fresh is None or fresh.run_id == rec.run_id:
+                return None
+            rec = fresh
+        raise LedgerUnavailable(f"trial {trial_id}'s run kept being replaced while cancelling")
 
     def cancelled_run_ids(self) -> set[str]:
         runs = self._search(cancelled_filter(self.sweep))

@@ -6,7 +6,8 @@ Smallest training compute first, so the scaling picture fills in early; at most
 FAILED with the error as the `scalelab.error` tag; a trial whose loss diverged is FAILED at
 once and tagged `scalelab.diverged` (the same trial diverges again: retrying only burns
 compute), and a later submit skips it like one out of retries; a PREEMPTED trial is requeued under
-the same run id without using up a retry; `scalelab cancel` is honoured within a poll.
+the same run id without using up a retry (a trial gets its run at its first launch,
+`Ledger.start_run`, and keeps it); `scalelab cancel` is honoured within a poll.
 A trial whose training is done (its `result.json`) is never trained again: the driver
 only sends what its run still lacks, and marks a run FINISHED only once its spool is
 empty (`orchestrator/delivery.py`).
@@ -234,6 +235,9 @@ def _adopt_trained(claimed: list[_Live], sends: delivery.Deliveries) -> list[_Li
 
 
 def _launch(ledger: Ledger, backend: Any, claimed: list[_Live], inflight: dict) -> None:
+    first = [live for live in claimed if not live.rec.launched]
+    for live, rec in zip(first, ledger.map(ledger.start_run, [x.rec for x in first]), strict=True):
+        live.rec = rec  # its run from now on, created as it starts (Ledger.start_run)
     items = [(live.trial, live.rec) for live in claimed]
     writes = []
     for live, (handle, job_ref) in zip(claimed, backend.launch_many(items), strict=True):
@@ -242,10 +246,6 @@ def _launch(ledger: Ledger, backend: Any, claimed: list[_Live], inflight: dict) 
         live.requeued = False
         # never Tag.CANCEL: a `scalelab cancel` may have landed since the claim
         tags = {Tag.ATTEMPTS: str(attempt), Tag.JOB_REF: job_ref}
-        if Tag.STARTED_MS not in live.rec.tags:  # MLflow cannot move a run's start time
-            now_ms = int(time.time() * 1000)
-            tags[Tag.STARTED_MS] = str(now_ms)
-            tags[Tag.QUEUED_S] = f"{(now_ms - live.rec.start_time) / 1000:.1f}"
         writes.append((live.rec.run_id, tags))
         live.rec.tags.update(tags)
         inflight[handle] = live

@@ -93,3 +93,77 @@ def test_a_dead_drivers_claim_lapses(work_home, sweep_name):
     fresh = alive.record(rec.run_id)
     assert alive.claim(fresh)
     assert alive.record(rec.run_id).claim == (1, alive.driver_id)
+
+
+def test_start_run_replaces_the_placeholder_with_a_run_created_now(work_home, sweep_name):
+    spec, trials = _sweep(sweep_name, seeds=1)
+    ledger = Ledger(spec.name)
+    placeholder = ledger.sync(spec, trials)[trials[0].trial_id]
+    assert ledger.claim(placeholder)
+    started = ledger.start_run(placeholder)
+    run = ledger.client.get_run(started.run_id)
+    assert run.info.start_time == int(run.data.tags["scalelab.started_ms"]) > placeholder.start_time
+    assert run.info.status == "SCHEDULED" and run.info.run_name == placeholder.name
+    assert run.data.params == placeholder.params  # science params and the claim
+    assert {k: run.data.tags[k] for k in placeholder.tags} == placeholder.tags  # parent too
+    assert ledger.client.get_run(placeholder.run_id).info.lifecycle_stage == "deleted"
+    assert {r.run_id for r in ledger.records().values()} == {started.run_id}
+    assert started.launched and not placeholder.launched
+
+
+class _Snapshot(Ledger):
+    """`scalelab cancel`'s ledger, which read the runs before the driver started a trial."""
+
+    def __init__(self, sweep: str) -> None:
+        super().__init__(sweep)
+        self.snapshot = super().records()
+
+    def records(self):
+        return self.snapshot
+
+
+class _CancelledWhileStarting(Ledger):
+    """A driver's real ledger where that cancel lands inside start_run: on the placeholder,
+    after it was copied, before it is deleted."""
+
+    cancel: Ledger
+
+    def set_status(self, run_id: str, status: str) -> None:
+        if not getattr(self, "cancelled_once", False):
+            self.cancelled_once = True
+            self.cancel.request_cancel()
+        super().set_status(run_id, status)
+
+
+class _StartedWhileCancelling(Ledger):
+    """`scalelab cancel`'s real ledger where the driver's start_run replaces a trial's run
+    between the cancel reading the runs and writing the tag."""
+
+    driver: Ledger
+
+    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        if not getattr(self, "started_once", False):
+            self.started_once = True
+            self.driver.start_run(self.driver.records()[self.trial_id])
+        super().set_tags(run_id, tags)
+
+
+def test_a_cancel_racing_a_trials_start_lands_on_its_live_run(work_home, sweep_name):
+    spec, trials = _sweep(sweep_name, seeds=1)
+    tid = trials[0].trial_id
+    driver = _CancelledWhileStarting(spec.name)
+    placeholder = driver.sync(spec, trials)[tid]
+    driver.cancel = _Snapshot(spec.name)
+    started = driver.start_run(placeholder)
+    assert started.cancelled and driver.cancelled_run_ids() == {started.run_id}
+
+    spec, trials = _sweep(sweep_name + "-2", seeds=1)
+    tid = trials[0].trial_id
+    driver = Ledger(spec.name)
+    driver.sync(spec, trials)
+    cancel = _StartedWhileCancelling(spec.name)
+    cancel.driver, cancel.trial_id = driver, tid
+    touched = cancel.request_cancel()
+    live = driver.records()[tid]
+    assert touched == [live.run_id] and live.cancelled and live.status == "KILLED"
+    assert driver.cancelled_run_ids() == {live.run_id}

@@ -182,3 +182,35 @@ def test_what_the_mlflow_ui_shows(tmp_path, ray_session, work_home, sweep_name):
             assert {"job.json", "logs"} <= {f["path"] for f in listed["files"]}
     finally:
         server.stop()
+
+
+@pytest.mark.slow
+def test_the_mlflow_ui_shows_when_each_trial_really_started(
+    tmp_path, ray_session, work_home, sweep_name
+):
+    """Concurrency 1: the second trial waits for the first. Its run's start time (the UI's
+    Created, and Duration's start) is its launch, not the scheduling of the sweep."""
+    text = sweep_yaml(sweep_name, seeds=2, first_seed=7300, backend="{concurrency: 1}")
+    result = runner.invoke(app, ["submit", str(_write(tmp_path, text)), "--job", "jobs_for_tests:count"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    server = MlflowServer(tracking_uri()).start()
+    try:
+        exp = _get(server.uri, "experiments/get-by-name", experiment_name=sweep_name)["experiment"]
+        search = {"experiment_ids": [exp["experiment_id"]], "filter": "tags.`scalelab.role` = 'trial'"}  # fmt: skip
+        runs = _post(server.uri, "runs/search", search)["runs"]
+        deleted = _post(server.uri, "runs/search", search | {"run_view_type": "DELETED_ONLY"})
+    finally:
+        server.stop()
+    tags = [{t["key"]: t["value"] for t in run["data"]["tags"]} for run in runs]
+    assert len(runs) == 2 and len({t["scalelab.trial_id"] for t in tags}) == 2  # one run each
+    (first, first_tags), (second, second_tags) = sorted(
+        zip(runs, tags, strict=True), key=lambda pair: int(pair[1]["scalelab.started_ms"])
+    )
+    for run, run_tags in ((first, first_tags), (second, second_tags)):
+        assert abs(int(run["info"]["start_time"]) - int(run_tags["scalelab.started_ms"])) < 3000
+    assert int(second["info"]["start_time"]) >= int(first["info"]["end_time"])  # it queued
+    assert float(second_tags["scalelab.queued_s"]) > 0
+    placeholders = [{t["key"]: t["value"] for t in r["data"]["tags"]} for r in deleted["runs"]]
+    assert sorted(t["scalelab.trial_id"] for t in placeholders) == sorted(
+        t["scalelab.trial_id"] for t in tags
+    )  # replaced at their start: deleted, not among the experiment's runs
