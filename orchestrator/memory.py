@@ -18,7 +18,9 @@ too, ZeRO-3 the parameters too. Written here the way DeepSpeed 0.19 actually all
 b_p: bytes of the model dtype; b_g: of the gradient-accumulation dtype (DeepSpeed's
 `data_types.grad_accum_dtype`, default the model dtype). ZeRO-1 here reduce-scatters every
 micro-batch into a gradient partition, so it needs what ZeRO-2 needs; with bf16 and fp32
-accumulation it becomes DeepSpeed's BF16_Optimizer, which keeps the full gradient in fp32.
+accumulation it becomes DeepSpeed's BF16_Optimizer, which keeps the full gradient in fp32
+and each parameter's bf16 gradient beside it (it zeroes them after the step, never frees
+them: b_p Psi more, found by the acceptance check's training steps).
 ZeRO-3 keeps tensors smaller than `stage3_param_persistence_threshold` whole on every rank.
 Optimizer offload moves the master copy, the moments and a fp32 gradient partition to host
 RAM. DeepSpeed's gradient buckets (`reduce_bucket_size` elements, two with `overlap_comm`)
@@ -209,6 +211,8 @@ def model_state_bytes(sizes: list[int], z: ZeroSettings, world: int) -> ModelSta
         bf16_optimizer = full_grads and bp == 2 and bg == 4 and not z.offload_optimizer
         params = bp * psi
         grads = bg * (psi if full_grads else part)
+        if bf16_optimizer:  # it also keeps each parameter's bf16 .grad (zeroed, never freed)
+            grads += bp * psi
         gathered = 0
         bucket_bytes = bg if full_grads else bp
         copies = 2 if z.overlap_comm else 1  # allocated for each backward pass
