@@ -24,8 +24,8 @@ import statistics
 from collections.abc import Callable
 
 import torch
-from timing import interleaved_times
 
+from benchmarks.timing import interleaved_times
 from models.budget import budget_inference_flops
 from models.config import ModelConfig
 from models.context import ForwardContext

@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 import torch
-from timing import interleaved_times
 from torch import Tensor, nn
 
+from benchmarks.timing import interleaved_times
 from models.config import ModelConfig
 from models.context import ForwardContext
 from models.gpt import GPT, Block

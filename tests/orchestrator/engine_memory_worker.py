@@ -19,39 +19,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from benchmarks.engine_memory import held_bytes
 from jobs import checkpoint, distributed
 from jobs.config import JobConfig
 from jobs.ds_config import plan_batch
 from jobs.train import _Trainer
-
-OWNERS = ("deepspeed", "torch", "jobs", "models")  # objects whose attributes are followed
-
-
-def storages(root: object) -> dict[int, tuple[int, str]]:
-    """data_ptr -> (bytes, path of the first reference found) of every reachable storage."""
-    seen: set[int] = set()
-    found: dict[int, tuple[int, str]] = {}
-    stack: list[tuple[object, str]] = [(root, "engine")]
-    while stack:
-        obj, path = stack.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        if isinstance(obj, torch.Tensor):
-            storage = obj.untyped_storage()
-            if storage.data_ptr() and storage.data_ptr() not in found:
-                found[storage.data_ptr()] = (storage.nbytes(), path)
-            if obj.is_leaf and obj.grad is not None:
-                stack.append((obj.grad, path + ".grad"))
-            stack.extend((v, f"{path}.{k}") for k, v in vars(obj).items())  # ZeRO-3's ds_tensor
-        elif isinstance(obj, dict):
-            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(obj.values()))
-            stack.extend((k, f"{path}[key]") for k in obj if torch.is_tensor(k))
-        elif isinstance(obj, (list, tuple, set)):
-            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(obj))
-        elif type(obj).__module__.split(".")[0] in OWNERS and hasattr(obj, "__dict__"):
-            stack.extend((v, f"{path}.{k}") for k, v in vars(obj).items())
-    return found
 
 
 def measure(job: JobConfig, env: distributed.DistEnv, ckpt_dir: Path) -> dict:
@@ -59,16 +31,15 @@ def measure(job: JobConfig, env: distributed.DistEnv, ckpt_dir: Path) -> dict:
     trainer._build_engine()
     engine, plan = trainer.engine, trainer.plan
     torch.manual_seed(env.rank)
-    held = None
+    held = (0, 0)
     for step in range(2):
         for micro in range(plan.accum):
             x = torch.randint(0, job.model.vocab_size, (plan.micro_batch, job.data.seq_len))
             engine.backward(engine(x, x).loss)
             if step == 1 and micro == plan.accum - 1:
-                held = storages(engine)
+                held = held_bytes(engine)
             engine.step()
-    buckets = sum(b for b, path in held.values() if ".ipg_" in path)
-    states = sum(b for b, path in held.values() if ".ipg_" not in path)
+    states, buckets = held
     tag = checkpoint.save(engine, env, ckpt_dir, {"step": 2}, keep=1)
     files = sum(p.stat().st_size for p in tag.iterdir() if p.is_file())
     return {"states": states, "buckets": buckets, "checkpoint": files}
