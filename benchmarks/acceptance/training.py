@@ -20,6 +20,7 @@ fresh engine resumes from it: its parameters and optimizer state must equal the 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -205,6 +206,9 @@ def one_rank() -> Iterator[DistEnv]:
 def build_trainer(job: JobConfig, env: DistEnv) -> _Trainer:
     """The job's own engine (model build, DeepSpeed config, optimizer) as jobs/train.py makes it."""
     cuda = env.device.startswith("cuda")
+    if cuda:  # what earlier checks left is freed now, not during the measured steps
+        gc.collect()
+        torch.cuda.empty_cache()
     base = torch.cuda.memory_allocated(env.device) if cuda else 0
     trainer = _Trainer(job, env, plan_batch(job, env.world_size), time.time())
     trainer._build_engine()
