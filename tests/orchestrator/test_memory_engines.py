@@ -48,7 +48,8 @@ TWO_RANKS = [
     _job("micro", 2, "fp32"),
     _job("mini", 1, "bf16", offload=True),
 ]
-ONE_RANK = [_job("micro", 0, "fp32"), _job("mini", 3)]
+# ZeRO-1 bf16 (fp32 accumulation: BF16_Optimizer) is the sweeps' setting (sweeps/hadamard.yaml)
+ONE_RANK = [_job("micro", 0, "fp32"), _job("mini", 3), _job("micro", 1)]
 
 
 def _free_port() -> int:
