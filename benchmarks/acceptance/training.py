@@ -93,7 +93,8 @@ def sweep_trial(case: StepCase, spec: SweepSpec, steps: int) -> Trial:
     raw["model"]["size"] = case.size
     if case.vocab_size:
         raw["model"]["vocab_size"] = case.vocab_size
-    raw["model"]["block_size"] = max(seq, raw["model"]["block_size"] if not case.seq_len else 0)
+    if case.seq_len:
+        raw["model"]["block_size"] = case.seq_len
     raw["data"] |= {"seq_len": seq, "val_tokens": seq}
     raw["train"] |= {"global_batch_tokens": micro * seq, "tokens": steps * micro * seq}
     raw["deepspeed"]["micro_batch_size"] = micro
@@ -113,9 +114,10 @@ def one_rank_placement(device: str) -> Placement:
     return Placement(1, 1, 1, device_gpu(torch.cuda.get_device_name(device)), None)
 
 
-def train_steps(trainer: _Trainer, sizes: StepSizes) -> Measured:
+def train_steps(trainer: _Trainer, sizes: StepSizes, base_bytes: int) -> Measured:
     """Steps of the built engine on fixed random tokens (device-resident), timed after a
-    warm-up with the device synchronised; the engine's states after one more backward."""
+    warm-up with the device synchronised; the engine's states after one more backward. The
+    CUDA peak is counted above `base_bytes`, what was allocated before the engine."""
     engine, plan, job, device = trainer.engine, trainer.plan, trainer.job, trainer.env.device
     cuda = device.startswith("cuda")
     sync: Callable[[], None] = torch.cuda.synchronize if cuda else (lambda: None)
@@ -142,7 +144,7 @@ def train_steps(trainer: _Trainer, sizes: StepSizes) -> Measured:
         step()
     sync()
     seconds = time.perf_counter() - t0
-    peak = torch.cuda.max_memory_allocated(device) - trainer.base_bytes if cuda else None
+    peak = torch.cuda.max_memory_allocated(device) - base_bytes if cuda else None
     states = step(measure_states=True)
     tokens = sizes.steps * plan.accum * plan.micro_batch * job.data.seq_len
     return Measured(tokens / seconds, states, peak)
@@ -150,7 +152,7 @@ def train_steps(trainer: _Trainer, sizes: StepSizes) -> Measured:
 
 def states_estimate(trainer: _Trainer) -> int:
     """orchestrator/memory.py's parameter + gradient + optimizer bytes for this engine's
-    DeepSpeed config (what tests/orchestrator/test_memory_engines.py checks on 2 ranks)."""
+    DeepSpeed config (what tests/orchestrator/test_memory_engines.py checks on 1 and 2 ranks)."""
     z = ZeroSettings.from_ds_config(trainer.ds_config)
     est = model_state_bytes(parameter_sizes(trainer.job.model), z, trainer.env.world_size)
     return est.resident + est.staging
@@ -203,8 +205,9 @@ def one_rank() -> Iterator[DistEnv]:
         distributed.shutdown(env)
 
 
-def build_trainer(job: JobConfig, env: DistEnv) -> _Trainer:
-    """The job's own engine (model build, DeepSpeed config, optimizer) as jobs/train.py makes it."""
+def build_trainer(job: JobConfig, env: DistEnv) -> tuple[_Trainer, int]:
+    """The job's own engine (model build, DeepSpeed config, optimizer) as jobs/train.py
+    makes it, and the CUDA bytes allocated before it was built (0 on the CPU)."""
     cuda = env.device.startswith("cuda")
     if cuda:  # what earlier checks left is freed now, not during the measured steps
         gc.collect()
@@ -212,8 +215,7 @@ def build_trainer(job: JobConfig, env: DistEnv) -> _Trainer:
     base = torch.cuda.memory_allocated(env.device) if cuda else 0
     trainer = _Trainer(job, env, plan_batch(job, env.world_size), time.time())
     trainer._build_engine()
-    trainer.base_bytes = base  # type: ignore[attr-defined]
-    return trainer
+    return trainer, base
 
 
 def run(cpu: bool, out: Path) -> list[Check]:
@@ -226,8 +228,8 @@ def run(cpu: bool, out: Path) -> list[Check]:
         for i, case in enumerate(sizes.cases):
             trial = sweep_trial(case, spec, sizes.warmup + sizes.steps + 1)
             plan = plan_trial(trial, spec, one_rank_placement(env.device))
-            trainer = build_trainer(trial.job, env)
-            m = train_steps(trainer, sizes)
+            trainer, base = build_trainer(trial.job, env)
+            m = train_steps(trainer, sizes, base)
             flops = m.tokens_per_s * train_flops_per_token(trial.job.model, trial.job.data.seq_len)
             achieved = mfu(flops, env.world_size, peak_flops)
             checks += step_checks(case, m, plan, states_estimate(trainer), spec.estimate.mfu,
