@@ -70,11 +70,16 @@ def inference_check(size: str, variant: str, error: float, executed: dict[str, f
 
 
 def run(cpu: bool) -> list[Check]:
-    sizes = CPU if cpu else GPU
-    device = "cpu" if cpu else "cuda"
-    if not cpu:
-        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 for the match
-        torch.backends.cudnn.allow_tf32 = False
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 for the match
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        return _run(CPU if cpu else GPU, "cpu" if cpu else "cuda")
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+
+
+def _run(sizes: InferenceSizes, device: str) -> list[Check]:
     args = argparse.Namespace(vocab=sizes.vocab, prompt=sizes.prompt, tsa_alpha=0.726)
     total = sizes.prompt + sizes.new
     gen = torch.Generator().manual_seed(3)
@@ -100,6 +105,6 @@ def run(cpu: bool) -> list[Check]:
                 inference_check(size, variant, error, executed, finite, tok_s, dtype_name)
             )
             del case, model, fast
-            if not cpu:
+            if device == "cuda":
                 torch.cuda.empty_cache()
     return checks
