@@ -2,8 +2,8 @@
 1-3; refused at stage 0), deepspeed.extra unable to change it, the trial id naming it; on the
 real ZeRO-2 engine, the gradient of 8 (and 64) micro-batches accumulated in fp32 closer to the
 exact one than one micro-batch of 8 and than bf16 accumulation; and on 2 gloo ranks, 8
-accumulation steps tracking the fp32 loss curve as closely as one step does, with losses
-logged in fp32."""
+accumulation steps tracking the fp32 loss curve as closely as one step does (within the
+seeds' spread, which is all a curve resolves), with losses logged in fp32."""
 
 import copy
 import json
