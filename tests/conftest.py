@@ -19,6 +19,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 import pytest  # noqa: E402
+from empty_store import empty_store  # noqa: E402, F401
 from slurm_cluster import SlurmCluster, slurm_cluster, two_node_cluster  # noqa: E402, F401
 
 # Tests that share one expensive thing run in one pytest-xdist worker (`make test` runs two,
