@@ -57,11 +57,12 @@ def _heaviest_groups_first(items: list[pytest.Item]) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Worker groups, heaviest first; GPU tests skip where there is no CUDA device, the rest
-    always runs."""
+    """Worker groups (heaviest first under --dist loadgroup); GPU tests skip where there is
+    no CUDA device, the rest always runs."""
     for item in items:
         item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
-    _heaviest_groups_first(items)
+    if getattr(config.option, "dist", "no") == "loadgroup":  # a plain run keeps file order
+        _heaviest_groups_first(items)
     try:
         import torch
 
