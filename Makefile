@@ -20,10 +20,11 @@ lint: setup
 	$(BIN)/ruff format --check .
 
 # Two pytest-xdist workers (the CI machine's 2 cores): much of a test's time is spent waiting
-# on the processes it starts; tests/conftest.py keeps tests that share a service together.
+# on the processes it starts; tests/conftest.py keeps tests that share a service together
+# and orders the groups heaviest first, the order in which workers take them.
 TEST_WORKERS ?= 2
 test: lint
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 format: setup
 	$(BIN)/ruff check --fix .

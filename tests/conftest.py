@@ -19,6 +19,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 import pytest  # noqa: E402
+from empty_store import empty_store  # noqa: E402, F401
 from slurm_cluster import SlurmCluster, slurm_cluster, two_node_cluster  # noqa: E402, F401
 
 # Tests that share one expensive thing run in one pytest-xdist worker (`make test` runs two,
@@ -37,11 +38,31 @@ def _worker_group(item: pytest.Item) -> str:
     return item.nodeid.split("::")[0]
 
 
+def _heaviest_groups_first(items: list[pytest.Item]) -> None:
+    """Order the groups by their number of slow tests, then of tests (most first), keeping
+    each group's own order. `make test` hands groups out in collection order
+    (--no-loadscope-reorder), so the long groups start early and the last ones given out
+    are quick: a long group handed out last would run alone while the other worker idles.
+    (pytest-xdist's own reorder goes by number of tests, which put one-test groups of a
+    minute or more at the end.)"""
+    slow: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for item in items:
+        group = item.get_closest_marker("xdist_group").args[0]
+        slow[group] = slow.get(group, 0) + bool(item.get_closest_marker("slow"))
+        count[group] = count.get(group, 0) + 1
+    rank = {g: i for i, g in enumerate(sorted(count, key=lambda g: (-slow[g], -count[g])))}
+    items.sort(key=lambda item: rank[item.get_closest_marker("xdist_group").args[0]])
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Worker groups; GPU tests skip where there is no CUDA device, the rest always runs."""
+    """Worker groups (heaviest first under --dist loadgroup); GPU tests skip where there is
+    no CUDA device, the rest always runs."""
     for item in items:
         item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
+    if getattr(config.option, "dist", "no") == "loadgroup":  # a plain run keeps file order
+        _heaviest_groups_first(items)
     try:
         import torch
 
@@ -54,3 +75,26 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+class _GroupsCheck:
+    """Under `--dist loadgroup`, stops at once when pytest-xdist did not tag the tests with
+    their group: it then hands out every test on its own, silently (pytest-xdist#1386, with
+    pytest 9.2's node ids), so shared fixtures are built on both workers and the SLURM tests
+    run side by side. requirements/constraints.txt pins a pytest it works with."""
+
+    @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook, on the controller
+    def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
+        if node.config.getvalue("dist") != "loadgroup":
+            return
+        ungrouped = [nodeid for nodeid in ids if "@" not in nodeid]
+        if ungrouped:
+            pytest.exit(
+                f"pytest-xdist did not group {len(ungrouped)} tests (e.g. {ungrouped[0]}): "
+                "--dist loadgroup needs the pytest of requirements/constraints.txt",
+                returncode=pytest.ExitCode.USAGE_ERROR,
+            )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_GroupsCheck(), "scalelab-groups-check")

@@ -51,7 +51,9 @@ def _one_clean_line(proc: subprocess.CompletedProcess, *needles: str) -> None:
 
 
 @pytest.mark.slow
-def test_a_full_disk_stops_the_driver_with_one_line_and_a_resubmit_finishes(small_disk):
+def test_a_full_disk_stops_the_driver_with_one_line_and_a_resubmit_finishes(
+    small_disk, empty_store
+):
     home = small_disk / "home"
     sweep = small_disk.parent / "sweep.yaml"
     sweep.write_text(sweep_yaml("fulldisk", seeds=1))
@@ -66,7 +68,7 @@ def test_a_full_disk_stops_the_driver_with_one_line_and_a_resubmit_finishes(smal
     filler.unlink()
 
     # 2. The disk fills up after the database exists: writing the sweep's runs fails.
-    Ledger("probe", tracking_uri=f"sqlite:///{home / 'mlflow.db'}")  # creates the store
+    empty_store(home / "mlflow.db")  # the store exists, whole
     filler = _fill(small_disk)
     stopped = scalelab("submit", str(sweep), "--no-summary", home=home)
     _one_clean_line(stopped, *full)

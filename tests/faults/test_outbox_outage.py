@@ -61,11 +61,11 @@ def _wait_for(predicate, timeout_s: float, what: str, driver: subprocess.Popen) 
 
 
 @pytest.mark.slow
-def test_a_driver_sends_what_an_outage_held_back_then_marks_finished(tmp_path):
+def test_a_driver_sends_what_an_outage_held_back_then_marks_finished(tmp_path, empty_store):
     """`scalelab submit` on a real `mlflow server`, stopped while the trial ends, for at
     least OUTAGE_S and until the job has given up waiting for MLflow and returned."""
     home = tmp_path / "home"
-    server = MlflowServer(f"sqlite:///{tmp_path / 'server.db'}").start()
+    server = MlflowServer(empty_store(tmp_path / "server.db")).start()
     try:
         sweep = tmp_path / "sweep.yaml"
         sweep.write_text(sweep_yaml("outage", seeds=1, steps=STEPS))
@@ -112,7 +112,7 @@ def test_a_driver_sends_what_an_outage_held_back_then_marks_finished(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def spooled_home(tmp_path_factory) -> tuple[Path, str, str]:
+def spooled_home(tmp_path_factory, empty_store) -> tuple[Path, str, str]:
     """A work directory whose one trial trained to the end while its job could not reach
     MLflow (a closed port): everything it logged waits in the run's spool. Returns
     (home, trial id, run id); the sweep's ledger is the home's sqlite store."""
@@ -123,7 +123,7 @@ def spooled_home(tmp_path_factory) -> tuple[Path, str, str]:
     (root / "sweep.yaml").write_text(text)
     spec, source = parse_spec(text)
     (trial,) = expand(spec, source)
-    ledger = Ledger("spooled", tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    ledger = Ledger("spooled", tracking_uri=empty_store(home / "mlflow.db"))
     run_id = ledger.sync(spec, [trial])[trial.trial_id].run_id
     (root / "job.json").write_text(trial.job.model_dump_json())
     job = subprocess.run(

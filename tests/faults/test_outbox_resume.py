@@ -56,11 +56,11 @@ def _wait_sent(uri: str, run_id: str, step: int) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("checkpoint_every", [3, 1000], ids=["after-checkpoint", "no-checkpoint"])
-def test_replayed_steps_reach_mlflow_and_the_curve_once(tmp_path, checkpoint_every):
+def test_replayed_steps_reach_mlflow_and_the_curve_once(tmp_path, checkpoint_every, empty_store):
     from mlflow import MlflowClient
 
     home = tmp_path / "home"
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = empty_store(tmp_path / "mlflow.db")
     client = MlflowClient(uri)
     run_id = client.create_run(client.create_experiment("replay")).info.run_id
     job = tiny_job(train__checkpoint_interval=checkpoint_every)

@@ -11,13 +11,13 @@ from orchestrator.ledger import Ledger
 
 
 @pytest.mark.slow
-def test_a_second_sweep_sharing_a_trial_gets_its_metrics_without_training_it(tmp_path):
+def test_a_second_sweep_sharing_a_trial_gets_its_metrics_without_training_it(tmp_path, empty_store):
     home = tmp_path / "home"
+    uri = empty_store(home / "mlflow.db")
     for name in ("first", "second"):
         (tmp_path / f"{name}.yaml").write_text(sweep_yaml(name, seeds=1))
     done = scalelab("submit", str(tmp_path / "first.yaml"), "--no-summary", home=home)
     assert done.returncode == 0, done.stderr[-3000:]
-    uri = f"sqlite:///{home / 'mlflow.db'}"
     ((trial_id, first),) = Ledger("first", tracking_uri=uri).records().items()
     trial_files = sorted(p for p in (home / "trials" / trial_id).rglob("*") if p.is_file())
     before = {p: p.read_bytes() for p in trial_files if "outbox" not in str(p)}
@@ -34,12 +34,14 @@ def test_a_second_sweep_sharing_a_trial_gets_its_metrics_without_training_it(tmp
     assert {p: p.read_bytes() for p in before} == before  # trained once: nothing rewritten
 
 
-def test_a_run_that_continues_another_runs_training_gets_the_whole_curve(tmp_path, monkeypatch):
+def test_a_run_that_continues_another_runs_training_gets_the_whole_curve(
+    tmp_path, monkeypatch, empty_store
+):
     """Trial half-trained under run A (preempted), finished under run B: B holds every
     point, A the ones logged under it."""
     from mlflow import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = empty_store(tmp_path / "mlflow.db")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     client = MlflowClient(uri)
     exp = client.create_experiment("shared")

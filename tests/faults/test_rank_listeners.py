@@ -34,7 +34,7 @@ def _cmdline(p: psutil.Process) -> str:
         return ""
 
 
-def test_a_two_rank_trial_listens_on_loopback_only(tmp_path: Path, monkeypatch):
+def test_a_two_rank_trial_listens_on_loopback_only(tmp_path: Path, monkeypatch, empty_store):
     job = JobConfig.model_validate(
         {
             "model": {"size": "nano", "vocab_size": 256, "block_size": 32},
@@ -45,7 +45,7 @@ def test_a_two_rank_trial_listens_on_loopback_only(tmp_path: Path, monkeypatch):
     )
     (tmp_path / "job.json").write_text(job.model_dump_json())
     monkeypatch.setenv("SCALELAB_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", empty_store(tmp_path / "mlflow.db"))
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"):
         monkeypatch.delenv(key, raising=False)
     proc = subprocess.Popen([sys.executable, "-c", RUN_TWO_RANKS, str(tmp_path / "job.json")],

@@ -20,7 +20,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -95,7 +95,9 @@ def _cmdline(p: psutil.Process) -> str:
 
 
 @contextmanager
-def submitted(tmp_path: Path, job: str = "jobs_for_tests:sleepy") -> Iterator[Driver]:
+def submitted(
+    tmp_path: Path, empty_store: Callable[[Path], str], job: str = "jobs_for_tests:sleepy"
+) -> Iterator[Driver]:
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text("""
 name: ray-boundary
@@ -107,6 +109,7 @@ grid:
   seed: [0, 1]
 backend: {concurrency: 2, max_retries: 0, cpus_per_trial: 0.5}
 """)
+    empty_store(tmp_path / "home" / "mlflow.db")  # its creation is not what is looked at
     env = {
         **os.environ,
         "SCALELAB_HOME": str(tmp_path / "home"),
@@ -141,11 +144,11 @@ backend: {concurrency: 2, max_retries: 0, cpus_per_trial: 0.5}
         log.close()
 
 
-def test_every_socket_of_a_real_sweep_listens_on_loopback_only(tmp_path: Path):
+def test_every_socket_of_a_real_sweep_listens_on_loopback_only(tmp_path: Path, empty_store):
     """The default job (DeepSpeed training) on the embedded Ray: Ray's servers and the
     trials' own (the process group's store, gloo) are all on loopback, from start to end."""
     listening: dict[tuple[int, str], set[tuple[str, int]]] = {}
-    with submitted(tmp_path, job="jobs.train:run") as driver:
+    with submitted(tmp_path, empty_store, job="jobs.train:run") as driver:
         deadline = time.monotonic() + 300
         while driver.proc.poll() is None:  # agents, workers and trials come and go
             for key, socks in listeners_of(driver.tree()).items():
@@ -184,7 +187,7 @@ def _http_status(url: str) -> int:
         return e.code
 
 
-def test_a_client_without_the_clusters_token_is_turned_away(tmp_path: Path):
+def test_a_client_without_the_clusters_token_is_turned_away(tmp_path: Path, empty_store):
     import grpc
 
     from orchestrator.backends.embedded import SINGLE_NODE, scoped_environ
@@ -192,7 +195,7 @@ def test_a_client_without_the_clusters_token_is_turned_away(tmp_path: Path):
     with scoped_environ(SINGLE_NODE):  # Ray's first import here fixes its mode for later tests
         from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 
-    with submitted(tmp_path) as driver:
+    with submitted(tmp_path, empty_store) as driver:
         driver.wait_for_trials()
         session = _session_dir(driver)
         gcs = _port(session, "gcs_server_port")
@@ -210,14 +213,16 @@ def test_a_client_without_the_clusters_token_is_turned_away(tmp_path: Path):
         assert driver.trials_running() == TRIALS  # the cluster itself kept working
 
 
-def test_no_process_of_the_cluster_outlives_a_driver_killed_with_sigkill(tmp_path: Path):
+def test_no_process_of_the_cluster_outlives_a_driver_killed_with_sigkill(
+    tmp_path: Path, empty_store
+):
     # a bystander carrying another cluster's mark: whoever cleans up must leave it alone
     bystander = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(120)"],
         env={**os.environ, "SCALELAB_RAY_SESSION": "someone-elses-cluster"},
     )
     try:
-        with submitted(tmp_path) as driver:
+        with submitted(tmp_path, empty_store) as driver:
             driver.wait_for_trials()
             time.sleep(1)  # let the agents settle into their servers
             before = {p.pid: _cmdline(p) or p.name() for p in driver.tree()}

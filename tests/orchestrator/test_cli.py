@@ -104,8 +104,9 @@ def _answers(uri: str) -> bool:
 
 
 @pytest.mark.slow
-def test_mlflow_server_down_at_submit(tmp_path, work_home, sweep_name):
+def test_mlflow_server_down_at_submit(tmp_path, work_home, sweep_name, empty_store):
     port, db = _free_port(), tmp_path / "server.db"
+    empty_store(db)  # the server opens it instead of creating it: its start is shorter
     server = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
          "--backend-store-uri", f"sqlite:///{db}", "--workers", "1"],
