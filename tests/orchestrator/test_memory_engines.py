@@ -24,6 +24,7 @@ from orchestrator.memory import (
 )
 
 WORKER = Path(__file__).with_name("engine_memory_worker.py")
+REPO = Path(__file__).resolve().parents[2]  # the worker imports benchmarks/, not installed
 
 
 def _job(size: str, stage: int, dtype: str = "bf16", offload: bool = False) -> JobConfig:
@@ -67,7 +68,8 @@ def _on_two_ranks(jobs: list[JobConfig], tmp_path: Path) -> list[list[dict]]:
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
          "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), str(WORKER),
          str(spec)],
-        env={**env, "OMP_NUM_THREADS": "1", "SCALELAB_HOME": str(tmp_path / "home")},
+        env={**env, "OMP_NUM_THREADS": "1", "SCALELAB_HOME": str(tmp_path / "home"),
+             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))},
         capture_output=True, text=True, timeout=500,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
