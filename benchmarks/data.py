@@ -70,9 +70,6 @@ def todays_path(files: list[str], tokenizer: str, cache: str) -> int:
 
     ds = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=cache)
     docs = list(ds["text"])
-    tok = load_tokenizer(tokenizer)
-    sep = [tok.eot] if tok.eot is not None else tok.encode_batch(["\n\n"])[0]
-    encode_batch = tok.encode_batch
     if tokenizer == "gpt2":  # it called tiktoken.get_encoding("gpt2"): tiktoken's own split
         from tiktoken_ext.openai_public import r50k_pat_str
 
@@ -80,8 +77,13 @@ def todays_path(files: list[str], tokenizer: str, cache: str) -> int:
 
         enc = gpt2_encoding(pat_str=r50k_pat_str)
         encode_batch = functools.partial(enc.encode_ordinary_batch, num_threads=1)
+        vocab_size, sep = enc.n_vocab, [enc.eot_token]
+    else:
+        tok = load_tokenizer(tokenizer)
+        encode_batch, vocab_size = tok.encode_batch, tok.vocab_size
+        sep = [tok.eot] if tok.eot is not None else tok.encode_batch(["\n\n"])[0]
     ids = [i for doc in encode_batch(docs) for i in (*doc, *sep)]
-    dtype = np.uint16 if tok.vocab_size <= 2**16 else np.uint32
+    dtype = np.uint16 if vocab_size <= 2**16 else np.uint32
     np.asarray(ids, dtype=dtype).tofile(Path(cache) / "tokens.bin")
     return len(ids)
 
