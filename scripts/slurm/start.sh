@@ -145,21 +145,22 @@ DBD_PID="$STATE/run/slurmdbd.pid"
 CTLD_PID="$STATE/run/slurmctld.pid"
 SLURMD_PID="$STATE/run/slurmd.pid"
 
-if ((!CONFIG_CHANGED)) && pid_alive "$MUNGE_PID" && pid_alive "$DB_PID" && pid_alive "$DBD_PID" &&
-  pid_alive "$CTLD_PID" && pid_alive "$SLURMD_PID" && cluster_ready; then
+if ((!CONFIG_CHANGED)) && pid_alive "$MUNGE_PID" munged && pid_alive "$DB_PID" mariadbd &&
+  pid_alive "$DBD_PID" slurmdbd && pid_alive "$CTLD_PID" slurmctld && pid_alive "$SLURMD_PID" slurmd &&
+  cluster_ready; then
   log "already running (node $NODE, partition $PARTITION)"
   exit 0
 fi
 
 if ((CONFIG_CHANGED)); then
   # New config (first start, or the machine changed): restart SLURM daemons that still run.
-  stop_pidfile "$SLURMD_PID"
-  stop_pidfile "$CTLD_PID"
-  stop_pidfile "$DBD_PID"
+  stop_pidfile "$SLURMD_PID" slurmd
+  stop_pidfile "$CTLD_PID" slurmctld
+  stop_pidfile "$DBD_PID" slurmdbd
 fi
 
 # munge: shared-secret authentication between SLURM's daemons and clients.
-if ! pid_alive "$MUNGE_PID"; then
+if ! pid_alive "$MUNGE_PID" munged; then
   [[ -s /etc/munge/munge.key ]] || mungekey --create --keyfile=/etc/munge/munge.key
   chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
   mkdir -p /run/munge /var/log/munge /var/lib/munge
@@ -175,7 +176,7 @@ fi
 # which sacct reads; submitit needs sacct to see cancelled and finished jobs.
 DATADIR="$STATE/mysql"
 DB_SOCK="$STATE/run/mariadb.sock"
-if ! pid_alive "$DB_PID"; then
+if ! pid_alive "$DB_PID" mariadbd; then
   if [[ ! -d "$DATADIR/mysql" ]]; then
     log "initialising MariaDB in $DATADIR"
     mkdir -p "$DATADIR"
@@ -203,11 +204,11 @@ mariadb --no-defaults -S "$DB_SOCK" -e "
 start_slurm_daemon() { # start_slurm_daemon NAME PIDFILE CMD...: the daemons fork themselves
   local name=$1 pidfile=$2
   shift 2
-  pid_alive "$pidfile" && return 0
+  pid_alive "$pidfile" "$name" && return 0
   log "starting $name"
   "$@" 9>&- || die 1 "$name did not start"
   for _ in $(seq 50); do
-    pid_alive "$pidfile" && return 0
+    pid_alive "$pidfile" "$name" && return 0
     sleep 0.1
   done
   die 1 "$name exited right after start"

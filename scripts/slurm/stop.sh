@@ -11,7 +11,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 stop_pidfile "$STATE/run/slurmd.pid" slurmd
 stop_pidfile "$STATE/run/slurmctld.pid" slurmctld
 stop_pidfile "$STATE/run/slurmdbd.pid" slurmdbd
-stop_pidfile "$STATE/run/mariadb.pid" mariadb
+stop_pidfile "$STATE/run/mariadb.pid" mariadbd
 stop_pidfile /run/munge/munged.pid munged
 
 if [[ "${1:-}" == "--purge" ]]; then

@@ -47,7 +47,8 @@ die() {
 }
 
 if [[ "${1:-start}" == "stop" ]]; then
-  for f in "$STATE"/run/slurmd-*.pid "$STATE/run/slurmctld.pid"; do stop_pidfile "$f"; done
+  for f in "$STATE"/run/slurmd-*.pid; do stop_pidfile "$f" slurmd; done
+  stop_pidfile "$STATE/run/slurmctld.pid" slurmctld
   exit 0
 fi
 
@@ -71,7 +72,8 @@ sed -e "s|@MARKER@|$MARKER|" -e "s|@CLUSTER@|$CLUSTER|g" -e "s|@PARTITION@|$PART
   -e "s|@CTLD_PORT@|7817|g" -e "s|@PORT1@|7818|g" -e "s|@PORT2@|7819|g" \
   -e "s|@REAL_MEM@|$((MEM_MB * 45 / 100))|g" "$HERE/two-nodes.conf.in" >"$tmp"
 if ! cmp -s "$tmp" "$CONF"; then # new or changed config: restart this cluster's daemons
-  for f in "$STATE"/run/slurmd-*.pid "$STATE/run/slurmctld.pid"; do stop_pidfile "$f"; done
+  for f in "$STATE"/run/slurmd-*.pid; do stop_pidfile "$f" slurmd; done
+  stop_pidfile "$STATE/run/slurmctld.pid" slurmctld
   install -m 644 "$tmp" "$CONF"
 fi
 rm -f "$tmp"
@@ -79,9 +81,9 @@ export SLURM_CONF="$CONF"
 
 sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER" ||
   sacctmgr -i add cluster "$CLUSTER" >/dev/null || die "sacctmgr could not add cluster $CLUSTER"
-pid_alive "$STATE/run/slurmctld.pid" || slurmctld -f "$CONF" 9>&- || die "slurmctld did not start"
+pid_alive "$STATE/run/slurmctld.pid" slurmctld || slurmctld -f "$CONF" 9>&- || die "slurmctld did not start"
 for node in "$NODE1" "$NODE2"; do
-  pid_alive "$STATE/run/slurmd-$node.pid" || slurmd -f "$CONF" -N "$node" 9>&- ||
+  pid_alive "$STATE/run/slurmd-$node.pid" slurmd || slurmd -f "$CONF" -N "$node" 9>&- ||
     die "slurmd -N $node did not start"
 done
 deadline=$((SECONDS + TIMEOUT))

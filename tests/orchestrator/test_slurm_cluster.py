@@ -161,3 +161,67 @@ def test_preempted_checkpointable_job_is_requeued_and_resumes(
     (first, _), (second, resumed_at) = out["starts"]
     assert (first, second) == ("0", "1"), "one start and one requeue (SLURM_RESTART_COUNT)"
     assert 0 < resumed_at < 30, "the requeued job resumed from the checkpoint"
+
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts" / "slurm"
+STATE = Path(os.environ.get("SCALELAB_SLURM_STATE", "/var/lib/scalelab-slurm"))
+
+
+def process_name(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except FileNotFoundError:
+        return None
+
+
+def test_stop_leaves_alone_a_process_that_took_a_dead_daemons_pid(tmp_path: Path) -> None:
+    stranger = subprocess.Popen(["sleep", "300"])
+    try:
+        pidfile = tmp_path / "slurmd.pid"
+        pidfile.write_text(f"{stranger.pid}\n")
+        subprocess.run(
+            ["bash", "-c", f'source "{SCRIPTS}/lib.sh"; stop_pidfile "$1" slurmd', "_", pidfile],
+            check=True,
+            timeout=30,
+        )
+        time.sleep(0.2)
+        assert stranger.poll() is None, "stop_pidfile killed a process that is not slurmd"
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_start_restarts_a_daemon_whose_pid_file_names_another_process(
+    slurm_cluster: SlurmCluster,  # noqa: F811
+) -> None:
+    """A pid file outlives its daemon when a machine is restored from a snapshot, and its PID
+    can belong to another process by then. CI met exactly this: start.sh took that process for
+    slurmd, never started slurmd, and the node stayed 'unknown' until its 60 s timeout."""
+    pidfile = STATE / "run" / "slurmd.pid"
+    slurmd = int(pidfile.read_text())
+    assert process_name(slurmd) == "slurmd"
+    stranger = subprocess.Popen(["sleep", "300"])
+    try:
+        os.kill(slurmd, 15)
+        wait_for(lambda: process_name(slurmd) is None, 30, "slurmd to exit")
+        pidfile.write_text(f"{stranger.pid}\n")
+
+        proc = subprocess.run(
+            ["bash", str(SCRIPTS / "start.sh")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "SCALELAB_SLURM_TIMEOUT": "20"},
+            check=False,
+        )
+
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "starting slurmd" in proc.stderr
+        restarted = int(pidfile.read_text())
+        assert restarted != stranger.pid and process_name(restarted) == "slurmd"
+        assert stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()
+        if process_name(int(pidfile.read_text())) != "slurmd":  # leave a working cluster behind
+            subprocess.run(["bash", str(SCRIPTS / "start.sh")], capture_output=True, timeout=120)
