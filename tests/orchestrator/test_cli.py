@@ -153,14 +153,19 @@ def test_kill_9_the_driver_then_resubmit_picks_up(
         "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
         "SCALELAB_TEST_SLEEP": "1.5",
     }
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "submit", str(path), "--job", "jobs_for_tests:sleepy"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+    driver_log = tmp_path / "driver.log"
+    with driver_log.open("wb") as log:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "submit", str(path), "--job", "jobs_for_tests:sleepy"],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
     deadline = time.monotonic() + 120
     finished: list[str] = []
     while not finished:
-        assert driver.poll() is None, "the driver ended before it could be killed"
+        assert driver.poll() is None, (
+            f"the driver ended (exit {driver.returncode}) before it could be killed:\n"
+            + driver_log.read_text(errors="replace")[-3000:]
+        )
         assert time.monotonic() < deadline, "no trial finished"
         time.sleep(0.3)
         ledger = Ledger(sweep_name)
