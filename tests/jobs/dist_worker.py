@@ -1,14 +1,12 @@
-"""One rank of a multi-process test (started by torchrun from test_distributed.py).
-
-Usage: torchrun --nproc_per_node 2 dist_worker.py SPEC.json
+"""The ranks' side of tests/two_ranks.py (started by tests/forked_ranks.py, one process per
+rank): train_runs(SPEC.json) with
 SPEC: {"runs": [{"home": "...", "job": {...JobConfig...}}, ...], "out": "results.json"}
 The process group is created once here, so the runs share it (run() sees an existing group
-and leaves it alone) and the test pays for process start-up only once.
+and leaves it alone).
 """
 
 import json
 import os
-import sys
 from dataclasses import asdict
 
 import torch.distributed as dist
@@ -17,8 +15,8 @@ from jobs.config import JobConfig
 from jobs.train import run
 
 
-def main() -> None:
-    spec = json.loads(open(sys.argv[1]).read())
+def train_runs(spec_path: str) -> None:
+    spec = json.loads(open(spec_path).read())
     dist.init_process_group("gloo")
     results = []
     for item in spec["runs"]:
@@ -29,7 +27,3 @@ def main() -> None:
             json.dump(results, f)
     dist.barrier()
     dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""One rank of test_build_partitioned.py (torchrun --nproc_per_node 2 ... OUT.json).
+"""One rank of test_build_partitioned.py (started by tests/forked_ranks.py): compare(OUT, CASES).
 
 For every case (a variant's model fields and a dtype, "bf16" or "fp32"): the plain fp32 build
 and build_partitioned after the same seed; writes which gathered parameters differ from the
@@ -7,20 +7,18 @@ alike.
 """
 
 import json
-import sys
 
 import torch
 import torch.distributed as dist
 
 
-def main() -> None:
+def compare(out_path: str, cases: dict) -> None:
     import deepspeed
 
     from jobs import distributed
     from models.build import build, build_partitioned
     from models.config import ModelConfig
 
-    out_path, cases = sys.argv[1], json.loads(sys.argv[2])
     distributed.init(distributed.read_environment())
     report = {}
     for name, (fields, dtype_name) in cases.items():
@@ -53,7 +51,3 @@ def main() -> None:
             json.dump(report, f)
     dist.barrier()
     dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main()

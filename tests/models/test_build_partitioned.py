@@ -6,12 +6,10 @@ model."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from forked_ranks import on_ranks
 
 from models import catalog
 
@@ -28,12 +26,7 @@ CASES = {f"{name}/bf16": (fields, "bf16") for name, fields in CONFIGS.items()} |
 @pytest.mark.slow
 def test_partitioned_build_equals_the_fp32_build_on_two_ranks(tmp_path) -> None:
     out = tmp_path / "report.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         str(WORKER), str(out), json.dumps(CASES)],
-        env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    on_ranks(WORKER, "compare", str(out), CASES, timeout_s=300)
     report = json.loads(out.read_text())
     assert report.keys() == CASES.keys()
     for name, r in report.items():

@@ -1,7 +1,7 @@
-"""One rank of test_memory_engines.py, started by torchrun: what real DeepSpeed engines hold.
+"""One rank of test_memory_engines.py (started by tests/forked_ranks.py, or `measure` in the
+test's own process): what real DeepSpeed engines hold.
 
-Usage: torchrun --nproc_per_node N engine_memory_worker.py SPEC.json
-SPEC: {"jobs": [JobConfig, ...], "dir": "...", "out": "results.json"}
+measure_all(SPEC.json), SPEC: {"jobs": [JobConfig, ...], "dir": "...", "out": "results.json"}
 
 Each job's engine is built the way jobs/train.py builds it, takes two optimizer steps on
 random tokens, and right after the last backward pass (parameters, gradients and optimizer
@@ -12,7 +12,6 @@ rank's numbers.
 """
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -45,8 +44,8 @@ def measure(job: JobConfig, env: distributed.DistEnv, ckpt_dir: Path) -> dict:
     return {"states": states, "buckets": buckets, "checkpoint": files}
 
 
-def main() -> None:
-    spec = json.loads(Path(sys.argv[1]).read_text())
+def measure_all(spec_path: str) -> None:
+    spec = json.loads(Path(spec_path).read_text())
     env = distributed.read_environment()
     distributed.init(env)
     results = []
@@ -58,7 +57,3 @@ def main() -> None:
     if env.is_main:
         Path(spec["out"]).write_text(json.dumps(results))
     distributed.shutdown(env)
-
-
-if __name__ == "__main__":
-    main()

@@ -6,13 +6,10 @@ ZeRO-3 gradient bucket must be exactly the estimate's, and a checkpoint's files 
 of the estimated checkpoint size."""
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from forked_ranks import on_ranks
 
 from jobs.config import JobConfig
 from jobs.ds_config import deepspeed_config, plan_batch
@@ -24,7 +21,6 @@ from orchestrator.memory import (
 )
 
 WORKER = Path(__file__).with_name("engine_memory_worker.py")
-REPO = Path(__file__).resolve().parents[2]  # the worker imports benchmarks/, not installed
 
 
 def _job(size: str, stage: int, dtype: str = "bf16", offload: bool = False) -> JobConfig:
@@ -53,26 +49,12 @@ TWO_RANKS = [
 ONE_RANK = [_job("micro", 0, "fp32"), _job("mini", 3), _job("micro", 1)]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _on_two_ranks(jobs: list[JobConfig], tmp_path: Path) -> list[list[dict]]:
     spec, out = tmp_path / "spec.json", tmp_path / "out.json"
     raw = [json.loads(j.model_dump_json()) for j in jobs]
     spec.write_text(json.dumps({"jobs": raw, "dir": str(tmp_path / "ckpt"), "out": str(out)}))
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-         "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), str(WORKER),
-         str(spec)],
-        env={**env, "OMP_NUM_THREADS": "1", "SCALELAB_HOME": str(tmp_path / "home"),
-             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))},
-        capture_output=True, text=True, timeout=500,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    on_ranks(WORKER, "measure_all", str(spec), env={"SCALELAB_HOME": str(tmp_path / "home")},
+             timeout_s=500)  # fmt: skip
     return json.loads(out.read_text())
 
 
