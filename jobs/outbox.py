@@ -145,13 +145,14 @@ class Outbox:
                 raise Busy(f"{self.dir} is being sent by another process") from None
             yield
 
-    def deliver(self, uri: str | None = None, wait: bool = True) -> int:
+    def deliver(self, uri: str | None = None, wait: bool = True, one_try: bool = False) -> int:
         """Send every unsent write to MLflow, in order; returns how many were sent. Raises
         when MLflow cannot be reached (the spool keeps them), or Busy when `wait` is False
-        and another process is sending."""
+        and another process is sending. `one_try`: each request to a tracking server is
+        tried once (`jobs/one_try.py`), for a caller that tries again later itself."""
         with self._locked(wait):
             try:
-                n = self._deliver_locked(uri)
+                n = self._deliver_locked(uri, one_try)
             except Exception as e:
                 (self.dir / "error").write_text(f"{type(e).__name__}: {e}")
                 raise
@@ -170,14 +171,19 @@ class Outbox:
                 json.dumps({"key": m.key, "value": m.value, "step": m.step}) + "\n" for m in metrics
             )
 
-    def _deliver_locked(self, uri: str | None) -> int:
+    def _deliver_locked(self, uri: str | None, one_try: bool) -> int:
         from mlflow.entities import Metric, Param, RunTag
         from mlflow.exceptions import MlflowException
 
         lines = self.unsent()
         if not lines:
             return 0
-        client = tracking_store.client(uri)
+        if one_try:
+            from jobs import one_try as one_try_clients
+
+            client = one_try_clients.client(uri)
+        else:
+            client = tracking_store.client(uri)
         run_id = self.run_id
         metrics, params, tags = [], [], []
         done = 0  # byte offset up to which everything is delivered

@@ -29,7 +29,6 @@ from typing import Any
 
 from contract.runs import Status
 from contract.workdir import CURVES_FILE
-from jobs.environ import scoped_environ
 from jobs.outbox import Outbox, metric
 
 METRIC_NAME = re.compile(r"^[\w\-. :/]+$")  # what MLflow accepts
@@ -70,8 +69,7 @@ class Tracker:
         self.dir.mkdir(parents=True, exist_ok=True)
         fresh_run = run_id is None
         if fresh_run:
-            with scoped_environ(fail_fast_environ()):
-                run_id = self._create_run(experiment, run_name)
+            run_id = self._create_run(experiment, run_name)
         self.run_id = run_id
         self.outbox = Outbox(self.dir, run_id)
         curve = read_curve(self.dir, cut_at=resume_tokens)
@@ -95,10 +93,10 @@ class Tracker:
 
     def _create_run(self, experiment: str, run_name: str) -> str:
         from contract.workdir import artifact_root, tracking_uri
-        from jobs import tracking_store
+        from jobs import one_try
 
-        try:
-            client = tracking_store.client()
+        try:  # one try: training does not wait for MLflow (the spool keeps what follows)
+            client = one_try.client()
             exp = client.get_experiment_by_name(experiment)
             exp_id = (
                 exp.experiment_id
@@ -174,8 +172,7 @@ class Tracker:
     def _deliver_quietly(self) -> None:
         try:  # one try per request, like the sender: MLflow's own backoff holds the
             # outbox's lock for minutes, and whoever delivers next would wait on it
-            with scoped_environ(fail_fast_environ()):
-                self.outbox.deliver()
+            self.outbox.deliver(one_try=True)
         except Exception:  # unreachable: the next one to touch the trial sends the rest
             pass
 
@@ -204,9 +201,10 @@ def finish_timeout_s() -> float:
 
 
 def fail_fast_environ() -> dict[str, str]:
-    """MLflow's HTTP settings for the job's own sends: one try each, instead of retrying
-    for minutes (the spool retries). Set around those calls only, never for the process:
-    children started later (a driver after an in-process trial) keep MLflow's retries."""
+    """MLflow's HTTP settings for the sender process: one try each, instead of retrying
+    for minutes (the spool retries). In the environment of that child only, never of this
+    process: every thread and later child would get them (`jobs/one_try.py` is the
+    in-process equivalent)."""
     return {
         key: os.environ.get(key, default)
         for key, default in (

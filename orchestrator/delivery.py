@@ -96,9 +96,11 @@ class _Send:
 
 class Deliveries:
     """The driver's sends of finished trials' spools: in a background thread (an outage
-    never stalls the scheduler), retried every `retry_s` until nothing is left."""
+    never stalls the scheduler), retried every `retry_s` until nothing is left. Each try
+    makes one request per batch (`jobs/one_try.py`): a try while MLflow is down fails at
+    once, so retrying often costs nothing and a send starts soon after it is back."""
 
-    def __init__(self, uri: str | None = None, retry_s: float = 5.0) -> None:
+    def __init__(self, uri: str | None = None, retry_s: float = 2.0) -> None:
         self.uri, self.retry_s = uri, retry_s
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="scalelab-outbox")
         self._owed: dict[str, _Send] = {}  # by run id
@@ -113,7 +115,7 @@ class Deliveries:
         outbox = (
             adopt(trial_id, run_id) if adopt_first else Outbox(workdir.trial_dir(trial_id), run_id)
         )
-        outbox.deliver(self.uri)
+        outbox.deliver(self.uri, one_try=True)  # poll() tries again after retry_s
         return outbox.pending()
 
     def poll(self) -> list[tuple[str, str]]:

@@ -92,9 +92,16 @@ class _GuardedClient:
         return call
 
 
-def _client(uri: str) -> MlflowClient:
+def _client(uri: str, one_try: bool = False) -> MlflowClient:
+    """A guarded client; `one_try`: each request to a tracking server is tried once, with a
+    short timeout (`jobs/one_try.py`), for calls a periodic poll repeats at its next tick."""
     try:
-        client = tracking_store.client(uri)
+        if one_try:
+            from jobs import one_try as one_try_clients
+
+            client = one_try_clients.client(uri)
+        else:
+            client = tracking_store.client(uri)
     except tracking_store.StoreError as e:
         raise LedgerUnavailable(str(e)) from None
     return _GuardedClient(client, uri)  # type: ignore[return-value]
@@ -174,6 +181,7 @@ class Ledger:
         self.uri = tracking_uri or workdir.tracking_uri()
         check_reachable(self.uri)
         self.client: MlflowClient = _client(self.uri)
+        self._poll_client: MlflowClient | None = None  # made at the first poll
         self.driver_id = driver_id or new_driver_id()
         self.lease_s = lease_s
         self._experiment_id: str | None = None
@@ -207,11 +215,21 @@ class Ledger:
                 self._experiment_id = exp.experiment_id
         return self._experiment_id
 
-    def _search(self, filter_string: str) -> list[Any]:
+    @property
+    def poll_client(self) -> MlflowClient:
+        """For the driver's periodic polls (heartbeats, cancels): one try per request, so a
+        poll during an outage fails at once (LedgerUnavailable) and the next tick asks again;
+        MLflow's retry chain would keep the driver waiting up to a minute after the store is
+        back. Writes that must land use `client` (MLflow's retries) or a spool."""
+        if self._poll_client is None:
+            self._poll_client = _client(self.uri, one_try=True)
+        return self._poll_client
+
+    def _search(self, filter_string: str, client: MlflowClient | None = None) -> list[Any]:
         eid = self.experiment_id()
         if eid is None:
             return []
-        return search_all(self.client, [eid], filter_string)
+        return search_all(client or self.client, [eid], filter_string)
 
     def find_parent(self) -> str | None:
         if self.parent_id is None:
@@ -368,10 +386,13 @@ class Ledger:
 
     # ------------------------------------------------------------ claims and heartbeats
 
-    def heartbeat(self) -> None:
+    def heartbeat(self, poll: bool = False) -> None:
+        """Tell other drivers this one is alive; `poll`: a periodic beat, tried once
+        (`poll_client`)."""
         host, pid, _ = self.driver_id.split(":")
         beat = json.dumps({"t": time.time(), "host": host, "pid": int(pid)})
-        self.client.set_tag(self.parent_id, f"{Tag.DRIVER_PREFIX}{_tag_safe(self.driver_id)}", beat)
+        client = self.poll_client if poll else self.client
+        client.set_tag(self.parent_id, f"{Tag.DRIVER_PREFIX}{_tag_safe(self.driver_id)}", beat)
 
     def driver_alive(self, driver_id: str | None, parent_tags: dict[str, str]) -> bool:
         if driver_id is None:
@@ -503,7 +524,8 @@ class Ledger:
         raise LedgerUnavailable(f"trial {trial_id}'s run kept being replaced while cancelling")
 
     def cancelled_run_ids(self) -> set[str]:
-        runs = self._search(cancelled_filter(self.sweep))
+        """The sweep's runs marked cancelled: a periodic poll, tried once (`poll_client`)."""
+        runs = self._search(cancelled_filter(self.sweep), self.poll_client)
         return {r.info.run_id for r in runs}
 
 

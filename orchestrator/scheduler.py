@@ -28,7 +28,7 @@ from jobs.outbox import Outbox
 from orchestrator import delivery
 from orchestrator.backends import make_backend
 from orchestrator.expand import Trial
-from orchestrator.ledger import Ledger, TrialRecord
+from orchestrator.ledger import Ledger, LedgerUnavailable, TrialRecord
 from orchestrator.spec import SweepSpec
 
 MAX_ERROR_LINES = 20
@@ -139,8 +139,11 @@ def run_sweep(
         while pending or inflight or sends:
             now = time.monotonic()
             if now - last_beat > ledger.lease_s / 4:
-                ledger.heartbeat()
-                last_beat = now
+                try:
+                    ledger.heartbeat(poll=True)
+                    last_beat = now
+                except LedgerUnavailable:  # the store is down: beat again at the next turn
+                    pass
             if now - last_cancel_check > cancel_poll_s:
                 last_cancel_check = now
                 _apply_cancels(ledger, backend, pending, inflight, killing, out)
@@ -318,7 +321,10 @@ def _apply_cancels(
     killing: set,
     out: SweepOutcome,
 ) -> None:
-    cancelled = ledger.cancelled_run_ids()
+    try:
+        cancelled = ledger.cancelled_run_ids()
+    except LedgerUnavailable:  # the store is down: the next poll asks again
+        return
     if not cancelled:
         return
     for live in [p for p in pending if p.rec.run_id in cancelled]:

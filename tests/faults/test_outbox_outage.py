@@ -1,5 +1,7 @@
 """A trial that finishes while MLflow is unreachable: every point arrives later, sent by
-whoever touches the trial next, and its run turns FINISHED only once they have arrived."""
+whoever touches the trial next, and its run turns FINISHED only once they have arrived.
+The driver's periodic polls fail at once during the outage, so it acts within seconds of
+the server's return."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,13 +27,17 @@ from faults.mlflow_kit import (
 
 from jobs.tracking import FINISH_TIMEOUT_VAR
 from orchestrator.expand import expand
-from orchestrator.ledger import Ledger
+from orchestrator.ledger import Ledger, LedgerUnavailable
 from orchestrator.spec import parse_spec
 
 # The job waits FINISH_WAIT_S for MLflow at its end (30 s by default: the window the outage
 # of issue 17 outlasted); the outage outlasts that wait several times over.
 FINISH_WAIT_S = 5
 OUTAGE_S = 15
+# From the server's return to the run's FINISHED (MLflow's retry chain made it anything up
+# to a minute, by where in its chain the server came back)
+REACT_S = 15
+FAST_S = 2.0  # a poll while the server is down (MLflow's chain sleeps 4 s before its 2nd retry)
 STEPS = 40
 
 
@@ -48,6 +56,27 @@ def _expected(home: Path, trial_id: str) -> dict[str, list[tuple[int, float]]]:
 
 def _result(home: Path, trial_id: str) -> dict:
     return json.loads((home / "trials" / trial_id / "result.json").read_text())
+
+
+def _seconds_to_fail(poll: Callable[[], object]) -> float:
+    """How long `poll()` takes to raise LedgerUnavailable (inf: still going after 3 *
+    FAST_S, in a thread left behind)."""
+    raised: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            poll()
+        except BaseException as e:  # noqa: BLE001 - what it raised is what is checked
+            raised.append(e)
+
+    started = time.monotonic()
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(3 * FAST_S)
+    if thread.is_alive():
+        return float("inf")
+    assert raised and isinstance(raised[0], LedgerUnavailable), raised
+    return time.monotonic() - started
 
 
 def _wait_for(predicate, timeout_s: float, what: str, driver: subprocess.Popen) -> None:
@@ -79,25 +108,32 @@ def test_a_driver_sends_what_an_outage_held_back_then_marks_finished(tmp_path, e
         _wait_for(
             lambda: curves.exists() and '"step": 2,' in curves.read_text(), 600, "step 2", driver
         )
+        polls = Ledger("outage", tracking_uri=server.uri)  # the driver's, as it polls
+        polls.experiment_id()
         server.stop()
         stopped = time.time()
+        assert _seconds_to_fail(polls.cancelled_run_ids) < FAST_S  # the next tick asks again
         # training ends, the job waits FINISH_WAIT_S for MLflow, leaves the rest spooled and
         # returns (result.json); the outage lasts until then, and at least OUTAGE_S
         result = home / "trials" / trial.trial_id / "result.json"
         _wait_for(result.exists, 600, "the job to end during the outage", driver)
         time.sleep(max(0.0, stopped + OUTAGE_S - time.time()))
         server.start()
+        back = time.time()
 
         total = len(_expected(home, trial.trial_id)["train/loss"])
         ledger = Ledger("outage", tracking_uri=server.uri)
         run_id = ledger.records()[trial.trial_id].run_id
-        seen = []
+        seen, finished_at = [], None
         while driver.poll() is None:  # FINISHED never shows while points are missing
             status = ledger.client.get_run(run_id).info.status
             n = len(mlflow_points(server.uri, run_id).get("train/loss", []))
             seen.append((status, n))
             assert status != "FINISHED" or n == total, seen
+            if status == "FINISHED" and finished_at is None:
+                finished_at = time.time()
             time.sleep(0.2)
+        finished_at = finished_at or time.time()  # the driver ended between two looks
         out, err = driver.communicate()
         assert driver.returncode == 0, err[-3000:]
         assert _result(home, trial.trial_id)["metrics_pending"] > 0  # the outage was real
@@ -107,6 +143,10 @@ def test_a_driver_sends_what_an_outage_held_back_then_marks_finished(tmp_path, e
         assert all(repeated(points) == [] for k, points in sent.items() if "gflop" not in k)
         assert sent["val/loss"][-1][1] == _result(home, trial.trial_id)["final_val_loss"]
         assert ledger.client.get_run(run_id).info.status == "FINISHED"
+        # the driver's polls fail fast during the outage and its sends retry every few
+        # seconds: it acts soon after the server is back, not after MLflow's back-off
+        reacted_s = finished_at - back
+        assert reacted_s < REACT_S, f"FINISHED {reacted_s:.0f} s after the server came back"
     finally:
         server.stop()
 
