@@ -156,25 +156,30 @@ class Tracker:
             self._put({"kind": "status", "status": status})
         for f in (self._spool, self._curves):
             f.close()
-        self._sender.stdin.close()
-        try:
-            self._sender.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            # A slow sender (e.g. still importing MLflow on a crowded machine): take over and
-            # send the rest from here once; if MLflow is down it waits in the spool.
-            self._sender.kill()
-            self._sender.wait()
-            takeover = threading.Thread(target=self._deliver_quietly, daemon=True)
-            takeover.start()
-            takeover.join(timeout_s)  # bounded: an unreachable server never blocks the exit
+        self._sender.stdin.close()  # the sender sends what it holds, then exits
+        # This process sends too: it is idle now, while the sender runs niced behind
+        # training and on a busy machine may still be importing MLflow (a 12-step trial
+        # waited the whole 30 s for it); the spool's lock lets one of them send at a time.
+        deadline = time.monotonic() + timeout_s
+        sending = threading.Thread(target=self._send_until, args=(deadline,), daemon=True)
+        sending.start()
+        sending.join(timeout_s)  # bounded: an unreachable server never blocks the exit
+        self._sender.kill()  # all sent (nothing left for it), or out of time
+        self._sender.wait()
         return self.pending() == 0
 
-    def _deliver_quietly(self) -> None:
-        try:  # one try per request, like the sender: MLflow's own backoff holds the
-            # outbox's lock for minutes, and whoever delivers next would wait on it
-            self.outbox.deliver(one_try=True)
-        except Exception:  # unreachable: the next one to touch the trial sends the rest
-            pass
+    def _send_until(self, deadline: float) -> None:
+        """Deliver the spool until it is empty or `deadline` (monotonic) has passed; one try
+        per request (jobs/one_try.py): MLflow's own backoff would hold the spool's lock for
+        minutes, and whoever delivers next would wait on it."""
+        while True:
+            try:
+                self.outbox.deliver(one_try=True)  # waits while the sender holds the spool
+            except Exception:  # unreachable: the spool keeps it (its error file says why)
+                pass
+            if self.outbox.pending() == 0 or time.monotonic() + self.interval >= deadline:
+                return
+            time.sleep(self.interval)
 
     def pending(self) -> int:
         """Spooled writes not yet sent (0 on ranks that do not track)."""
