@@ -187,7 +187,12 @@ def _http_status(url: str) -> int:
         return e.code
 
 
-def test_a_client_without_the_clusters_token_is_turned_away(tmp_path: Path, empty_store):
+def test_the_cluster_turns_away_a_client_without_its_token_and_dies_with_its_driver(
+    tmp_path: Path, empty_store
+):
+    """One sweep's cluster (started once: 30-60 s on 2 busy cores) for both: a client
+    without the cluster's token is refused while the trials run, then the driver is killed
+    with SIGKILL and nothing of the cluster outlives it."""
     import grpc
 
     from orchestrator.backends.embedded import SINGLE_NODE, scoped_environ
@@ -195,27 +200,6 @@ def test_a_client_without_the_clusters_token_is_turned_away(tmp_path: Path, empt
     with scoped_environ(SINGLE_NODE):  # Ray's first import here fixes its mode for later tests
         from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 
-    with submitted(tmp_path, empty_store) as driver:
-        driver.wait_for_trials()
-        session = _session_dir(driver)
-        gcs = _port(session, "gcs_server_port")
-        with grpc.insecure_channel(f"127.0.0.1:{gcs}") as channel:
-            kv = gcs_service_pb2_grpc.InternalKVGcsServiceStub(channel)
-            with pytest.raises(grpc.RpcError) as refused:
-                kv.InternalKVKeys(gcs_service_pb2.InternalKVKeysRequest(prefix=b""), timeout=10)
-        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, refused.value
-        # the job agent runs any entrypoint it is sent; the runtime-env agent installs packages
-        agent = _port(session, "dashboard_agent_listen_port")
-        if agent > 0:  # -1: another Ray on the machine holds Ray's fixed 52365, so no server
-            assert _http_status(f"http://127.0.0.1:{agent}/api/job_agent/jobs/") == 401
-        env_agent = _port(session, "runtime_env_agent_port")
-        assert _http_status(f"http://127.0.0.1:{env_agent}/get_or_create_runtime_env") == 401
-        assert driver.trials_running() == TRIALS  # the cluster itself kept working
-
-
-def test_no_process_of_the_cluster_outlives_a_driver_killed_with_sigkill(
-    tmp_path: Path, empty_store
-):
     # a bystander carrying another cluster's mark: whoever cleans up must leave it alone
     bystander = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(120)"],
@@ -224,7 +208,24 @@ def test_no_process_of_the_cluster_outlives_a_driver_killed_with_sigkill(
     try:
         with submitted(tmp_path, empty_store) as driver:
             driver.wait_for_trials()
-            time.sleep(1)  # let the agents settle into their servers
+            session = _session_dir(driver)
+            gcs = _port(session, "gcs_server_port")
+            with grpc.insecure_channel(f"127.0.0.1:{gcs}") as channel:
+                kv = gcs_service_pb2_grpc.InternalKVGcsServiceStub(channel)
+                with pytest.raises(grpc.RpcError) as refused:
+                    request = gcs_service_pb2.InternalKVKeysRequest(prefix=b"")
+                    kv.InternalKVKeys(request, timeout=10)
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, refused.value
+            # the job agent runs any entrypoint it is sent; the runtime-env agent installs
+            # packages
+            agent = _port(session, "dashboard_agent_listen_port")
+            if agent > 0:  # -1: another Ray on the machine holds Ray's fixed 52365: no server
+                assert _http_status(f"http://127.0.0.1:{agent}/api/job_agent/jobs/") == 401
+            env_agent = _port(session, "runtime_env_agent_port")
+            assert _http_status(f"http://127.0.0.1:{env_agent}/get_or_create_runtime_env") == 401
+            assert driver.trials_running() == TRIALS  # the cluster itself kept working
+
+            # the agents have served the requests above: every server of the cluster is up
             before = {p.pid: _cmdline(p) or p.name() for p in driver.tree()}
             driver.proc.kill()
             driver.proc.wait()
