@@ -96,18 +96,21 @@ def _cmdline(p: psutil.Process) -> str:
 
 @contextmanager
 def submitted(
-    tmp_path: Path, empty_store: Callable[[Path], str], job: str = "jobs_for_tests:sleepy"
+    tmp_path: Path,
+    empty_store: Callable[[Path], str],
+    job: str = "jobs_for_tests:sleepy",
+    trials: int = TRIALS,
 ) -> Iterator[Driver]:
     sweep = tmp_path / "sweep.yaml"
-    sweep.write_text("""
+    sweep.write_text(f"""
 name: ray-boundary
 base:
-  model: {size: nano, vocab_size: 256, block_size: 64}
-  data: {source: "builtin:pydoc", tokenizer: byte, seq_len: 64}
-  train: {tokens: 4096, global_batch_tokens: 512}
+  model: {{size: nano, vocab_size: 256, block_size: 64}}
+  data: {{source: "builtin:pydoc", tokenizer: byte, seq_len: 64}}
+  train: {{tokens: 4096, global_batch_tokens: 512}}
 grid:
-  seed: [0, 1]
-backend: {concurrency: 2, max_retries: 0, cpus_per_trial: 0.5}
+  seed: {list(range(trials))}
+backend: {{concurrency: 2, max_retries: 0, cpus_per_trial: 0.5}}
 """)
     empty_store(tmp_path / "home" / "mlflow.db")  # its creation is not what is looked at
     env = {
@@ -148,7 +151,8 @@ def test_every_socket_of_a_real_sweep_listens_on_loopback_only(tmp_path: Path, e
     """The default job (DeepSpeed training) on the embedded Ray: Ray's servers and the
     trials' own (the process group's store, gloo) are all on loopback, from start to end."""
     listening: dict[tuple[int, str], set[tuple[str, int]]] = {}
-    with submitted(tmp_path, empty_store, job="jobs.train:run") as driver:
+    # one trial opens every kind of server a trial has (its process group's store, gloo)
+    with submitted(tmp_path, empty_store, job="jobs.train:run", trials=1) as driver:
         deadline = time.monotonic() + 300
         while driver.proc.poll() is None:  # agents, workers and trials come and go
             for key, socks in listeners_of(driver.tree()).items():
