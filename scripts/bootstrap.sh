@@ -41,9 +41,11 @@ log="$VENV/bootstrap.log"
 # would otherwise leave every later import compiling from source.
 UV_VERSION=$(sed -n 's/^uv==//p' "$CONSTRAINTS")
 uv=("$VENV/bin/uv" pip install --python "$VENV/bin/python" --quiet --compile-bytecode)
-# A local wheel folder configured for pip (PIP_FIND_LINKS) holds the CPU torch on some machines.
+# A local wheel folder configured for pip (PIP_FIND_LINKS or pip.conf's find-links) holds the
+# CPU torch on some machines; uv reads no pip configuration, so it is passed on.
+find_links=${PIP_FIND_LINKS:-$("$VENV/bin/python" -m pip config get global.find-links 2>/dev/null || true)}
 links=()
-[ -n "${PIP_FIND_LINKS:-}" ] && links=(--find-links "$PIP_FIND_LINKS")
+for dir in $find_links; do links+=(--find-links "$dir"); done
 # Installer chatter goes to the log; on failure its tail is shown.
 run() {
   if ! "$@" >>"$log" 2>&1; then
@@ -55,12 +57,15 @@ run() {
 }
 run "$VENV/bin/python" -m pip --quiet --disable-pip-version-check install "uv==$UV_VERSION"
 
-# torch first: the CPU wheel is tagged +cpu. Try the configured wheel folder, then PyTorch's
-# CPU index. A plain PyPI torch is the CUDA build. setuptools and wheel: DeepSpeed's build.
+# torch first: the CPU wheel is tagged +cpu. Try the configured wheel folder, then pip with
+# its own configuration (mirrors), then PyTorch's CPU index. A plain PyPI torch is the CUDA
+# build. setuptools and wheel: DeepSpeed's build.
 echo "==> torch"
 build_tools=(setuptools wheel)
 if [ "$flavour" = cpu ]; then
   "${uv[@]}" "${links[@]}" "torch==${TORCH_VERSION}+cpu" "${build_tools[@]}" >>"$log" 2>&1 \
+    || "$VENV/bin/python" -m pip --quiet --disable-pip-version-check install \
+      "torch==${TORCH_VERSION}+cpu" "${build_tools[@]}" >>"$log" 2>&1 \
     || run "${uv[@]}" --index-url https://download.pytorch.org/whl/cpu \
       --extra-index-url https://pypi.org/simple --index-strategy unsafe-best-match \
       "torch==${TORCH_VERSION}+cpu" "${build_tools[@]}"
