@@ -178,12 +178,7 @@ class Outbox:
         lines = self.unsent()
         if not lines:
             return 0
-        if one_try:
-            from jobs import one_try as one_try_clients
-
-            client = one_try_clients.client(uri)
-        else:
-            client = tracking_store.client(uri)
+        client = tracking_store.client(uri, one_try)
         run_id = self.run_id
         metrics, params, tags = [], [], []
         done = 0  # byte offset up to which everything is delivered

@@ -93,10 +93,10 @@ class Tracker:
 
     def _create_run(self, experiment: str, run_name: str) -> str:
         from contract.workdir import artifact_root, tracking_uri
-        from jobs import one_try
+        from jobs import tracking_store
 
         try:  # one try: training does not wait for MLflow (the spool keeps what follows)
-            client = one_try.client()
+            client = tracking_store.client(one_try=True)
             exp = client.get_experiment_by_name(experiment)
             exp_id = (
                 exp.experiment_id

@@ -34,11 +34,16 @@ class StoreError(RuntimeError):
     """The tracking store could not be created or used; the message is one line."""
 
 
-def client(uri: str | None = None) -> MlflowClient:
+def client(uri: str | None = None, one_try: bool = False) -> MlflowClient:
     """An MlflowClient for `uri` (default: `workdir.tracking_uri()`), creating a sqlite store
-    safely first."""
+    safely first. `one_try`: each request to a tracking server is tried once, with a short
+    timeout (`jobs/one_try.py`), for a caller that asks again later itself."""
     from mlflow import MlflowClient
 
+    if one_try:
+        from jobs import one_try as one_try_clients
+
+        return one_try_clients.client(uri)
     uri = uri or workdir.tracking_uri()
     if uri.startswith("sqlite:///"):
         ensure_sqlite(Path(uri.removeprefix("sqlite:///")))

@@ -96,12 +96,7 @@ def _client(uri: str, one_try: bool = False) -> MlflowClient:
     """A guarded client; `one_try`: each request to a tracking server is tried once, with a
     short timeout (`jobs/one_try.py`), for calls a periodic poll repeats at its next tick."""
     try:
-        if one_try:
-            from jobs import one_try as one_try_clients
-
-            client = one_try_clients.client(uri)
-        else:
-            client = tracking_store.client(uri)
+        client = tracking_store.client(uri, one_try)
     except tracking_store.StoreError as e:
         raise LedgerUnavailable(str(e)) from None
     return _GuardedClient(client, uri)  # type: ignore[return-value]
