@@ -27,18 +27,15 @@ from mlflow.utils.credentials import get_default_host_creds
 from mlflow.utils.proto_json_utils import parse_dict
 from mlflow.utils.rest_utils import http_request, verify_rest_response
 
-from jobs import tracking_store
-
 # One request's limit: MLFLOW_HTTP_REQUEST_TIMEOUT when set (MLflow's default is 120 s)
 TIMEOUT_VAR = "MLFLOW_HTTP_REQUEST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 10
 
 
-def client(uri: str | None = None) -> MlflowClient:
-    """An MlflowClient for `uri` (default: the work directory's) whose requests to a
-    tracking server are tried once and wait at most MLFLOW_HTTP_REQUEST_TIMEOUT (else 10)
-    seconds; a database store has no retry chain, so for one it is a plain client."""
-    plain = tracking_store.client(uri)
+def tried_once(plain: MlflowClient) -> MlflowClient:
+    """`plain`, changed so that its requests to a tracking server are tried once and wait at
+    most MLFLOW_HTTP_REQUEST_TIMEOUT (else 10) seconds; a database store has no retry
+    chain, so for one it stays as it is. Callers get it from `tracking_store.client`."""
     if plain.tracking_uri.startswith(("http://", "https://")):
         timeout = int(os.environ.get(TIMEOUT_VAR, DEFAULT_TIMEOUT_S))
         plain._tracking_client = _OneTryTracking(plain.tracking_uri, timeout)

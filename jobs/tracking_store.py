@@ -40,13 +40,13 @@ def client(uri: str | None = None, one_try: bool = False) -> MlflowClient:
     timeout (`jobs/one_try.py`), for a caller that asks again later itself."""
     from mlflow import MlflowClient
 
-    if one_try:
-        from jobs import one_try as one_try_clients
-
-        return one_try_clients.client(uri)
     uri = uri or workdir.tracking_uri()
     if uri.startswith("sqlite:///"):
         ensure_sqlite(Path(uri.removeprefix("sqlite:///")))
+    if one_try:
+        from jobs.one_try import tried_once
+
+        return tried_once(MlflowClient(uri))
     return MlflowClient(uri)
 
 

@@ -9,7 +9,7 @@ import time
 import pytest
 from mlflow.exceptions import MlflowException
 
-from jobs import one_try, tracking_store
+from jobs import tracking_store
 
 
 def _closed_port() -> int:
@@ -20,7 +20,7 @@ def _closed_port() -> int:
 
 def test_a_request_to_a_server_that_is_down_is_tried_once(monkeypatch):
     monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)  # MLflow's: 7
-    client = one_try.client(f"http://127.0.0.1:{_closed_port()}")
+    client = tracking_store.client(f"http://127.0.0.1:{_closed_port()}", one_try=True)
     started = time.monotonic()
     with pytest.raises(MlflowException) as e:
         client.search_runs(["0"], "")
