@@ -34,6 +34,7 @@ def test_the_cpu_path_runs_and_summarises_every_check(tmp_path: Path) -> None:
         "Hadamard vs dense block micro bf16",
         "train 124M (as nano): model states vs planner",
         "train 1.3B (as micro): model states vs planner",
+        "train 124M (as nano) on 2 ranks: model states vs planner",  # ZeRO-1 sharded 2 ways
         "checkpoint save and load",
         "inference tsa nano",
         "inference budget nano",
@@ -44,9 +45,12 @@ def test_the_cpu_path_runs_and_summarises_every_check(tmp_path: Path) -> None:
         "train 124M (as nano): MFU",
         "train 1.3B (as micro): peak memory vs planner",
         "train 1.3B (as micro): MFU",
+        "train 124M (as nano) on 2 ranks: peak memory vs planner",
+        "train 124M (as nano) on 2 ranks: MFU",
     }
     assert all(checks[name]["measured"].startswith(NO_GPU) for name in skipped)
-    assert "tokens/s" in checks["train 124M (as nano): MFU"]["measured"]  # what the CPU measured
+    for name in ("train 124M (as nano): MFU", "train 124M (as nano) on 2 ranks: MFU"):
+        assert "tokens/s" in checks[name]["measured"]  # what the CPU measured
     assert all(c["goal"] for c in checks.values())
     table = (tmp_path / "acceptance.md").read_text()
     assert table.count("\n| ") == len(checks) + 1  # one row per check (and the header)
@@ -124,3 +128,27 @@ def test_the_gpu_cases_are_the_sweeps_trials_and_fit_one_gpu() -> None:
         assert trial.tokens == 14 * job.train.global_batch_tokens
         plan = plan_trial(trial, spec, Placement(1, 1, 1, gpu_spec("H100 SXM"), None))
         assert (plan.world, plan.accumulation, plan.fits) == (1, 1, True)
+    eight = training.sweep_trial(training.GPU.cases[0], spec, steps=14, ranks=8)  # data_parallel
+    assert eight.tokens == 14 * 8 * eight.job.deepspeed.micro_batch_size * 1024
+    plan = plan_trial(eight, spec, training.placement_here("cpu", 8))
+    assert (plan.world, plan.accumulation) == (8, 1)  # one micro-batch per rank and step
+
+
+def test_the_world_is_as_fast_as_its_slowest_rank_and_as_big_as_its_largest() -> None:
+    from benchmarks.acceptance import data_parallel, training
+
+    ranks = [training.Measured(1000.0, 50, 700), training.Measured(800.0, 60, 650)]
+    world = data_parallel.world_measurement(ranks)
+    assert (world.tokens_per_s, world.states_bytes, world.peak_bytes) == (1600.0, 60, 700)
+    on_cpu = data_parallel.world_measurement([training.Measured(10.0, 5, None)] * 2)
+    assert on_cpu.peak_bytes is None
+
+
+def test_one_gpu_skips_the_data_parallel_check_saying_so(tmp_path: Path, monkeypatch) -> None:
+    from benchmarks.acceptance import data_parallel
+
+    monkeypatch.setattr(data_parallel, "ranks_here", lambda cpu: 1)  # a 1-GPU machine
+    [check] = data_parallel.run(False, tmp_path)
+    assert (check.name, check.status) == ("train 124M on every GPU", "skipped")
+    assert check.measured == "needs 2 or more GPUs; 1 CUDA device here"
+    assert not (tmp_path / data_parallel.RESULT_FILE).exists()

@@ -28,13 +28,14 @@ def guarded(part: str, checks: Callable[[], list[Check]]) -> list[Check]:
 
 
 def run_checks(cpu: bool, out: Path) -> list[Check]:
-    from benchmarks.acceptance import blocks, gpu_tests, inference, loss, training
+    from benchmarks.acceptance import blocks, data_parallel, gpu_tests, inference, loss, training
 
     parts: list[tuple[str, Callable[[], list[Check]]]] = [
         ("GPU tests", lambda: gpu_tests.run(cpu)),
         ("loss bf16 vs fp32", lambda: loss.run(cpu, out)),
         ("Hadamard vs dense blocks", lambda: blocks.run(cpu)),
         ("training steps and checkpoint", lambda: training.run(cpu, out)),
+        ("training on every GPU", lambda: data_parallel.run(cpu, out)),
         ("TSA and BudgetFormer inference", lambda: inference.run(cpu)),
     ]
     # Everything imported so far lives to the end: DeepSpeed's engine set-up calls

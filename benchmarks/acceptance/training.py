@@ -82,8 +82,9 @@ class Measured:
     peak_bytes: int | None  # CUDA peak over the timed steps, above what was held before
 
 
-def sweep_trial(case: StepCase, spec: SweepSpec, steps: int) -> Trial:
-    """The sweep's dense trial of `case.sweep_size`, one micro-batch per step, `steps` steps."""
+def sweep_trial(case: StepCase, spec: SweepSpec, steps: int, ranks: int = 1) -> Trial:
+    """The sweep's dense trial of `case.sweep_size`, one micro-batch per rank and step on
+    `ranks` data-parallel ranks, `steps` steps."""
     trial = next(t for t in expand(spec) if t.size == case.sweep_size and t.variant == "dense")
     raw = trial.job.model_dump(mode="json")
     seq = case.seq_len or raw["data"]["seq_len"]
@@ -96,7 +97,8 @@ def sweep_trial(case: StepCase, spec: SweepSpec, steps: int) -> Trial:
     if case.seq_len:
         raw["model"]["block_size"] = case.seq_len
     raw["data"] |= {"seq_len": seq, "val_tokens": seq}
-    raw["train"] |= {"global_batch_tokens": micro * seq, "tokens": steps * micro * seq}
+    batch = ranks * micro * seq
+    raw["train"] |= {"global_batch_tokens": batch, "tokens": steps * batch}
     raw["deepspeed"]["micro_batch_size"] = micro
     job = JobConfig.model_validate(raw)
     tokens = job.train.tokens
@@ -107,11 +109,12 @@ def sweep_trial(case: StepCase, spec: SweepSpec, steps: int) -> Trial:
     )  # fmt: skip
 
 
-def one_rank_placement(device: str) -> Placement:
-    """This machine as the planner sees it: one rank, on this GPU (None if unknown) or none."""
+def placement_here(device: str, ranks: int = 1) -> Placement:
+    """This machine as the planner sees it: `ranks` ranks on one node, each on a GPU like
+    this process's (None if unknown) or on none."""
     if not device.startswith("cuda"):
-        return Placement(1, 1, 0, None, None)
-    return Placement(1, 1, 1, device_gpu(torch.cuda.get_device_name(device)), None)
+        return Placement(1, ranks, 0, None, None)
+    return Placement(1, ranks, ranks, device_gpu(torch.cuda.get_device_name(device)), None)
 
 
 def train_steps(trainer: _Trainer, sizes: StepSizes, base_bytes: int) -> Measured:
@@ -158,12 +161,17 @@ def states_estimate(trainer: _Trainer) -> int:
     return est.resident + est.staging
 
 
+def case_name(case: StepCase, ranks: int = 1) -> str:
+    as_size = f" (as {case.size})" if case.size != case.sweep_size else ""
+    return f"train {case.sweep_size}{as_size}" + (f" on {ranks} ranks" if ranks > 1 else "")
+
+
 def step_checks(case: StepCase, m: Measured, plan: TrialPlan, states_est: int,
-                assumed_mfu: float, achieved_mfu: float | None, why_no_mfu: str) -> list[Check]:  # fmt: skip
-    """The three checks of one case from its measurements (no torch: testable alone)."""
-    name = f"train {case.sweep_size}" + (
-        f" (as {case.size})" if case.size != case.sweep_size else ""
-    )
+                assumed_mfu: float, achieved_mfu: float | None, why_no_mfu: str,
+                ranks: int = 1) -> list[Check]:  # fmt: skip
+    """The three checks of one case from its measurements (no torch: testable alone); on
+    several ranks, `m` holds the largest memory of any rank and all ranks' tokens/s."""
+    name = case_name(case, ranks)
     rel = f"{MEMORY_REL:.0%}"
     states = Check(
         f"{name}: model states vs planner",
@@ -195,8 +203,9 @@ def step_checks(case: StepCase, m: Measured, plan: TrialPlan, states_est: int,
 
 
 @contextmanager
-def one_rank() -> Iterator[DistEnv]:
-    """This process as a world of one (jobs.distributed), shut down afterwards."""
+def process_group() -> Iterator[DistEnv]:
+    """This process's rank (jobs.distributed: a world of one unless a launcher set RANK and
+    WORLD_SIZE), its process group shut down afterwards."""
     env = distributed.read_environment()
     distributed.init(env)
     try:
@@ -222,12 +231,12 @@ def run(cpu: bool, out: Path) -> list[Check]:
     sizes = CPU if cpu else GPU
     spec, _ = load_spec(SWEEP)
     checks: list[Check] = []
-    with one_rank() as env:
+    with process_group() as env:
         peak_flops = device_peak_flops(env.device)
         why = NO_GPU if cpu else f"no bf16 peak for {env.device} in jobs/gpus.py"
         for i, case in enumerate(sizes.cases):
             trial = sweep_trial(case, spec, sizes.warmup + sizes.steps + 1)
-            plan = plan_trial(trial, spec, one_rank_placement(env.device))
+            plan = plan_trial(trial, spec, placement_here(env.device))
             trainer, base = build_trainer(trial.job, env)
             m = train_steps(trainer, sizes, base)
             flops = m.tokens_per_s * train_flops_per_token(trial.job.model, trial.job.data.seq_len)
