@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analysis import plots
-from contract.runs import Metric
+from scalelab.analysis import plots
+from scalelab.contract.runs import Metric
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from orchestrator.expand import Trial
-    from orchestrator.ledger import Ledger
+    from scalelab.orchestrator.expand import Trial
+    from scalelab.orchestrator.ledger import Ledger
 
 MIN_INTERVAL_S = 30.0
 FOLDER, NAME = "plots", "loss_vs_flops.png"  # the summary's fitted figure has the same name

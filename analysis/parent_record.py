@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from analysis.results.fit import SweepFit
-    from analysis.scaling import Interval
+    from scalelab.analysis.results.fit import SweepFit
+    from scalelab.analysis.scaling import Interval
 
 
 def parent_metrics(fit: SweepFit) -> dict[str, float]:

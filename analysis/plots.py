@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from analysis.results.fit import SweepFit
-    from models.mechanism import MetricPlot
+    from scalelab.analysis.results.fit import SweepFit
+    from scalelab.models.mechanism import MetricPlot
 
 DPI = 120
 
@@ -59,7 +59,7 @@ def loss_vs_flops(fit: SweepFit, curves: pa.Table | None, metric: str = "val/los
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from analysis.scaling import pareto_frontier
+    from scalelab.analysis.scaling import pareto_frontier
 
     fig, ax = new_figure()
     col = colours(fit.variants)
@@ -277,7 +277,7 @@ def metric_figure(table: pa.Table, plot: MetricPlot) -> Figure | None:
 
 
 def _label(column: str) -> str:
-    from models import catalog
+    from scalelab.models import catalog
 
     declared = {c.name: c.label for _, c in catalog.columns() if c.label}
     return declared.get(column) or LABELS.get(column, column)
@@ -286,7 +286,7 @@ def _label(column: str) -> str:
 def _budget_labels(table: pa.Table) -> np.ndarray:
     """Per trial, its cell's swept axes other than the size, in words ('tokens=98304'):
     the lines of the mechanism plots (one per budget, never averaged across budgets)."""
-    from analysis.results.design import axis_label, read_design
+    from scalelab.analysis.results.design import axis_label, read_design
 
     design = read_design(table)
     axes = [a for a in design.axes if a != "size"]
@@ -319,7 +319,7 @@ def figures(fit: SweepFit, curves: pa.Table | None) -> dict[str, Figure]:
         out["isoflop"] = isoflop(fit)
     if fit.gains or fit.paired:
         out["gains"] = gains(fit)
-    from models import catalog
+    from scalelab.models import catalog
 
     for plot in catalog.plots():
         figure = metric_figure(fit.table, plot)

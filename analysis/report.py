@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analysis.results.render import markdown_table, sections
+from scalelab.analysis.results.render import markdown_table, sections
 
 if TYPE_CHECKING:
-    from analysis.results.fit import SweepFit
-    from analysis.scaling import Interval
+    from scalelab.analysis.results.fit import SweepFit
+    from scalelab.analysis.scaling import Interval
 
 
 def write_report(
@@ -166,15 +166,15 @@ def summarise_sweep(
     summary that says why."""
     from rich.console import Console
 
-    from analysis import plots as plotting
-    from analysis.parent_record import record_on_parent
-    from analysis.results import load_curves, sweep_dir, sync
-    from analysis.results.advice import costing
-    from analysis.results.fit import fit_sweep
-    from analysis.results.render import rich_tables
-    from analysis.results.sources import find_sweep_runs
-    from analysis.results.store import ResultsError
-    from contract import workdir
+    from scalelab.analysis import plots as plotting
+    from scalelab.analysis.parent_record import record_on_parent
+    from scalelab.analysis.results import load_curves, sweep_dir, sync
+    from scalelab.analysis.results.advice import costing
+    from scalelab.analysis.results.fit import fit_sweep
+    from scalelab.analysis.results.render import rich_tables
+    from scalelab.analysis.results.sources import find_sweep_runs
+    from scalelab.analysis.results.store import ResultsError
+    from scalelab.contract import workdir
 
     uri = tracking_uri or workdir.tracking_uri()
     synced = sync(sweep, uri, root=root)
@@ -226,7 +226,7 @@ def _summary_key(sweep: str, root: Path | None, *options: object) -> str:
 
     import pyarrow as pa
 
-    from analysis.results import load_trials
+    from scalelab.analysis.results import load_trials
 
     sink = pa.BufferOutputStream()
     table = load_trials(sweep, root)

@@ -6,7 +6,7 @@ from lr to 0.1 lr without warm-up, 600 steps. Both sides read the same batches i
 order (a pure function of the seed); the seed also sets the initial weights and dropout.
 
 Arms (--arms, any number, run one after another in this process):
-  scalelab             models.build + jobs.optim (scalelab's defaults as they are now)
+  scalelab             models.build + jobs.training.optim (scalelab's defaults as they are now)
   scalelab:bias=False  the same with ModelConfig fields changed (comma-separated);
                        parametrization=mup takes its mup_base_width from --mup-base
   ref                  benchmarks/reference_gpt.py with the standard recipe
@@ -110,10 +110,10 @@ def build_arm(arm: str, shape: Shape, lr: float, wd: float, mup_base: int):
     """(model, loss_fn, optimizer) of one arm, built after torch.manual_seed(seed)."""
     base, changes = parse_arm(arm)
     if base == "scalelab":
-        from jobs.config import TrainConfig
-        from jobs.optim import adamw
-        from models.build import build
-        from models.config import ModelConfig
+        from scalelab.jobs.config import TrainConfig
+        from scalelab.jobs.training.optim import adamw
+        from scalelab.models.build import build
+        from scalelab.models.config import ModelConfig
 
         extra: dict[str, object] = dict(changes)
         if extra.get("parametrization") == "mup":
@@ -199,10 +199,10 @@ def check(corpus: Corpus, arm: str, dropout: float, steps: int = 20) -> float:
     bias=True gives the attention biases) after issue 19 with dropout 0 and 0.1: the Recipe
     switches cover every difference in the computation (the initial weights are copied, so
     their rule is not checked)."""
-    from jobs.config import TrainConfig
-    from jobs.optim import adamw
-    from models.build import build
-    from models.config import ModelConfig
+    from scalelab.jobs.config import TrainConfig
+    from scalelab.jobs.training.optim import adamw
+    from scalelab.models.build import build
+    from scalelab.models.config import ModelConfig
 
     base, changes = parse_arm(arm)
     recipe = (Recipe() if base == "ref" else Recipe.scalelab_v1()).but(**_typed(changes))

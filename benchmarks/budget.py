@@ -26,10 +26,10 @@ from collections.abc import Callable
 import torch
 
 from benchmarks.timing import interleaved_times
-from models.budget import budget_inference_flops
-from models.config import ModelConfig
-from models.context import ForwardContext
-from models.mechanism import Seam
+from scalelab.models.budget import budget_inference_flops
+from scalelab.models.config import ModelConfig
+from scalelab.models.context import ForwardContext
+from scalelab.models.mechanism import Seam
 
 
 def selection(shape: tuple[int, ...], H: int, k: int, random: bool) -> torch.Tensor:

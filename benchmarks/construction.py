@@ -5,7 +5,7 @@
 Each variant runs in fresh processes, `--ranks` of them at once (ranks on one node build
 alike and independently, at the same time), each reporting its peak RSS (getrusage) and
 wall time; the table shows each rank and their sum, the node's share:
-- `build`: models.build.build, the whole model in fp32 (jobs/train.py before);
+- `build`: models.build.build, the whole model in fp32 (jobs/training/train.py before);
 - `materialised`: models.build.build_materialised on the CPU in `--dtype` (ZeRO 0-2 now).
 On a GPU the materialised model lives on the device, so the host keeps only the process and
 one module drawn in fp32; here the device is the CPU, so the row also shows the peak minus
@@ -30,8 +30,8 @@ DTYPES = ("fp32", "bf16", "fp16")
 def _one(variant: str, size: str, dtype: str) -> dict:
     import torch
 
-    from models.build import build, build_materialised
-    from models.config import ModelConfig
+    from scalelab.models.build import build, build_materialised
+    from scalelab.models.config import ModelConfig
 
     cfg = ModelConfig.model_validate({"size": size, "vocab_size": 50257, "block_size": 1024})
     torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]

@@ -1,5 +1,5 @@
-"""Data preparation: throughput and memory of `scalelab data prepare` (jobs/prepare.py)
-against the path jobs/data.py took before issue 12, on the same generated text.
+"""Data preparation: throughput and memory of `scalelab data prepare` (jobs/data/prepare.py)
+against the path jobs/data/trial.py took before issue 12, on the same generated text.
 
     nice -n 19 python benchmarks/data.py [--mb 200] [--small-mb 50] [--throughput-mb 24]
 
@@ -10,7 +10,7 @@ temporary folder.
 Table 1, throughput, on a `--throughput-mb` corpus, GPT-2 BPE and bytes side by side:
   today's path : datasets.load_dataset (not streaming) -> a Python list of every document
                  -> one-thread batch encoding into one Python list of ids -> numpy (what
-                 jobs/data.py did before issue 12, on rank 0 of a trial)
+                 jobs/data/trial.py did before issue 12, on rank 0 of a trial)
   new path     : Parquet row ranges (from the files' metadata) -> 1 or 2 tokeniser worker
                  processes that read and tokenise them -> the main process writes shards
 Table 2, memory: the new path (GPT-2, 2 workers) on `--small-mb` and `--mb` corpora; peak
@@ -62,18 +62,18 @@ def _peak_tree_rss(stop: threading.Event, out: list[float]) -> None:
 
 
 def todays_path(files: list[str], tokenizer: str, cache: str) -> int:
-    """jobs/data.py before issue 12: load everything, tokenise on one thread, one list."""
+    """jobs/data/trial.py before issue 12: load everything, tokenise on one thread, one list."""
     import datasets
     import numpy as np
 
-    from jobs.tokenizers import load_tokenizer
+    from scalelab.jobs.data.tokenizers import load_tokenizer
 
     ds = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=cache)
     docs = list(ds["text"])
     if tokenizer == "gpt2":  # it called tiktoken.get_encoding("gpt2"): tiktoken's own split
         from tiktoken_ext.openai_public import r50k_pat_str
 
-        from jobs.tokenizers import gpt2_encoding
+        from scalelab.jobs.data.tokenizers import gpt2_encoding
 
         enc = gpt2_encoding(pat_str=r50k_pat_str)
         encode_batch = functools.partial(enc.encode_ordinary_batch, num_threads=1)
@@ -89,8 +89,8 @@ def todays_path(files: list[str], tokenizer: str, cache: str) -> int:
 
 
 def new_path(corpus: str, tokenizer: str, workers: int, data: str) -> int:
-    from jobs.prepare import prepare_source
-    from jobs.sources import TextSource
+    from scalelab.jobs.data.prepare import prepare_source
+    from scalelab.jobs.data.sources import TextSource
 
     os.environ["SCALELAB_DATA"] = data
     _, m = prepare_source(TextSource.open(corpus, "text"), tokenizer, workers=workers)

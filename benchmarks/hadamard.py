@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from kernels.hadamard import hadamard_transform, torch_plan
+from scalelab.kernels.hadamard import hadamard_transform, torch_plan
 
 
 def median_seconds(fn, repeats: int, sync=lambda: None) -> float:

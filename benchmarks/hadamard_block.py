@@ -43,9 +43,9 @@ import torch
 from torch import Tensor, nn
 
 from benchmarks.timing import interleaved_times
-from models.config import ModelConfig
-from models.context import ForwardContext
-from models.gpt import GPT, Block
+from scalelab.models.config import ModelConfig
+from scalelab.models.context import ForwardContext
+from scalelab.models.gpt import GPT, Block
 
 SHAPES = ("124M", "1.3B")
 VARIANTS = ("dense", "hadamard")

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 
 import torch
 
-from models import catalog
-from models.build import build
-from models.config import ModelConfig
-from models.decode import KVCache, forward_cached
+from scalelab.models import catalog
+from scalelab.models.build import build
+from scalelab.models.config import ModelConfig
+from scalelab.models.decode import KVCache, forward_cached
 
 DECODE_BATCHES = (1, 16)
 

@@ -54,8 +54,8 @@ backend: {{concurrency: 64, cpus_per_trial: 0.01, max_retries: 0}}
 
 
 def bench_plan(n: int, repeats: int = 3) -> float:
-    from orchestrator.expand import expand, plan_rows
-    from orchestrator.spec import parse_spec
+    from scalelab.orchestrator.expand import expand, plan_rows
+    from scalelab.orchestrator.spec import parse_spec
 
     times = []
     for _ in range(repeats):
@@ -70,11 +70,11 @@ def bench_plan(n: int, repeats: int = 3) -> float:
 
 def bench_schedule(n: int) -> tuple[float, float]:
     """(seconds per trial for the whole driver loop, of which MLflow sync) with no-op jobs."""
-    from orchestrator.backends.base import ray_init
-    from orchestrator.expand import expand
-    from orchestrator.ledger import Ledger
-    from orchestrator.scheduler import run_sweep
-    from orchestrator.spec import parse_spec
+    from scalelab.orchestrator.backends.base import ray_init
+    from scalelab.orchestrator.expand import expand
+    from scalelab.orchestrator.ledger import Ledger
+    from scalelab.orchestrator.scheduler import run_sweep
+    from scalelab.orchestrator.spec import parse_spec
 
     ray_init("local", embedded=True)
     spec, source = parse_spec(_simple_yaml("sched", n))
@@ -92,10 +92,10 @@ def bench_schedule(n: int) -> tuple[float, float]:
 
 def bench_resubmit(n: int) -> tuple[float, int]:
     """(seconds to re-submit an all-FINISHED sweep, runs created by it)."""
-    from orchestrator.expand import expand
-    from orchestrator.ledger import Ledger
-    from orchestrator.scheduler import run_sweep
-    from orchestrator.spec import parse_spec
+    from scalelab.orchestrator.expand import expand
+    from scalelab.orchestrator.ledger import Ledger
+    from scalelab.orchestrator.scheduler import run_sweep
+    from scalelab.orchestrator.spec import parse_spec
 
     spec, source = parse_spec(_simple_yaml("sched", n))  # finished by bench_schedule
     trials = expand(spec, source, max_trials=n)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from jobs.gpus import GPUS
-from orchestrator.expand import Trial, expand
-from orchestrator.memory import GIB
-from orchestrator.planner import Placement, duration_text, plan_trial
-from orchestrator.spec import SweepSpec, load_spec
+from scalelab.jobs.gpus import GPUS
+from scalelab.orchestrator.expand import Trial, expand
+from scalelab.orchestrator.memory import GIB
+from scalelab.orchestrator.planner import Placement, duration_text, plan_trial
+from scalelab.orchestrator.spec import SweepSpec, load_spec
 
 GPU_CHOICES = ("RTX 4090", "L40S", "A100 40GB", "H100 SXM", "H200")
 MAX_MICRO = 32  # larger micro-batches buy little utilisation

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.scaling import (
+from scalelab.analysis.scaling import (
     ChinchillaFit,
     Trials,
     bootstrap,
@@ -102,7 +102,7 @@ def bench_sync(n_seeds: int = 25, steps: int = 250) -> None:
     home = _env_home()
     os.environ["SCALELAB_HOME"] = home
     os.environ.pop("MLFLOW_TRACKING_URI", None)
-    from analysis.results import store, sync
+    from scalelab.analysis.results import store, sync
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "orchestrator"))
     from synthetic_sweep import write_sweep  # test support: writes sweeps straight into MLflow
@@ -148,7 +148,7 @@ def bench_query(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from analysis.results import metric_at, query, store
+    from scalelab.analysis.results import metric_at, query, store
 
     root = tempfile.mkdtemp(prefix="scalelab-bench-query-")
     n = n_trials * n_metrics * steps

@@ -23,9 +23,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from models.build import build  # noqa: E402
-from models.config import ModelConfig  # noqa: E402
-from models.vocab import padded_vocab_size  # noqa: E402
+from scalelab.models.build import build  # noqa: E402
+from scalelab.models.config import ModelConfig  # noqa: E402
+from scalelab.models.vocab import padded_vocab_size  # noqa: E402
 
 
 def _median_ms(fns: dict[str, callable], repeats: int) -> dict[str, float]:

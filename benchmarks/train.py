@@ -2,7 +2,7 @@
 
     python benchmarks/train.py [--steps 40] [--repeats 3] [--size micro]
 
-1. tokens/s of `jobs.train.run` (DeepSpeed engine, ZeRO-0, fp32, data stream, accounting,
+1. tokens/s of `jobs.training.train.run` (DeepSpeed engine, ZeRO-0, fp32, data stream, accounting,
    MLflow outbox) against a hand-written torch loop (same model, data, AdamW, clipping);
    goal >= 0.9x. Both run in this process, one thread, alternating, medians of per-step
    times (the first steps are warm-up and dropped).
@@ -27,7 +27,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from jobs.config import JobConfig  # noqa: E402
+from scalelab.jobs.config import JobConfig  # noqa: E402
 
 
 def job_config(size: str, steps: int, log_interval: int, dtype: str = "fp32") -> JobConfig:
@@ -52,7 +52,7 @@ def job_config(size: str, steps: int, log_interval: int, dtype: str = "fp32") ->
 
 def job_step_times(job: JobConfig, home: Path) -> list[float]:
     """Seconds per optimizer step of the real job, from its perf/tokens_per_s points."""
-    from jobs.train import run
+    from scalelab.jobs.training.train import run
 
     os.environ["SCALELAB_HOME"] = str(home)
     result = run(job)
@@ -65,9 +65,9 @@ def job_step_times(job: JobConfig, home: Path) -> list[float]:
 
 def plain_step_times(job: JobConfig) -> list[float]:
     """The same training in a plain torch loop (no DeepSpeed, no tracking)."""
-    from jobs.data import TrainStream, open_data, prepare
-    from jobs.optim import adamw, lr_at, total_steps
-    from models.build import build
+    from scalelab.jobs.data.trial import TrainStream, open_data, prepare
+    from scalelab.jobs.training.optim import adamw, lr_at, total_steps
+    from scalelab.models.build import build
 
     root = prepare(job.data, job.seed, job.model)
     data = open_data(job.data, job.seed, root, job.model)
@@ -93,7 +93,7 @@ def plain_step_times(job: JobConfig) -> list[float]:
 
 def tracker_log_cost(n: int = 200) -> float:
     """Seconds per Tracker.log of a full point (16 metrics) against a sqlite store."""
-    from jobs.tracking import Tracker
+    from scalelab.jobs.tracking.tracker import Tracker
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp}/mlflow.db"
@@ -138,8 +138,8 @@ def main() -> None:
     print(f"{'loop':<38}{'s/step':>10}{'tokens/s':>12}{'vs plain':>10}")
     for name, s in (
         ("plain torch loop", p),
-        ("jobs.train.run (log every step)", j1),
-        ("jobs.train.run (log every 10 steps)", jn),
+        ("jobs.training.train.run (log every step)", j1),
+        ("jobs.training.train.run (log every 10 steps)", jn),
     ):
         print(f"{name:<38}{s:>10.4f}{tokens / s:>12.0f}{p / s:>9.2f}x")
     print(f"\ntracking, logging every step: job step time {j1 / jn - 1:+.1%} vs rare logging; "
@@ -156,7 +156,7 @@ def gpu_mfu(tmp: Path) -> None:
     for size in ("124M", "1.3B"):
         job = job_config(size, steps=30, log_interval=1, dtype="bf16")
         os.environ["SCALELAB_HOME"] = str(tmp / f"gpu-{size}")
-        from jobs.train import run
+        from scalelab.jobs.training.train import run
 
         run(job)
         rows = [

@@ -30,8 +30,8 @@ import time
 
 import torch
 
-from models.build import build
-from models.config import ModelConfig
+from scalelab.models.build import build
+from scalelab.models.config import ModelConfig
 
 SEQ, VOCAB = 256, 256
 

@@ -1,5 +1,5 @@
 """`scalelab data`: tokenise a source once per (source, tokenizer) into shared token shards
-(jobs/prepare.py), list what is prepared, and the data columns of `submit --dry-run`."""
+(jobs/data/prepare.py), list what is prepared, and the data columns of `submit --dry-run`."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from cli.console import fail, stdout_console
-from jobs.shards import DEFAULT_SHARD_TOKENS
+from scalelab.cli.console import fail, stdout_console
+from scalelab.jobs.data.shards import DEFAULT_SHARD_TOKENS
 
 app = typer.Typer(
     help="Training text, tokenised once per (source, tokenizer) and shared by every trial.",
@@ -47,9 +47,9 @@ def prepare(
 ) -> None:
     """Tokenise SOURCE into token shards under $SCALELAB_DATA (default
     $SCALELAB_HOME/data). Interrupted, it continues from the last complete shard."""
-    from jobs.prepare import Report, dataset_root, prepare_source
-    from jobs.shards import read_manifest
-    from jobs.sources import TextSource
+    from scalelab.jobs.data.prepare import Report, dataset_root, prepare_source
+    from scalelab.jobs.data.shards import read_manifest
+    from scalelab.jobs.data.sources import TextSource
 
     try:
         text = TextSource.open(source, text_field)
@@ -79,8 +79,8 @@ def prepare(
 @app.command("list")
 def list_(as_json: bool = typer.Option(False, "--json", help="A JSON list.")) -> None:
     """What is prepared: source, tokenizer, tokens, bytes, and whether it is the whole source."""
-    from contract.workdir import data_dir
-    from jobs.shards import list_prepared
+    from scalelab.contract.workdir import data_dir
+    from scalelab.jobs.data.shards import list_prepared
 
     rows = []
     for root, m in list_prepared():
@@ -111,10 +111,10 @@ def list_(as_json: bool = typer.Option(False, "--json", help="A JSON list.")) ->
 def data_plan(trials: list[Any]) -> tuple[list[dict[str, Any]], list[str]]:
     """Per trial: {'data': readiness, 'tokens_needed', 'tokens_available'}; and the
     `scalelab data prepare` commands that would make the plan's text ready."""
-    from jobs.data import tokens_needed, train_windows
-    from jobs.prepare import dataset_root, enough
-    from jobs.shards import read_manifest
-    from jobs.sources import TextSource, resolve_source
+    from scalelab.jobs.data.prepare import dataset_root, enough
+    from scalelab.jobs.data.shards import read_manifest
+    from scalelab.jobs.data.sources import TextSource, resolve_source
+    from scalelab.jobs.data.trial import tokens_needed, train_windows
 
     rows, largest = [], {}
     for t in trials:

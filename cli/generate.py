@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli.console import fail
+from scalelab.cli.console import fail
 
 DEFAULT_NEW_TOKENS = 64
 
@@ -46,10 +46,10 @@ def generate(
     separated by a line '---'. A bad trial, checkpoint or prompt exits 2 with one line."""
     import torch
 
-    from jobs.tokenizers import load_tokenizer
-    from jobs.trained_model import TrialError, load_model, locate
-    from models.generate import SamplingConfig
-    from models.generate import generate as sample
+    from scalelab.jobs.data.tokenizers import load_tokenizer
+    from scalelab.jobs.training.trained_model import TrialError, load_model, locate
+    from scalelab.models.generate import SamplingConfig
+    from scalelab.models.generate import generate as sample
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -10,12 +10,12 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from cli.console import fail, stdout_console
-from contract.config import format_config_error
-from models import catalog
-from models.config import ModelConfig
-from models.sizes import SIZES
-from orchestrator.spec import DEFAULT_MAX_TRIALS
+from scalelab.cli.console import fail, stdout_console
+from scalelab.contract.config import format_config_error
+from scalelab.models import catalog
+from scalelab.models.config import ModelConfig
+from scalelab.models.sizes import SIZES
+from scalelab.orchestrator.spec import DEFAULT_MAX_TRIALS
 
 app = typer.Typer(
     help="scalelab: scaling experiments for efficient Transformers "
@@ -41,7 +41,7 @@ def models(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
 ) -> None:
     """List the model size presets with exact parameter counts and training FLOPs per token."""
-    from models.flops import count_params, train_flops_per_token
+    from scalelab.models.flops import count_params, train_flops_per_token
 
     variants = variant or ["dense", *(m.name for m in catalog.mechanisms())]
     sizes = size or list(SIZES)
@@ -127,7 +127,7 @@ def train(
     Exit code 0 finished, 1 failed, 75 preempted (requeue me)."""
     from pathlib import Path
 
-    from orchestrator.spec import SpecError
+    from scalelab.orchestrator.spec import SpecError
 
     if not Path(config).is_file():
         raise fail(f"{config}: no such file")
@@ -135,8 +135,8 @@ def train(
         job = _job_file(config) if trial is None else _sweep_trial(config, trial, max_trials)
     except SpecError as e:
         raise fail("\n".join(e.problems)) from None
-    from contract.outcome import exit_code
-    from jobs.train import run
+    from scalelab.contract.outcome import exit_code
+    from scalelab.jobs.training.train import run
 
     try:
         result = run(job, run_id)
@@ -148,8 +148,8 @@ def train(
 
 def _job_file(path: str) -> object:
     """A JobConfig from a YAML or JSON file, read like a sweep (errors name file:line)."""
-    from jobs.config import JobConfig
-    from orchestrator.spec import SpecError, load_yaml, located_errors, read_sweep
+    from scalelab.jobs.config import JobConfig
+    from scalelab.orchestrator.spec import SpecError, load_yaml, located_errors, read_sweep
 
     data, source = load_yaml(read_sweep(path), path)
     try:
@@ -159,8 +159,8 @@ def _job_file(path: str) -> object:
 
 
 def _sweep_trial(path: str, selector: str, max_trials: int) -> object:
-    from orchestrator.expand import expand
-    from orchestrator.spec import SpecError, load_spec
+    from scalelab.orchestrator.expand import expand
+    from scalelab.orchestrator.spec import SpecError, load_spec
 
     trials = expand(*load_spec(path), max_trials=max_trials)
     found = [t for t in trials if t.trial_id.startswith(selector)]
@@ -172,22 +172,22 @@ def _sweep_trial(path: str, selector: str, max_trials: int) -> object:
     return found[0].job
 
 
-from cli import sweeps as _sweeps  # noqa: E402
-from cli import watch as _watch  # noqa: E402
+from scalelab.cli import sweeps as _sweeps  # noqa: E402
+from scalelab.cli import watch as _watch  # noqa: E402
 
 _sweeps.register(app)
 _watch.register(app)
 
 
-from cli import generate as _generate  # noqa: E402
+from scalelab.cli import generate as _generate  # noqa: E402
 
 _generate.register(app)
 
-from cli.results import app as results_app  # noqa: E402
+from scalelab.cli.results import app as results_app  # noqa: E402
 
 app.add_typer(results_app, name="results")
 
-from cli.data import app as data_app  # noqa: E402
+from scalelab.cli.data import app as data_app  # noqa: E402
 
 app.add_typer(data_app, name="data")
 

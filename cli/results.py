@@ -13,8 +13,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from cli.console import err, fail, stdout_console
-from cli.wide_tables import print_table
+from scalelab.cli.console import err, fail, stdout_console
+from scalelab.cli.wide_tables import print_table
 
 app = typer.Typer(
     help="Aggregated results of a sweep: Parquet tables, queries, scaling fits, plots, report.",
@@ -34,7 +34,7 @@ RESAMPLES = typer.Option(1000, "--resamples", help="Bootstrap resamples for the 
 
 def _synced(sweep: str, uri: str | None) -> None:
     """Sync first when the sweep has never been synced (queries then just work)."""
-    from analysis.results import store, sync
+    from scalelab.analysis.results import store, sync
 
     if store.read_table(store.TRIALS, sweep) is None:
         err.print(str(sync(sweep, uri)), highlight=False)
@@ -42,8 +42,8 @@ def _synced(sweep: str, uri: str | None) -> None:
 
 def _guard(fn):  # noqa: ANN001, ANN202
     """Run a command body; ResultsError/ScalingError -> exit 2 with one line."""
-    from analysis.results.store import ResultsError
-    from analysis.scaling import ScalingError
+    from scalelab.analysis.results.store import ResultsError
+    from scalelab.analysis.scaling import ScalingError
 
     try:
         return fn()
@@ -54,7 +54,7 @@ def _guard(fn):  # noqa: ANN001, ANN202
 @app.command("sync")
 def sync_cmd(sweep: str = SWEEP, tracking_uri: str | None = URI) -> None:
     """Build or refresh the sweep's `trials` and `curves` Parquet tables (incremental)."""
-    from analysis.results import sync
+    from scalelab.analysis.results import sync
 
     result = _guard(lambda: sync(sweep, tracking_uri))
     console.print(str(result), highlight=False)
@@ -87,7 +87,7 @@ def query_cmd(
     tracking_uri: str | None = URI,
 ) -> None:
     """Filter and aggregate a sweep's results (syncs first if never synced)."""
-    from analysis.results import query
+    from scalelab.analysis.results import query
 
     if fmt not in ("table", "csv", "json", "parquet"):
         raise fail(f"--format {fmt!r}: expected table, csv, json or parquet")
@@ -98,7 +98,7 @@ def query_cmd(
     def run():  # noqa: ANN202
         import warnings
 
-        from analysis.results.query import ResultsWarning
+        from scalelab.analysis.results.query import ResultsWarning
 
         _synced(sweep, tracking_uri)
         with warnings.catch_warnings(record=True) as caught:
@@ -108,7 +108,7 @@ def query_cmd(
             err.print(f"warning: {w.message}", highlight=False, markup=False, soft_wrap=True)
         if columns:
             wanted = [c.strip() for c in columns.split(",") if c.strip()]
-            from analysis.results.store import ResultsError
+            from scalelab.analysis.results.store import ResultsError
 
             missing = [c for c in wanted if c not in result.column_names]
             if missing:
@@ -231,8 +231,8 @@ def fit_cmd(
 ) -> None:
     """Scaling laws per variant, the compute-equivalent gain vs the baseline with bootstrap
     intervals, and per-size differences."""
-    from analysis.results.fit import fit_sweep
-    from analysis.results.render import rich_tables
+    from scalelab.analysis.results.fit import fit_sweep
+    from scalelab.analysis.results.render import rich_tables
 
     def run():  # noqa: ANN202
         _synced(sweep, tracking_uri)
@@ -249,11 +249,11 @@ def fit_cmd(
 
 
 def _fit_and_plot(sweep: str, baseline: str, resamples: int, tracking_uri: str | None):  # noqa: ANN202
-    from analysis import plots
-    from analysis.results import load_curves, sweep_dir
-    from analysis.results.fit import fit_sweep
-    from analysis.results.sources import find_sweep_runs
-    from contract import workdir
+    from scalelab.analysis import plots
+    from scalelab.analysis.results import load_curves, sweep_dir
+    from scalelab.analysis.results.fit import fit_sweep
+    from scalelab.analysis.results.sources import find_sweep_runs
+    from scalelab.contract import workdir
 
     _synced(sweep, tracking_uri)
     fit = fit_sweep(sweep, baseline=baseline, n_resamples=resamples)
@@ -286,8 +286,8 @@ def report_cmd(
     tracking_uri: str | None = URI,
 ) -> None:
     """One Markdown report (tables + plots) at results/<sweep>/report.md."""
-    from analysis.report import write_report
-    from analysis.results import sweep_dir
+    from scalelab.analysis.report import write_report
+    from scalelab.analysis.results import sweep_dir
 
     fit, files, _, uri = _guard(lambda: _fit_and_plot(sweep, baseline, resamples, tracking_uri))
     console.print(str(write_report(fit, files, sweep_dir(sweep), uri)), highlight=False)
@@ -301,7 +301,7 @@ def summary_cmd(
     tracking_uri: str | None = URI,
 ) -> None:
     """sync + fit + plot + report in one go, printing the gains and where everything is."""
-    from analysis.report import summarise_sweep
+    from scalelab.analysis.report import summarise_sweep
 
     print(
         _guard(
@@ -332,9 +332,9 @@ def forecast_cmd(
 ) -> None:
     """Forecast the final loss of a larger run from the smaller ones, with a prediction
     interval; --holdout backtests it on a size that was run."""
-    from analysis.results import load_trials
-    from analysis.results.forecast import forecast_table
-    from analysis.results.store import ResultsError
+    from scalelab.analysis.results import load_trials
+    from scalelab.analysis.results.forecast import forecast_table
+    from scalelab.analysis.results.store import ResultsError
 
     if law not in ("auto", "C", "ND"):
         raise fail(f"--law {law!r}: expected auto, C or ND")
@@ -392,9 +392,9 @@ def advise_cmd(
 ) -> None:
     """What to run next: how many more seeds, or which extra size or budget, would let the
     paired gain tell a given compute gain from none, and what it costs."""
-    from analysis.results.advice import costing
-    from analysis.results.export import advice_dict
-    from analysis.results.fit import fit_sweep
+    from scalelab.analysis.results.advice import costing
+    from scalelab.analysis.results.export import advice_dict
+    from scalelab.analysis.results.fit import fit_sweep
 
     if not 0 < effect < 1:
         raise fail(f"--effect {effect}: expected a fraction between 0 and 1 (0.05 = 5%)")

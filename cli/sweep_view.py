@@ -8,15 +8,15 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from contract import workdir as paths
-from contract.runs import TERMINAL, Tag
-from orchestrator.trial_names import run_names, short_count, short_value
+from scalelab.contract import workdir as paths
+from scalelab.contract.runs import TERMINAL, Tag
+from scalelab.orchestrator.trial_names import run_names, short_count, short_value
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from orchestrator.expand import Trial
-    from orchestrator.ledger import Ledger, TrialRecord
+    from scalelab.orchestrator.expand import Trial
+    from scalelab.orchestrator.ledger import Ledger, TrialRecord
 
 ERROR_CHARS = 240  # of an error, in a table cell or a failure line: its end, where Python's is
 

@@ -12,14 +12,14 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from cli.completion import sweep_files
-from cli.console import err, fail, stdout_console
-from cli.data import data_plan
-from cli.wide_tables import print_table
-from jobs.launch import DEFAULT_JOB
-from orchestrator.expand import Trial, check_size, expand, plan_rows
-from orchestrator.job_checks import check_trials
-from orchestrator.planner import (
+from scalelab.cli.completion import sweep_files
+from scalelab.cli.console import err, fail, stdout_console
+from scalelab.cli.data import data_plan
+from scalelab.cli.wide_tables import print_table
+from scalelab.jobs.launch import DEFAULT_JOB
+from scalelab.orchestrator.expand import Trial, check_size, expand, plan_rows
+from scalelab.orchestrator.job_checks import check_trials
+from scalelab.orchestrator.planner import (
     PLAN_COLUMNS,
     TrialPlan,
     placement_summary,
@@ -27,7 +27,7 @@ from orchestrator.planner import (
     plan_sweep,
     unfit_lines,
 )
-from orchestrator.spec import (
+from scalelab.orchestrator.spec import (
     DEFAULT_MAX_TRIALS,
     SourceMap,
     SpecError,
@@ -85,7 +85,7 @@ def _expand(spec: SweepSpec, source: SourceMap, max_trials: int) -> list[Trial]:
 
 
 def _ledger(spec_name: str, experiment: str | None, create: bool = True) -> Any:
-    from orchestrator.ledger import Ledger, LedgerUnavailable
+    from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable
 
     try:
         return Ledger(spec_name, experiment)
@@ -95,7 +95,7 @@ def _ledger(spec_name: str, experiment: str | None, create: bool = True) -> Any:
 
 def _read_statuses(spec: SweepSpec) -> dict[str, str]:
     """The ledger's statuses without creating anything (a missing sqlite file = all NEW)."""
-    from contract.workdir import tracking_uri
+    from scalelab.contract.workdir import tracking_uri
 
     uri = tracking_uri()
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
@@ -104,7 +104,7 @@ def _read_statuses(spec: SweepSpec) -> dict[str, str]:
 
 
 def _plan_table(spec: SweepSpec, rows: list[dict[str, Any]], plans: list[TrialPlan]) -> Table:
-    from orchestrator.trial_names import short_value
+    from scalelab.orchestrator.trial_names import short_value
 
     table = Table(title=f"sweep {spec.name}: {len(rows)} trials on {spec.backend.kind}")
     columns = ("trial_id", "variant", "size", "swept", "params", "tokens", "FLOPs", "GPU-h")
@@ -186,7 +186,7 @@ def submit(
     spec, trials, text = _load(sweep, max_trials, overrides)
     plans = plan_sweep(spec, trials)
     if dry_run:
-        from orchestrator.trial_names import run_names, swept_settings
+        from scalelab.orchestrator.trial_names import run_names, swept_settings
 
         rows = plan_rows(spec, trials, _read_statuses(spec))
         names, swept = run_names(trials), swept_settings(trials)
@@ -231,7 +231,7 @@ def submit(
             "--ignore-fit submits them anyway):\n" + "\n".join(unfit)
         )
     if detach:
-        from orchestrator.detach import submit_detached
+        from scalelab.orchestrator.detach import submit_detached
 
         try:
             job_id, address = submit_detached(sweep.resolve(), job, max_trials, overrides)
@@ -248,8 +248,8 @@ def submit(
 
 
 def _summarise(sweep: str) -> None:
-    from analysis.report import summarise_sweep
-    from analysis.results.store import ResultsError
+    from scalelab.analysis.report import summarise_sweep
+    from scalelab.analysis.results.store import ResultsError
 
     with err.status("syncing results, fitting scaling laws (bootstrap), plotting ..."):
         try:
@@ -267,11 +267,11 @@ def _drive(
     each failure with its log. True when a trial failed."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from analysis.live_figure import LiveFigure
-    from cli.sweep_view import TrialLines, failure_lines
-    from orchestrator.backends import BackendError, preflight
-    from orchestrator.ledger import LedgerUnavailable
-    from orchestrator.scheduler import run_sweep
+    from scalelab.analysis.live_figure import LiveFigure
+    from scalelab.cli.sweep_view import TrialLines, failure_lines
+    from scalelab.orchestrator.backends import BackendError, preflight
+    from scalelab.orchestrator.ledger import LedgerUnavailable
+    from scalelab.orchestrator.scheduler import run_sweep
 
     try:
         preflight(spec.backend)
@@ -336,7 +336,7 @@ def _read_statuses_of(ledger: Any) -> list[str]:
 
 
 def _find(sweep: str) -> Any:
-    from orchestrator.ledger import LedgerUnavailable, find_sweep
+    from scalelab.orchestrator.ledger import LedgerUnavailable, find_sweep
 
     if sweep.endswith((".yaml", ".yml")) and Path(sweep).exists():
         try:
@@ -377,7 +377,7 @@ def resume(
     max_trials: int = MAX_TRIALS,
 ) -> None:
     """Drive a sweep again from its YAML and overrides recorded in MLflow (unfinished trials)."""
-    from contract.runs import Tag
+    from scalelab.contract.runs import Tag
 
     ledger = _find(sweep)
     tags = ledger.parent_tags()
@@ -404,7 +404,7 @@ def schema() -> None:
 
 
 def _refuse_unmigrated(ledger: Any) -> None:
-    from orchestrator.migrate import needs_migration
+    from scalelab.orchestrator.migrate import needs_migration
 
     stale = needs_migration(ledger)
     if stale:
@@ -422,8 +422,8 @@ def migrate(
 ) -> None:
     """Re-key the trials a sweep recorded under an older trial-identity rule, so its finished
     trials count under this version (docs/architecture.md, 'Trial identity'). Idempotent."""
-    from orchestrator.ledger import LedgerUnavailable
-    from orchestrator.migrate import MigrationRefused, migrate_sweep
+    from scalelab.orchestrator.ledger import LedgerUnavailable
+    from scalelab.orchestrator.migrate import MigrationRefused, migrate_sweep
 
     ledger = _find(sweep)
     try:

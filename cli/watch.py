@@ -14,12 +14,12 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from cli.completion import sweep_files
-from cli.console import err, fail
-from cli.sweep_view import STATUS_COLUMNS, status_cells, status_row
-from cli.sweeps import _find, out
-from cli.wide_tables import print_table
-from contract.runs import TERMINAL, Status, Tag
+from scalelab.cli.completion import sweep_files
+from scalelab.cli.console import err, fail
+from scalelab.cli.sweep_view import STATUS_COLUMNS, status_cells, status_row
+from scalelab.cli.sweeps import _find, out
+from scalelab.cli.wide_tables import print_table
+from scalelab.contract.runs import TERMINAL, Status, Tag
 
 STATUSES = (Status.RUNNING, Status.SCHEDULED, Status.FINISHED, Status.FAILED, Status.KILLED)
 # MLflow 3's UI keeps "GenAI" or "Model training" as a browser setting (GenAI unless
@@ -30,7 +30,7 @@ TRAINING_VIEW = "workflowType=machine_learning"
 def _status_rows(ledger: Any) -> list[dict[str, Any]]:
     """The sweep's trials, after sending what finished trials' spools still hold (a run
     turns FINISHED only when its spool is empty: orchestrator/delivery.py)."""
-    from orchestrator.delivery import send_owed
+    from scalelab.orchestrator.delivery import send_owed
 
     recs = ledger.records()
     sent, owed = send_owed(recs.values(), ledger.uri)
@@ -117,9 +117,9 @@ def logs(
     lines: int = typer.Option(40, "--lines", "-n", help="How many of its last lines."),
 ) -> None:
     """Print a trial's log (stdout and stderr of every attempt); without TRIAL, list them."""
-    from contract.workdir import trial_log
-    from jobs.trial_logs import follow as follow_log
-    from jobs.trial_logs import tail
+    from scalelab.contract.workdir import trial_log
+    from scalelab.jobs.tracking.trial_logs import follow as follow_log
+    from scalelab.jobs.tracking.trial_logs import tail
 
     ledger = _find(sweep)
     records = list(ledger.records().values())
@@ -170,7 +170,7 @@ def ui(
     import ipaddress
     import socket
 
-    from contract.workdir import tracking_uri
+    from scalelab.contract.workdir import tracking_uri
 
     uri = tracking_uri()
     runs_view = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from contract.runs import Status
+from scalelab.contract.runs import Status
 
 Ending = Literal["FINISHED", "FAILED", "PREEMPTED"]  # how a job's run() ends (Status values)
 

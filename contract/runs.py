@@ -89,7 +89,7 @@ class Metric:
     """Metric names that more than one package reads."""
 
     VAL_LOSS_AT_GFLOP = "val/loss_at_gflop"  # val/loss with step = GFLOPs (MLflow refuses '@')
-    EARLY_EXIT_PREFIX = "early_exit/"  # jobs/evaluate.py's early-exit baseline, per alpha
+    EARLY_EXIT_PREFIX = "early_exit/"  # jobs/training/evaluate.py's early-exit baseline, per alpha
 
 
 STANDALONE_EXPERIMENT = "scalelab-train"  # a job started without a sweep

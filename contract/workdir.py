@@ -21,7 +21,7 @@ CURVES_FILE = "curves.jsonl"  # one JSON object per point: step, tokens, flops, 
 RESULT_FILE = "result.json"  # the job's summary, written last
 IDENTITY_FILE = "identity.json"  # the canonical identity tree the trial id hashes
 MIGRATIONS_FILE = "migrations.jsonl"  # results/<sweep>/: trial ids re-keyed by migrate
-LOGS_DIR = "logs"  # what the trial printed (jobs/trial_logs.py)
+LOGS_DIR = "logs"  # what the trial printed (jobs/tracking/trial_logs.py)
 TRIAL_LOG = "trial.log"  # every attempt's stdout and stderr, appended, a header per attempt
 TRACEBACK_FILE = "traceback.txt"  # the last failed attempt's Python traceback
 

@@ -1,6 +1,6 @@
 """Every check of a job that needs no device, in one place and torch-free.
 
-The training job runs them (`jobs.train.check_job`, with its devices' checks) before any
+The training job runs them (`jobs.training.train.check_job`, with its devices' checks) before any
 process group, file or MLflow run exists; the orchestrator runs the same functions for
 every trial of a sweep at `submit` and `--dry-run`, before any run is created, so a sweep
 whose trials cannot start is refused with `file:line: key: message` instead of failing
@@ -10,7 +10,7 @@ trial by trial. Checks that need only the config are JobConfig validators (jobs/
   micro-batches, the dtype the device supports (device None: not known yet), and the
   gradient dtype the ZeRO stage supports (a limit of DeepSpeed 0.19, not of the config);
 - `check_environment(job)`: what the data config reads (the source exists, the tokenizer
-  loads and fits model.vocab_size, ...: jobs.data.check_data).
+  loads and fits model.vocab_size, ...: jobs.data.trial.check_data).
 Each raises JobCheckError naming the key to change.
 """
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import re
 
-from jobs.config import JobCheckError, JobConfig
-from jobs.ds_config import BatchPlan, plan_batch
+from scalelab.jobs.config import JobCheckError, JobConfig
+from scalelab.jobs.training.ds_config import BatchPlan, plan_batch
 
 _SECTIONS = tuple(name for name in JobConfig.model_fields if name != "seed")
 _NAMED_KEY = re.compile(rf"\b((?:{'|'.join(_SECTIONS)})\.[A-Za-z_][A-Za-z0-9_]*)")
@@ -44,7 +44,7 @@ def check_placement(job: JobConfig, world_size: int, device: str | None) -> Batc
 
 
 def check_environment(job: JobConfig) -> None:
-    from jobs.data import check_data  # numpy and the tokenizers: only when checking
+    from scalelab.jobs.data.trial import check_data  # numpy and the tokenizers: only when checking
 
     try:
         check_data(job.data, job.model)

@@ -13,12 +13,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from contract.config import FrozenConfig, NotIdentity
-from jobs import identity
-from models.config import ModelConfig
+from scalelab.contract.config import FrozenConfig, NotIdentity
+from scalelab.jobs import identity
+from scalelab.models.config import ModelConfig
 
 MAX_SEED = 2**32 - 1  # numpy's and most libraries' seed range
-# DeepSpeed keys that jobs/ds_config.py derives from the science fields, each with the key that
+# DeepSpeed keys that jobs/training/ds_config.py derives from the science fields, each with the key that
 # decides it: deepspeed.extra may not set them (it would change what is computed, silently).
 DERIVED_DEEPSPEED_KEYS = {
     "bf16": "train.dtype",
@@ -66,7 +66,7 @@ class DataConfig(FrozenConfig):
         "for a datasets hub name",
     )
     text_field: str = "text"
-    # Classification (model.task='classify'; jobs/classification_data.py)
+    # Classification (model.task='classify'; jobs/data/classification.py)
     text_pair_field: str | None = Field(
         None, description="second text column (SNLI's hypothesis), joined by pair_separator"
     )
@@ -218,7 +218,7 @@ class JobConfig(FrozenConfig):
                 "deepspeed.extra",
                 f"deepspeed.extra may not set {', '.join(map(repr, derived))}: scalelab "
                 f"derives them from the trial's science fields ({decided_by}; "
-                "jobs/ds_config.py), so the trial id says what was computed",
+                "jobs/training/ds_config.py), so the trial id says what was computed",
             )
         if train.early_exit_alphas and model.task != "lm":
             raise JobCheckError(

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from contract.config import NotIdentity
-from models.mechanism import mechanism_of
+from scalelab.contract.config import NotIdentity
+from scalelab.models.mechanism import mechanism_of
 
 if TYPE_CHECKING:
-    from jobs.config import JobConfig
+    from scalelab.jobs.config import JobConfig
 
 # Bumped whenever code changes what an unchanged config computes, so old results are not
 # mistaken for new.

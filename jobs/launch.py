@@ -1,7 +1,7 @@
 """The one door into a trial, wherever it runs (docs/architecture.md, 'Layers'): a Ray task
 (local and ray backends) and a SLURM job (submitit) both call `launch`, which runs the job
-body in this process or in `ranks` processes; each rank then runs `jobs.train.run` (through
-`python -m jobs.train` or `scalelab train`). Torch-free at import.
+body in this process or in `ranks` processes; each rank then runs `jobs.training.train.run` (through
+`python -m scalelab.jobs.training.train` or `scalelab train`). Torch-free at import.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from contract.runs import Status
+from scalelab.contract.runs import Status
 
-DEFAULT_JOB = "jobs.train:run"
+DEFAULT_JOB = "scalelab.jobs.training.train:run"
 JobRef = str | Callable[..., Any]  # a job body, or 'module:function' (the CLI's --job hook)
 
 
@@ -24,7 +24,7 @@ def resolve_job(ref: JobRef) -> Callable[..., Any]:
     if callable(ref):
         return ref
     if ref == DEFAULT_JOB:
-        from jobs.train import run
+        from scalelab.jobs.training.train import run
 
         return run
     module, _, name = ref.partition(":")
@@ -54,9 +54,9 @@ def outcome_of(result: Any) -> dict[str, Any]:
 def launch(job_ref: JobRef, job_json: str, run_id: str | None, ranks: int = 1) -> dict[str, Any]:
     """The body of one trial wherever it runs: rebuild the JobConfig, call the job (in
     `ranks` processes under torchrun when the trial has several), its output captured in
-    the trial's log and attached to its run (jobs/trial_logs.py)."""
-    from jobs.config import JobConfig
-    from jobs.trial_logs import captured
+    the trial's log and attached to its run (jobs/tracking/trial_logs.py)."""
+    from scalelab.jobs.config import JobConfig
+    from scalelab.jobs.tracking.trial_logs import captured
 
     job = JobConfig.model_validate_json(job_json)
     with captured(job.trial_id, run_id, job.model_dump_json(indent=2)):  # trials/<id>/logs/
@@ -68,15 +68,15 @@ def launch(job_ref: JobRef, job_json: str, run_id: str | None, ranks: int = 1) -
 
 
 def run_ranks(job: Any, run_id: str | None, ranks: int) -> dict[str, Any]:
-    """`ranks` processes of `python -m jobs.train` (one per GPU, or gloo ranks on CPU),
-    started as torchrun would but with the rendezvous on 127.0.0.1 (jobs/local_ranks.py);
+    """`ranks` processes of `python -m scalelab.jobs.training.train` (one per GPU, or gloo ranks on CPU),
+    started as torchrun would but with the rendezvous on 127.0.0.1 (jobs/training/local_ranks.py);
     DeepSpeed shards across them. The outcome comes from the result file the job writes last."""
     import json
     import tempfile
     import time
 
-    from contract.workdir import RESULT_FILE, trial_dir
-    from jobs.local_ranks import run_local_ranks
+    from scalelab.contract.workdir import RESULT_FILE, trial_dir
+    from scalelab.jobs.training.local_ranks import run_local_ranks
 
     result_path = trial_dir(job.trial_id) / RESULT_FILE
     started = time.time()
@@ -84,7 +84,13 @@ def run_ranks(job: Any, run_id: str | None, ranks: int) -> dict[str, Any]:
         config = os.path.join(tmp, "job.json")
         with open(config, "w") as f:
             f.write(job.model_dump_json())
-        cmd = [sys.executable, "-m", "jobs.train", config, *([run_id] if run_id else [])]
+        cmd = [
+            sys.executable,
+            "-m",
+            "scalelab.jobs.training.train",
+            config,
+            *([run_id] if run_id else []),
+        ]
         code = run_local_ranks(cmd, ranks)
     if result_path.exists() and result_path.stat().st_mtime >= started:
         return outcome_of(json.loads(result_path.read_text()))

@@ -13,7 +13,7 @@ from functools import cache
 import numpy as np
 import scipy.linalg
 
-from kernels.sizes import hadamard_factors
+from scalelab.kernels.sizes import hadamard_factors
 
 
 def _quadratic_character(q: int) -> np.ndarray:

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from kernels.blocks import hadamard_block
-from kernels.sizes import (
+from scalelab.kernels.blocks import hadamard_block
+from scalelab.kernels.sizes import (
     nearest_supported_sizes,
     supported_hadamard_size,
     torch_plan,
@@ -111,7 +111,7 @@ def _fwht(
 ) -> torch.Tensor:
     """Output in x's dtype: [alpha *] (scale * (pre * x) @ H[^T]) [+ beta]."""
     if _use_triton(x, backend):
-        from kernels.triton_fwht import triton_fwht  # imported lazily: triton is heavy
+        from scalelab.kernels.triton_fwht import triton_fwht  # imported lazily: triton is heavy
 
         return triton_fwht(x, scale, transpose, pre=pre, alpha=alpha, beta=beta)
     xin = x if pre is None else x.to(_compute_dtype(x.dtype)) * pre

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from kernels.blocks import dense_hadamard
+from scalelab.kernels.blocks import dense_hadamard
 
 
 def dense_hadamard_matrix(d: int, scale: float | None = None) -> torch.Tensor:

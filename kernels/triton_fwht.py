@@ -23,8 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.blocks import hadamard_block
-from kernels.sizes import hadamard_factors
+from scalelab.kernels.blocks import hadamard_block
+from scalelab.kernels.sizes import hadamard_factors
 
 _MIN_BLOCK, _MAX_BLOCK = 16, 64  # tl.dot needs every dim >= 16
 

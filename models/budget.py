@@ -41,9 +41,9 @@ import torch.nn.functional as F
 from pydantic import field_validator, model_validator
 from torch import Tensor, nn
 
-from models.context import ForwardContext, masked_mean
-from models.dense import AllHeads, MultiHeadAttention, merge_heads
-from models.mechanism import (
+from scalelab.models.context import ForwardContext, masked_mean
+from scalelab.models.dense import AllHeads, MultiHeadAttention, merge_heads
+from scalelab.models.mechanism import (
     ActiveFractions,
     Column,
     FlopCount,
@@ -52,11 +52,11 @@ from models.mechanism import (
     MetricPlot,
     Seam,
 )
-from models.pair_attention import causal_pair_attention
-from models.parametrization import set_role
+from scalelab.models.pair_attention import causal_pair_attention
+from scalelab.models.parametrization import set_role
 
 if TYPE_CHECKING:
-    from models.config import ModelConfig
+    from scalelab.models.config import ModelConfig
 
 
 class BudgetConfig(MechanismConfig):

@@ -10,9 +10,9 @@ from contextlib import nullcontext
 import torch
 from torch import nn
 
-from models.config import ModelConfig
-from models.gpt import GPT
-from models.vocab import pad_vocabulary, padded_vocab_size
+from scalelab.models.config import ModelConfig
+from scalelab.models.gpt import GPT
+from scalelab.models.vocab import pad_vocabulary, padded_vocab_size
 
 
 def build(cfg: ModelConfig, device: str | torch.device | None = None) -> nn.Module:
@@ -59,7 +59,7 @@ def build_partitioned(cfg: ModelConfig, ds_config: dict) -> GPT:
     module by module in GPT.init_weights' order, every rank draws the module's own
     parameters in fp32 on the CPU as the plain build would and keeps its partition
     (`zero.GatheredParameters`: one module's parameters whole at a time, the embedding the
-    largest). Needs DeepSpeed's process group (jobs.distributed.init) and the engine's
+    largest). Needs DeepSpeed's process group (jobs.training.distributed.init) and the engine's
     config (`ds_config`, stage 3), whose `deepspeed.initialize` then takes the model as is.
     """
     import deepspeed

@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from models.mechanism import (
+from scalelab.models.mechanism import (
     DENSE,
     Column,
     Component,
@@ -32,7 +32,7 @@ _loaded: set[str] = set()  # modules whose mechanisms were registered by _load
 
 def _load() -> None:
     if "builtin" not in _loaded:
-        from models import budget, hadamard, tsa
+        from scalelab.models import budget, hadamard, tsa
 
         for mechanism in (hadamard.Hadamard, budget.BudgetFormer, tsa.TokenSelective):
             register(mechanism)
@@ -65,7 +65,7 @@ def get(name: str) -> Mechanism | None:
 
 def default(seam: Seam) -> Component:
     """The dense component at a seam."""
-    from models.dense import AllBlocks, AllHeads, DenseOutputMixing
+    from scalelab.models.dense import AllBlocks, AllHeads, DenseOutputMixing
 
     return {
         Seam.OUTPUT_MIXING: DenseOutputMixing,

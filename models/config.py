@@ -22,10 +22,10 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_core.core_schema import ErrorType
 
-from contract.config import FrozenConfig
-from models import catalog
-from models.mechanism import DENSE, Component, MechanismConfig, Seam, mechanism_of, reserve
-from models.sizes import SIZES, SizePreset, get_size
+from scalelab.contract.config import FrozenConfig
+from scalelab.models import catalog
+from scalelab.models.mechanism import DENSE, Component, MechanismConfig, Seam, mechanism_of, reserve
+from scalelab.models.sizes import SIZES, SizePreset, get_size
 
 _ERROR_TYPES = frozenset(get_args(ErrorType))
 LEGACY_OUTPUT_MIXING = "attn_out"  # `attn_out: hadamard` = `hadamard: {}`; never written

@@ -36,9 +36,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.budget import BudgetAttention
-from models.dense import FullDepth, MultiHeadAttention, merge_heads
-from models.tsa import TokenSelectiveDepth, add_ffn_update
+from scalelab.models.budget import BudgetAttention
+from scalelab.models.dense import FullDepth, MultiHeadAttention, merge_heads
+from scalelab.models.tsa import TokenSelectiveDepth, add_ffn_update
 
 
 @dataclass

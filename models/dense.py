@@ -16,18 +16,18 @@ from typing import TYPE_CHECKING
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.context import ForwardContext
-from models.mechanism import (
+from scalelab.models.context import ForwardContext
+from scalelab.models.mechanism import (
     ActiveFractions,
     DepthRouting,
     FlopCount,
     HeadSelection,
     OutputMixing,
 )
-from models.parametrization import attention_scale
+from scalelab.models.parametrization import attention_scale
 
 if TYPE_CHECKING:
-    from models.config import ModelConfig
+    from scalelab.models.config import ModelConfig
 
 
 class DenseOutputMixing(OutputMixing):

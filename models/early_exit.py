@@ -24,8 +24,8 @@ import torch
 from scipy.optimize import bisect
 from torch import Tensor
 
-from models.context import ForwardContext
-from models.tsa import add_ffn_update, tlops_saved
+from scalelab.models.context import ForwardContext
+from scalelab.models.tsa import add_ffn_update, tlops_saved
 
 
 @dataclass

@@ -17,8 +17,8 @@ Conventions (Kaplan et al. 2020; Hoffmann et al. 2022, App. F):
 
 from __future__ import annotations
 
-from models.config import ModelConfig
-from models.mechanism import ActiveFractions, Component, FlopCount, Seam
+from scalelab.models.config import ModelConfig
+from scalelab.models.mechanism import ActiveFractions, Component, FlopCount, Seam
 
 __all__ = ["ActiveFractions", "FlopCount", "count_params", "forward_flops_per_token"]
 

@@ -6,8 +6,8 @@ import torch
 from pydantic import Field
 from torch import Tensor, nn
 
-from contract.config import FrozenConfig
-from models.decode import KVCache, forward_cached
+from scalelab.contract.config import FrozenConfig
+from scalelab.models.decode import KVCache, forward_cached
 
 
 class SamplingConfig(FrozenConfig):

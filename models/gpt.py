@@ -14,10 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.config import ModelConfig
-from models.context import ForwardContext, ModelOutput, masked_mean
-from models.mechanism import Seam
-from models.parametrization import init_module, logit_scale, set_role
+from scalelab.models.config import ModelConfig
+from scalelab.models.context import ForwardContext, ModelOutput, masked_mean
+from scalelab.models.mechanism import Seam
+from scalelab.models.parametrization import init_module, logit_scale, set_role
 
 
 class MLP(nn.Module):

@@ -17,13 +17,19 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from kernels.hadamard import hadamard_transform_affine
-from kernels.sizes import nearest_supported_sizes, supported_hadamard_size, transform_flops
-from models.mechanism import ActiveFractions, FlopCount, Mechanism, MechanismConfig, OutputMixing
-from models.parametrization import init_std
+from scalelab.kernels.hadamard import hadamard_transform_affine
+from scalelab.kernels.sizes import nearest_supported_sizes, supported_hadamard_size, transform_flops
+from scalelab.models.mechanism import (
+    ActiveFractions,
+    FlopCount,
+    Mechanism,
+    MechanismConfig,
+    OutputMixing,
+)
+from scalelab.models.parametrization import init_std
 
 if TYPE_CHECKING:
-    from models.config import ModelConfig
+    from scalelab.models.config import ModelConfig
 
 
 class HadamardConfig(MechanismConfig):

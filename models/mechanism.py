@@ -22,12 +22,12 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from contract.config import FrozenConfig
+from scalelab.contract.config import FrozenConfig
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from models.config import ModelConfig
+    from scalelab.models.config import ModelConfig
 
 DENSE = "dense"  # the variant with no mechanism
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Literal
 from torch import nn
 
 if TYPE_CHECKING:
-    from models.config import ModelConfig
+    from scalelab.models.config import ModelConfig
 
 Role = Literal["input", "hidden", "residual", "output", "fixed", "vector"]
 EMBEDDING_STD = 0.02

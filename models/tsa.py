@@ -27,9 +27,9 @@ import torch
 from pydantic import field_validator
 from torch import Tensor, nn
 
-from models.context import ForwardContext, masked_mean
-from models.dense import AllBlocks
-from models.mechanism import (
+from scalelab.models.context import ForwardContext, masked_mean
+from scalelab.models.dense import AllBlocks
+from scalelab.models.mechanism import (
     ActiveFractions,
     Column,
     FlopCount,
@@ -37,10 +37,10 @@ from models.mechanism import (
     MechanismConfig,
     MetricPlot,
 )
-from models.parametrization import set_role
+from scalelab.models.parametrization import set_role
 
 if TYPE_CHECKING:
-    from models.config import ModelConfig
+    from scalelab.models.config import ModelConfig
 
 ROUTER_INIT_BIAS = -1.0  # sigmoid(-1) = 0.269: every token starts with p ~ 0.27
 

@@ -1,6 +1,6 @@
 """Metrics a trial still owes MLflow, and who sends them.
 
-A run turns FINISHED in MLflow only once its spool (`jobs/outbox.py`) is sent to the end:
+A run turns FINISHED in MLflow only once its spool (`jobs/tracking/outbox.py`) is sent to the end:
 the job's last spooled write is its final status, and the driver marks a run FINISHED only
 when nothing is left in it. A trial that finished training while MLflow was unreachable
 therefore stays RUNNING in MLflow while its folder's `result.json` says the training is
@@ -19,11 +19,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from contract import workdir
-from contract.runs import Status, Tag
-from jobs import tracking_store
-from jobs.outbox import Busy, Outbox
-from jobs.tracking import read_curve
+from scalelab.contract import workdir
+from scalelab.contract.runs import Status, Tag
+from scalelab.jobs.tracking import store as tracking_store
+from scalelab.jobs.tracking.outbox import Busy, Outbox
+from scalelab.jobs.tracking.tracker import read_curve
 
 
 class RunOfTrial(Protocol):
@@ -97,7 +97,7 @@ class _Send:
 class Deliveries:
     """The driver's sends of finished trials' spools: in a background thread (an outage
     never stalls the scheduler), retried every `retry_s` until nothing is left. Each try
-    makes one request per batch (`jobs/one_try.py`): a try while MLflow is down fails at
+    makes one request per batch (`jobs/tracking/one_try.py`): a try while MLflow is down fails at
     once, so retrying often costs nothing and a send starts soon after it is back."""
 
     def __init__(self, uri: str | None = None, retry_s: float = 2.0) -> None:

@@ -20,8 +20,14 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-from contract import workdir
-from orchestrator.backends.embedded import SINGLE_NODE, TOKEN_FILE, user_chose_auth, write_token
+from scalelab.contract import workdir
+from scalelab.orchestrator.backends.embedded import (
+    SINGLE_NODE,
+    TOKEN_FILE,
+    driver_pythonpath,
+    user_chose_auth,
+    write_token,
+)
 
 DASHBOARD = os.environ.get("SCALELAB_RAY_DASHBOARD", "http://127.0.0.1:8265")
 HEAD_PORT = os.environ.get("SCALELAB_RAY_PORT", "6379")
@@ -103,11 +109,11 @@ def submit_detached(
     env = {
         "SCALELAB_HOME": str(workdir.scalelab_home()),
         "MLFLOW_TRACKING_URI": workdir.tracking_uri(),
-        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)),
+        "PYTHONPATH": driver_pythonpath(),
         "RAY_USAGE_STATS_ENABLED": "0",
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }
-    entry = [sys.executable, "-m", "cli.main", "submit", str(sweep), "--job", job,
+    entry = [sys.executable, "-m", "scalelab.cli.main", "submit", str(sweep), "--job", job,
              "--max-trials", str(max_trials), *(overrides or [])]  # fmt: skip
     client = JobSubmissionClient(address, headers=_headers(head_token()))
     job_id = client.submit_job(

@@ -16,10 +16,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from jobs.config import JobCheckError, JobConfig
-from models import catalog
-from models.flops import count_params, train_flops_per_token
-from orchestrator.spec import (
+from scalelab.jobs.config import JobCheckError, JobConfig
+from scalelab.models import catalog
+from scalelab.models.flops import count_params, train_flops_per_token
+from scalelab.orchestrator.spec import (
     DEFAULT_MAX_TRIALS,
     SourceMap,
     SpecError,

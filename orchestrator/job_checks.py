@@ -10,10 +10,10 @@ for the trials when those run here or see the same filesystem (local, SLURM).
 
 from __future__ import annotations
 
-from jobs.checks import check_environment, check_placement
-from jobs.config import JobCheckError
-from orchestrator.expand import MAX_PROBLEMS, Trial, trial_problem
-from orchestrator.spec import SourceMap, SpecError, SweepSpec
+from scalelab.jobs.checks import check_environment, check_placement
+from scalelab.jobs.config import JobCheckError
+from scalelab.orchestrator.expand import MAX_PROBLEMS, Trial, trial_problem
+from scalelab.orchestrator.spec import SourceMap, SpecError, SweepSpec
 
 
 def check_trials(spec: SweepSpec, trials: list[Trial], source: SourceMap) -> None:

@@ -32,8 +32,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from contract import workdir
-from contract.runs import (
+from scalelab.contract import workdir
+from scalelab.contract.runs import (
     TERMINAL,
     ExperimentTag,
     Param,
@@ -47,15 +47,16 @@ from contract.runs import (
     sweep_run_name,
     trials_filter,
 )
-from jobs import identity, tracking_store
-from jobs.provenance import code_version, mlflow_params
-from orchestrator.trial_names import run_names, swept_settings
+from scalelab.jobs import identity
+from scalelab.jobs.tracking import store as tracking_store
+from scalelab.jobs.tracking.provenance import code_version, mlflow_params
+from scalelab.orchestrator.trial_names import run_names, swept_settings
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-    from orchestrator.expand import Trial
-    from orchestrator.spec import SweepSpec
+    from scalelab.orchestrator.expand import Trial
+    from scalelab.orchestrator.spec import SweepSpec
 
 SETTLE_S = 0.5  # > the time from creating a run to seeing it in a search, with margin
 MAX_TAG = 8000
@@ -94,7 +95,7 @@ class _GuardedClient:
 
 def _client(uri: str, one_try: bool = False) -> MlflowClient:
     """A guarded client; `one_try`: each request to a tracking server is tried once, with a
-    short timeout (`jobs/one_try.py`), for calls a periodic poll repeats at its next tick."""
+    short timeout (`jobs/tracking/one_try.py`), for calls a periodic poll repeats at its next tick."""
     try:
         client = tracking_store.client(uri, one_try)
     except tracking_store.StoreError as e:

@@ -25,7 +25,7 @@ ZeRO-3 keeps tensors smaller than `stage3_param_persistence_threshold` whole on 
 Optimizer offload moves the master copy, the moments and a fp32 gradient partition to host
 RAM. DeepSpeed's gradient buckets (`reduce_bucket_size` elements, two with `overlap_comm`)
 live during the backward pass (ZeRO-1/2) or for the whole run (ZeRO-3, in the
-communication dtype: fp32 for bf16 trials, jobs/ds_config.py).
+communication dtype: fp32 for bf16 trials, jobs/training/ds_config.py).
 
 Activations follow Korthikanti et al. 2022 (Sec. 4.1: s b h (34 + 5 a s / h) bytes per layer
 for 16-bit activations, dropout masks included) adapted to this project's blocks, counted
@@ -56,8 +56,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from models.config import ModelConfig
-from models.vocab import padded_vocab_size
+from scalelab.models.config import ModelConfig
+from scalelab.models.vocab import padded_vocab_size
 
 GIB = 2**30
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -94,7 +94,7 @@ def parameter_sizes(cfg: ModelConfig) -> list[int]:
         block += [hidden * d, hidden, hidden, 1, H * d, H]
     sizes = [padded_vocab_size(cfg.vocab_size) * d, cfg.block_size * d] + block * L + norm
     if cfg.tsa is not None:
-        from models.tsa import tsa_router_hidden  # the router's width rule (loads torch)
+        from scalelab.models.tsa import tsa_router_hidden  # the router's width rule (loads torch)
 
         r = tsa_router_hidden(d)
         sizes += [r * d, r, r, 1] * (L - 1)
@@ -299,7 +299,7 @@ def activation_model(
         full += (2 * h + 2 * cfg.budget.budget_hidden + a * a + 5 * a + 4) * act_bytes
     routed, gated = 0, 0.0
     if cfg.tsa is not None:
-        from models.tsa import tsa_router_hidden
+        from scalelab.models.tsa import tsa_router_hidden
 
         routed = cfg.n_layer - 1
         gated = (2 * h + 2 * tsa_router_hidden(h) + 2) * act_bytes
@@ -331,7 +331,7 @@ def host_bytes_per_rank(
 
     'full_fp32': every rank builds the whole model in fp32 (models.build.build);
     'per_module': the model goes to the GPU one module at a time, drawn in fp32 on the host
-    (jobs/train.py at every ZeRO stage: models.build.build_materialised, build_partitioned):
+    (jobs/training/train.py at every ZeRO stage: models.build.build_materialised, build_partitioned):
     the `largest` parameter tensor's 4 bytes per element; 'sharded': each rank materialises
     only its share, on the host."""
     if construction == "full_fp32":

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contract import workdir
-from contract.runs import Param, Role, Status, Tag, trial_run_name
-from jobs import identity
-from jobs.config import JobConfig, load_recorded
-from jobs.provenance import code_version, unflatten
-from orchestrator.delivery import send_owed
-from orchestrator.ledger import Ledger, TrialRecord
+from scalelab.contract import workdir
+from scalelab.contract.runs import Param, Role, Status, Tag, trial_run_name
+from scalelab.jobs import identity
+from scalelab.jobs.config import JobConfig, load_recorded
+from scalelab.jobs.tracking.provenance import code_version, unflatten
+from scalelab.orchestrator.delivery import send_owed
+from scalelab.orchestrator.ledger import Ledger, TrialRecord
 
 UNMATCHED = "unmatched"  # the rule tag of a run whose id neither rule reproduces
 _RANK = {Status.FINISHED: 0, Status.RUNNING: 1, Status.FAILED: 2, Status.KILLED: 2}

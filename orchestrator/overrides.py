@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.sweep_file import SourceMap, SpecError, load_yaml
+from scalelab.orchestrator.sweep_file import SourceMap, SpecError, load_yaml
 
 AXIS_SECTIONS = ("grid", "zip")
 

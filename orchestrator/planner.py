@@ -19,12 +19,12 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from jobs.config import JobConfig
-from jobs.ds_config import deepspeed_config, plan_batch
-from jobs.gpus import GpuSpec, gpu_spec
-from models.flops import forward_flops_per_token
-from orchestrator.expand import Trial
-from orchestrator.memory import (
+from scalelab.jobs.config import JobConfig
+from scalelab.jobs.gpus import GpuSpec, gpu_spec
+from scalelab.jobs.training.ds_config import deepspeed_config, plan_batch
+from scalelab.models.flops import forward_flops_per_token
+from scalelab.orchestrator.expand import Trial
+from scalelab.orchestrator.memory import (
     GIB,
     Construction,
     ZeroSettings,
@@ -34,13 +34,13 @@ from orchestrator.memory import (
     model_state_bytes,
     parameter_sizes,
 )
-from orchestrator.spec import SweepSpec
+from scalelab.orchestrator.spec import SweepSpec
 
 MAX_NODES_FACTOR = 16  # the fix may multiply the nodes by up to this
 
 
 def construction_mode(job: JobConfig) -> Construction:
-    """How jobs/train.py builds the model on each rank: one module at a time drawn in fp32
+    """How jobs/training/train.py builds the model on each rank: one module at a time drawn in fp32
     on the host, at every stage (on the GPU whole under ZeRO 0-2, models.build.build_materialised;
     partitioned across the ranks under ZeRO-3, models.build.build_partitioned)."""
     return "per_module"

@@ -21,15 +21,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from contract import workdir
-from contract.runs import Status, Tag
-from jobs.launch import DEFAULT_JOB, JobRef
-from jobs.outbox import Outbox
-from orchestrator import delivery
-from orchestrator.backends import make_backend
-from orchestrator.expand import Trial
-from orchestrator.ledger import Ledger, LedgerUnavailable, TrialRecord
-from orchestrator.spec import SweepSpec
+from scalelab.contract import workdir
+from scalelab.contract.runs import Status, Tag
+from scalelab.jobs.launch import DEFAULT_JOB, JobRef
+from scalelab.jobs.tracking.outbox import Outbox
+from scalelab.orchestrator import delivery
+from scalelab.orchestrator.backends import make_backend
+from scalelab.orchestrator.expand import Trial
+from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable, TrialRecord
+from scalelab.orchestrator.spec import SweepSpec
 
 MAX_ERROR_LINES = 20
 

@@ -24,12 +24,17 @@ from pydantic import (
     model_validator,
 )
 
-from contract.config import FrozenConfig, did_you_mean, format_config_error, sub_config_class
-from jobs.config import JobCheckError, JobConfig
-from jobs.gpus import gpu_spec
-from models import catalog
-from models.sizes import get_size
-from orchestrator.sweep_file import SourceMap, SpecError, load_yaml, read_sweep
+from scalelab.contract.config import (
+    FrozenConfig,
+    did_you_mean,
+    format_config_error,
+    sub_config_class,
+)
+from scalelab.jobs.config import JobCheckError, JobConfig
+from scalelab.jobs.gpus import gpu_spec
+from scalelab.models import catalog
+from scalelab.models.sizes import get_size
+from scalelab.orchestrator.sweep_file import SourceMap, SpecError, load_yaml, read_sweep
 
 __all__ = ["SourceMap", "SpecError", "SweepSpec", "load_spec", "parse_spec"]
 
@@ -335,7 +340,7 @@ def parse_spec(
 ) -> tuple[SweepSpec, SourceMap]:
     """Validate a sweep's text, with command-line `overrides` (KEY=VALUE, orchestrator/
     overrides.py) set first."""
-    from orchestrator.overrides import apply_overrides
+    from scalelab.orchestrator.overrides import apply_overrides
 
     data, source = load_yaml(text, path)
     if not isinstance(data, dict):

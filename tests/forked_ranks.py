@@ -7,7 +7,7 @@ torch._dynamo): ~25 s of CPU on the CI machine, paid by every rank of every laun
 the ranks are forked from one multiprocessing forkserver per test process that has made
 those imports once (PRELOAD). They are still separate processes meeting over gloo on
 127.0.0.1 and running real DeepSpeed; only the interpreter's start-up is shared. The
-launcher's own path (jobs/local_ranks.py, `python -m jobs.train`) keeps its tests
+launcher's own path (jobs/training/local_ranks.py, `python -m scalelab.jobs.training.train`) keeps its tests
 (tests/faults/test_rank_listeners.py, tests/orchestrator/test_end_to_end.py).
 """
 
@@ -22,7 +22,11 @@ from pathlib import Path
 from typing import Any
 
 # What a rank would import anyway; a module missing here is skipped by the forkserver.
-PRELOAD = ["jobs.train", "deepspeed", "deepspeed.runtime.zero.muon.muon_optimizer"]
+PRELOAD = [
+    "scalelab.jobs.training.train",
+    "deepspeed",
+    "deepspeed.runtime.zero.muon.muon_optimizer",
+]
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID")
 
 

@@ -110,10 +110,10 @@ def test_the_gpu_cases_are_the_sweeps_trials_and_fit_one_gpu() -> None:
     with their dtype, ZeRO stage, micro-batch and sequence, one micro-batch per step, which
     the planner says fit one H100."""
     from benchmarks.acceptance import training
-    from jobs.gpus import gpu_spec
-    from orchestrator.expand import expand
-    from orchestrator.planner import Placement, plan_trial
-    from orchestrator.spec import load_spec
+    from scalelab.jobs.gpus import gpu_spec
+    from scalelab.orchestrator.expand import expand
+    from scalelab.orchestrator.planner import Placement, plan_trial
+    from scalelab.orchestrator.spec import load_spec
 
     spec, _ = load_spec(training.SWEEP)
     for case in training.GPU.cases:

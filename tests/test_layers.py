@@ -1,7 +1,8 @@
 """The house's rules, read from the source (docs/architecture.md, 'Layers').
 
-A package imports only downwards (cli -> analysis -> orchestrator -> jobs -> models -> kernels,
-and everyone may import contract, which imports nothing of ours); no import cycles, none hidden
+Every import of ours is spelled `scalelab.<package>` (one import name). A package imports
+only downwards (cli -> analysis -> orchestrator -> jobs -> models -> kernels, and everyone may
+import contract, which imports nothing of ours); no import cycles, none hidden
 behind strings; the modules the CLI needs at start load no heavy library; the names of the
 orchestrator <-> job contract (MLflow tags, statuses, the parent run's name) are spelled in
 contract/ only. The allowlists below name what is not there yet (issue 16's later steps
@@ -19,6 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("cli", "orchestrator", "analysis", "jobs", "models", "kernels", "contract")
+NAME = "scalelab"  # the import name; module names below are relative to it
 ALLOWED = {
     "cli": {"orchestrator", "analysis", "jobs", "models", "contract"},
     "orchestrator": {"jobs", "models", "contract"},
@@ -71,7 +73,7 @@ SPELLED_OUTSIDE_CONTRACT = {
 
 
 def _modules() -> dict[str, Path]:
-    """Every project module by dotted name (packages by their own name)."""
+    """Every project module by dotted name below `scalelab` (packages by their own name)."""
     found = {}
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")) if (ROOT / package).is_dir() else []:
@@ -103,15 +105,19 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                anchor = here.split(".")
+                anchor = [NAME, *here.split(".")]
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
+            ours = base.removeprefix(NAME + ".")
             targets = [
-                f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names
+                f"{base}.{a.name}" if f"{ours}.{a.name}" in modules else base for a in node.names
             ]
         else:
             continue
         for target in targets:
+            if target.split(".")[0] != NAME:
+                continue  # not ours (relative imports are resolved to ours above)
+            target = target.removeprefix(NAME).removeprefix(".")
             while target and target not in modules:
                 target = target.rpartition(".")[0]
             if target and target != name:
@@ -123,6 +129,28 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
 def _graph() -> dict[str, set[str]]:
     modules = _modules()
     return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _bare_imports(path: Path) -> list[str]:
+    """Imports of a package of ours by its folder's name (`from models import ...`): outside
+    the repository that name is whatever else the environment has."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        found += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names
+                  if n.split(".")[0] in PACKAGES]  # fmt: skip
+    return found
+
+
+def test_every_import_uses_the_one_import_name():
+    files = [p for p in ROOT.rglob("*.py") if not {".venv", "build"} & set(p.parts)]
+    bare = [line for path in files for line in _bare_imports(path)]
+    assert not bare, "import these as scalelab.<package>:\n" + "\n".join(bare)
 
 
 def test_packages_import_only_downwards():
@@ -207,7 +235,7 @@ def test_cli_starts_without_heavy_libraries():
     ]
     code = (
         "import importlib, json, sys\n"
-        f"for m in {modules!r}: importlib.import_module(m)\n"
+        f"for m in {modules!r}: importlib.import_module('{NAME}.' + m)\n"
         f"print(json.dumps(sorted(h for h in {HEAVY!r} if h in sys.modules)))\n"
     )
     out = subprocess.run(
@@ -237,7 +265,14 @@ def _contract_spellings(path: Path) -> list[str]:
         and isinstance(node.value, str)
         and id(node) not in bare
         and (node.value.startswith(CONTRACT_PREFIXES) or node.value in RUN_STATUSES)
+        and not _module_path(node.value)
     ]
+
+
+def _module_path(value: str) -> bool:
+    """'scalelab.jobs.training.train:run': one of our modules, not an MLflow name."""
+    parts = value.split(":")[0].split(".")
+    return len(parts) > 1 and parts[0] == NAME and parts[1] in PACKAGES
 
 
 def test_mlflow_names_are_spelled_only_in_the_contract():
@@ -261,7 +296,7 @@ IMPORTS_MECHANISMS = {
     "models.catalog": "the registry's door: loads the built-ins",
     "models.decode": "a per-token decoding step for each built-in's module",
     "models.early_exit": "the baseline TSA is compared with reuses TSA's sparse FFN",
-    "jobs.evaluate": "early exit's TLOps saved, defined as TSA's",
+    "jobs.training.evaluate": "early exit's TLOps saved, defined as TSA's",
     "orchestrator.memory": "activation memory per mechanism, not declared by mechanisms yet",
 }
 

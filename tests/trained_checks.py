@@ -1,10 +1,10 @@
-"""Checks on a trained trial's checkpoint as inference loads it (jobs/trained_model.py)."""
+"""Checks on a trained trial's checkpoint as inference loads it (jobs/training/trained_model.py)."""
 
 from __future__ import annotations
 
 import torch
 
-from jobs.config import JobConfig
+from scalelab.jobs.config import JobConfig
 
 
 @torch.no_grad()
@@ -12,11 +12,11 @@ def checkpoint_val_loss(job: JobConfig) -> float:
     """The task loss over the trial's fixed validation set of the model that `scalelab
     generate` builds from the trial's newest checkpoint (the trial must have prepared its
     data in $SCALELAB_HOME)."""
-    from jobs.data import open_data, prepare
-    from jobs.device_inputs import model_inputs
-    from jobs.reader import val_batches
-    from jobs.train import _train_windows
-    from jobs.trained_model import load_model, locate
+    from scalelab.jobs.data.device_inputs import model_inputs
+    from scalelab.jobs.data.reader import val_batches
+    from scalelab.jobs.data.trial import open_data, prepare
+    from scalelab.jobs.training.train import _train_windows
+    from scalelab.jobs.training.trained_model import load_model, locate
 
     model = load_model(locate(job.trial_id))
     windows = _train_windows(job)

@@ -13,7 +13,7 @@ WORKER = Path(__file__).with_name("jobs") / "dist_worker.py"
 
 
 def train_on_two_ranks(runs: list[tuple[Path, Any]], tmp_path: Path) -> list[dict]:
-    """Each run's result as rank 0 saw it (jobs.train's TrainResult as a dict)."""
+    """Each run's result as rank 0 saw it (jobs.training.train's TrainResult as a dict)."""
     spec, out = tmp_path / "spec.json", tmp_path / "out.json"
     items = [{"home": str(home), "job": json.loads(job.model_dump_json())} for home, job in runs]
     spec.write_text(json.dumps({"runs": items, "out": str(out)}))

@@ -13,9 +13,9 @@ import numpy as np
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from analysis.scaling import PairedGain
-    from analysis.scaling.advice import Advice, Option
-    from analysis.scaling.lsq import LsqFit
+    from scalelab.analysis.scaling import PairedGain
+    from scalelab.analysis.scaling.advice import Advice, Option
+    from scalelab.analysis.scaling.lsq import LsqFit
 
 MAX_SEEDS = 32  # more seeds per cell than this is not advice worth giving
 
@@ -39,9 +39,9 @@ class Costing:
 def costing(table: pa.Table) -> Costing:
     """The plan's default assumptions (the trials do not record their sweep's backend.gpu):
     EstimateConfig's MFU on the default GPU's peak."""
-    from jobs.gpus import gpu_spec
-    from orchestrator.expand import gpu_hours
-    from orchestrator.spec import DEFAULT_GPU, EstimateConfig
+    from scalelab.jobs.gpus import gpu_spec
+    from scalelab.orchestrator.expand import gpu_hours
+    from scalelab.orchestrator.spec import DEFAULT_GPU, EstimateConfig
 
     est = EstimateConfig()
     gpu = gpu_spec(DEFAULT_GPU)
@@ -63,7 +63,7 @@ def advise_gain(
 ) -> Advice:
     """Advice for one variant's paired gain (`law`: the baseline slope's fit, through its
     cell means)."""
-    from analysis.scaling.advice import advise
+    from scalelab.analysis.scaling.advice import advise
 
     options = _seed_options(gain) + _new_cell_options(table, gain)
     alpha = law.values()["alpha"]
@@ -75,7 +75,7 @@ def advise_gain(
 
 def _seed_options(gain: PairedGain) -> list[Option]:
     """k more seeds in every cell the pairs cover, k = 1..MAX_SEEDS."""
-    from analysis.scaling.advice import Option
+    from scalelab.analysis.scaling.advice import Option
 
     p = gain.pairs
     per_cell: dict[Any, float] = {}
@@ -101,7 +101,7 @@ def _new_cell_options(table: pa.Table, gain: PairedGain) -> list[Option]:
     extend."""
     import pyarrow.compute as pc
 
-    from models.sizes import SIZES
+    from scalelab.models.sizes import SIZES
 
     p = gain.pairs
     seeds = max(1, round(p.n / len(set(p.cells))))
@@ -149,10 +149,10 @@ def _priced(
     """An option whose new trials are change(config) for every distinct config `which`
     picks, `seeds` times each; None when a changed config is invalid (a width the variant
     cannot use)."""
-    from analysis.scaling.advice import Option
-    from jobs.config import JobConfig
-    from models.flops import count_params, train_flops_per_token
-    from orchestrator.expand import resolve_tokens
+    from scalelab.analysis.scaling.advice import Option
+    from scalelab.jobs.config import JobConfig
+    from scalelab.models.flops import count_params, train_flops_per_token
+    from scalelab.orchestrator.expand import resolve_tokens
 
     seen: set[str] = set()
     new_flops, cost = [], 0.0

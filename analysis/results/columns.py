@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from contract.runs import Metric
+from scalelab.contract.runs import Metric
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -33,14 +33,14 @@ def summary_column(metric: str) -> str:
 
 def summary_prefixes() -> tuple[str, ...]:
     """Curves whose final values become columns even when no mechanism declares them."""
-    from models import catalog
+    from scalelab.models import catalog
 
     return (*catalog.metric_prefixes(), Metric.EARLY_EXIT_PREFIX)
 
 
 def config_columns() -> list[tuple[str, Kind]]:
     """Every column read from a trial's config or its curves' final values, in order."""
-    from models import catalog
+    from scalelab.models import catalog
 
     out = [(name, kind) for name, _, kind in BACKBONE_COLUMNS[:1]]
     out.append(("attn_out", "str"))
@@ -81,8 +81,8 @@ def trials_schema(extra: list[str]) -> pa.Schema:
 def config_values(job: dict[str, Any], last: dict[str, float]) -> dict[str, Any]:
     """The config and summary columns of one trial: `job` is its JobConfig as a dict (any
     version of it), `last` the final value of each curve."""
-    from models import catalog
-    from models.mechanism import DENSE, Seam
+    from scalelab.models import catalog
+    from scalelab.models.mechanism import DENSE, Seam
 
     model = job.get("model") if isinstance(job.get("model"), dict) else {}
     row = {name: _cast(value_at(job, where), kind) for name, where, kind in BACKBONE_COLUMNS}

@@ -41,7 +41,7 @@ def axis_label(name: str) -> str:
 
 def variant_keys() -> set[str]:
     """The keys a variant sets: every mechanism's, and the older spelling attn_out."""
-    from models import catalog
+    from scalelab.models import catalog
 
     return {"model.attn_out", *(f"model.{m.name}" for m in catalog.mechanisms())}
 
@@ -51,7 +51,7 @@ def read_design(table: pa.Table) -> Design:
     the size, tokens and budget columns."""
     import pyarrow as pa
 
-    from analysis.scaling import swept_axes
+    from scalelab.analysis.scaling import swept_axes
 
     configs = _configs(table)
     if configs is None:

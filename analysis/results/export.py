@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from analysis.scaling import Bootstrap
+    from scalelab.analysis.scaling import Bootstrap
 
     from .fit import SweepFit
 

@@ -29,10 +29,10 @@ from .usable import usable_trials
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from analysis.scaling import Bootstrap, CellComparison, Gain, IsoFlopFit, PairedGain
-    from analysis.scaling.advice import Advice
-    from analysis.scaling.checks import FitCheck
-    from analysis.scaling.lsq import LsqFit
+    from scalelab.analysis.scaling import Bootstrap, CellComparison, Gain, IsoFlopFit, PairedGain
+    from scalelab.analysis.scaling.advice import Advice
+    from scalelab.analysis.scaling.checks import FitCheck
+    from scalelab.analysis.scaling.lsq import LsqFit
 
     from .forecast import Forecast
 
@@ -94,7 +94,7 @@ def fit_table(
     power: float = 0.8,
     resample: bool = True,
 ) -> SweepFit:
-    from analysis.scaling import ScalingError, ScalingWarning
+    from scalelab.analysis.scaling import ScalingError, ScalingWarning
 
     if loss not in table.column_names:
         raise ResultsError(f"unknown loss column {loss!r} (use final_val_loss or best_val_loss)")
@@ -157,9 +157,9 @@ def _fit_variant(
 ) -> None:
     """The per-variant laws: L(C) on the frontier, Chinchilla (unless boot_opts is None),
     IsoFLOP."""
-    from analysis.scaling import bootstrap, fit_chinchilla, fit_isoflop, pareto_frontier
-    from analysis.scaling.checks import check_chinchilla, check_power_law
-    from analysis.scaling.lsq import lsq_power_law
+    from scalelab.analysis.scaling import bootstrap, fit_chinchilla, fit_isoflop, pareto_frontier
+    from scalelab.analysis.scaling.checks import check_chinchilla, check_power_law
+    from scalelab.analysis.scaling.lsq import lsq_power_law
 
     c, y = _col(rows, "flops"), _col(rows, fit.loss)
     ids = rows["trial_id"].to_pylist()
@@ -198,7 +198,7 @@ def _compare(
 ) -> None:
     """Against the baseline: unpaired (unless boot_opts is None) and paired gains,
     per-cell differences, and the advice for a target (effect, power)."""
-    from analysis.scaling import (
+    from scalelab.analysis.scaling import (
         Trials,
         cell_means,
         compare_cells,
@@ -206,7 +206,7 @@ def _compare(
         pair_trials,
         paired_gain,
     )
-    from analysis.scaling.lsq import lsq_power_law
+    from scalelab.analysis.scaling.lsq import lsq_power_law
 
     from .advice import advise_gain
     from .design import read_design

@@ -21,7 +21,7 @@ from .store import ResultsError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from analysis.scaling.forecast import ForecastLaw, Prediction
+    from scalelab.analysis.scaling.forecast import ForecastLaw, Prediction
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def forecast_table(
     exactly one of size, flops and holdout."""
     import pyarrow.compute as pc
 
-    from analysis.scaling import ScalingError, pareto_frontier
+    from scalelab.analysis.scaling import ScalingError, pareto_frontier
 
     if sum(x is not None for x in (size, flops, holdout)) != 1:
         raise ResultsError("forecast: give exactly one of --target SIZE, --flops C, --holdout SIZE")
@@ -177,7 +177,7 @@ def forecast_table(
 
 def _fit_cells(rows: pa.Table, mask: np.ndarray, loss: str, law: str) -> ForecastLaw:
     """The forecast law through the cell means (seeds averaged) of the masked trials."""
-    from analysis.scaling.forecast import fit_forecast_law
+    from scalelab.analysis.scaling.forecast import fit_forecast_law
 
     keys: dict[tuple[float, float], list[int]] = {}
     n, d, c, y = (_col(rows, k) for k in ("n_params", "tokens", "flops", loss))
@@ -196,10 +196,10 @@ def _fit_cells(rows: pa.Table, mask: np.ndarray, loss: str, law: str) -> Forecas
 def _size_targets(rows: pa.Table, size: str) -> list[Target]:
     """The variant's token budgets at `size`: its parameters, tokens and FLOPs from the
     trials' own configs with the size swapped (orchestrator.expand's resolution)."""
-    from jobs.config import JobConfig
-    from models.flops import count_params, train_flops_per_token
-    from models.sizes import get_size
-    from orchestrator.expand import resolve_tokens
+    from scalelab.jobs.config import JobConfig
+    from scalelab.models.flops import count_params, train_flops_per_token
+    from scalelab.models.sizes import get_size
+    from scalelab.orchestrator.expand import resolve_tokens
 
     try:
         get_size(size)
@@ -217,7 +217,7 @@ def _size_targets(rows: pa.Table, size: str) -> list[Target]:
         try:
             job = JobConfig.model_validate({**config, "model": model})
         except ValueError as e:
-            from contract.config import format_config_error
+            from scalelab.contract.config import format_config_error
 
             why = format_config_error(e) if hasattr(e, "errors") else str(e)
             why = "; ".join(why.splitlines())

@@ -9,7 +9,7 @@ import numpy as np
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from analysis.scaling import CellComparison, Interval
+    from scalelab.analysis.scaling import CellComparison, Interval
 
     from .fit import SweepFit
 

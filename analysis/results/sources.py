@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from contract import workdir
-from contract.runs import Metric, Role, Tag, search_all, sweep_experiment, sweep_run_name
-from jobs.provenance import unflatten
+from scalelab.contract import workdir
+from scalelab.contract.runs import Metric, Role, Tag, search_all, sweep_experiment, sweep_run_name
+from scalelab.jobs.tracking.provenance import unflatten
 
 from .store import ResultsError
 

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from contract import workdir
+from scalelab.contract import workdir
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from contract import workdir
+from scalelab.contract import workdir
 
 from . import store
 from .columns import config_values, summary_column, summary_prefixes, trials_schema, value_at
@@ -39,9 +39,9 @@ if TYPE_CHECKING:
 FINISHED = "FINISHED"
 # The modules whose code turns a trial into its rows (and every registered mechanism's, which
 # declares columns and counts); a change to any of them re-reads all.
-DERIVING_MODULES = ("analysis.results.sync", "analysis.results.sources",
-                    "analysis.results.columns", "models.flops", "models.config",
-                    "models.sizes")  # fmt: skip
+DERIVING_MODULES = ("scalelab.analysis.results.sync", "scalelab.analysis.results.sources",
+                    "scalelab.analysis.results.columns", "scalelab.models.flops", "scalelab.models.config",
+                    "scalelab.models.sizes")  # fmt: skip
 
 
 def row_derivation() -> str:
@@ -49,7 +49,7 @@ def row_derivation() -> str:
     the registered mechanisms' modules)."""
     import importlib.util
 
-    from models import catalog
+    from scalelab.models import catalog
 
     digest = hashlib.sha256()
     for name in (*DERIVING_MODULES, *(type(m).__module__ for m in catalog.mechanisms())):
@@ -85,7 +85,7 @@ def sync(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from orchestrator.delivery import send_owed
+    from scalelab.orchestrator.delivery import send_owed
 
     t0 = time.perf_counter()
     runs = find_sweep_runs(sweep, tracking_uri)
@@ -324,8 +324,8 @@ def _wall(t: TrialRun) -> float | None:
 
 def _count_params(job: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     """Exact counts from the model config when the job did not report them."""
-    from models.config import ModelConfig
-    from models.flops import count_params
+    from scalelab.models.config import ModelConfig
+    from scalelab.models.flops import count_params
 
     try:
         cfg = ModelConfig(**job["model"])

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from contract.runs import Status
+from scalelab.contract.runs import Status
 
 from .store import ResultsError
 

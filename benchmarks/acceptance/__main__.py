@@ -59,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", action="store_true", help="the CPU-sized path (CI)")
     parser.add_argument("--out", type=Path, default=Path("acceptance"), help="summary folder")
     args = parser.parse_args(argv)
-    if args.cpu:  # the CPU path on a GPU machine stays on the CPU (jobs.distributed picks CUDA)
+    if (
+        args.cpu
+    ):  # the CPU path on a GPU machine stays on the CPU (jobs.training.distributed picks CUDA)
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     import torch
 

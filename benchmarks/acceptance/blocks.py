@@ -20,7 +20,7 @@ import torch
 from benchmarks.acceptance.checks import Check, verdict
 from benchmarks.hadamard_block import build, inputs, step_fn
 from benchmarks.timing import interleaved_times
-from models.context import ForwardContext
+from scalelab.models.context import ForwardContext
 
 ERROR_FACTOR = 2.0
 

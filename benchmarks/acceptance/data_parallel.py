@@ -1,7 +1,7 @@
 """The 124M training step on every GPU of this machine, against the planner.
 
 training.py measures one rank. Here, on a machine with N > 1 GPUs, N ranks (started by
-jobs/local_ranks.py, the launcher of a trial's ranks, its rendezvous on 127.0.0.1) each
+jobs/training/local_ranks.py, the launcher of a trial's ranks, its rendezvous on 127.0.0.1) each
 build the sweep's dense 124M engine (ZeRO-1: the optimizer states sharded N ways) and
 train it as training.py does, one micro-batch per rank and step. Rank 0 writes the same
 three checks for the world: the largest model-state bytes and CUDA peak of any rank
@@ -33,7 +33,7 @@ def ranks_here(cpu: bool) -> int:
 
 def run(cpu: bool, out: Path) -> list[Check]:
     """The checks of the 124M case on every GPU here (each rank a process of its own)."""
-    from jobs.local_ranks import run_local_ranks
+    from scalelab.jobs.training.local_ranks import run_local_ranks
 
     ranks = ranks_here(cpu)
     case = (training.CPU if cpu else training.GPU).cases[0]
@@ -56,10 +56,10 @@ def on_this_rank(cpu: bool, result: Path) -> None:
     checks to `result`."""
     import torch.distributed as dist
 
-    from jobs.accounting import device_peak_flops, mfu
-    from models.flops import train_flops_per_token
-    from orchestrator.planner import plan_trial
-    from orchestrator.spec import load_spec
+    from scalelab.jobs.training.accounting import device_peak_flops, mfu
+    from scalelab.models.flops import train_flops_per_token
+    from scalelab.orchestrator.planner import plan_trial
+    from scalelab.orchestrator.spec import load_spec
 
     sizes = training.CPU if cpu else training.GPU
     case = sizes.cases[0]

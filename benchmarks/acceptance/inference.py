@@ -21,7 +21,7 @@ import torch
 
 from benchmarks.acceptance.checks import Check, verdict
 from benchmarks.inference import build_case, executed_fraction
-from models.decode import KVCache, forward_cached
+from scalelab.models.decode import KVCache, forward_cached
 
 VARIANTS = ("tsa", "budget")
 MATCH_TOL = 1e-4  # of max |logits|: fp32 rounding of two orders of summation, no more

@@ -1,4 +1,4 @@
-"""bf16 vs fp32 loss curves of the training job itself (`jobs.train.run`, in this process):
+"""bf16 vs fp32 loss curves of the training job itself (`jobs.training.train.run`, in this process):
 the same trial in both dtypes, the mean |difference| of the logged losses over the steps."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.acceptance.checks import Check, verdict
-from jobs.config import JobConfig
-from jobs.environ import scoped_environ
-from jobs.tracking import FINISH_TIMEOUT_VAR
+from scalelab.jobs.config import JobConfig
+from scalelab.jobs.environ import scoped_environ
+from scalelab.jobs.tracking.tracker import FINISH_TIMEOUT_VAR
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def train(sizes: LossSizes, dtype: str, out: Path) -> tuple[list[float], float]:
     """Train once in `dtype` with the job's own entry point; its losses and wall time. The
     losses are read from curves.jsonl: MLflow is not waited for at the end (its spool keeps
     what is unsent), which saves the sender's start-up on every run."""
-    from jobs.train import run
+    from scalelab.jobs.training.train import run
 
     job = JobConfig.model_validate({
         "model": sizes.model,

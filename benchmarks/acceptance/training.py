@@ -3,17 +3,17 @@
 Each case takes the dense trial of one size from sweeps/hadamard.yaml (bf16, ZeRO-1, fp32
 gradient accumulation, its micro-batch, no activation checkpointing) on one rank, with one
 micro-batch per step (the sweep's global batch needs 64 GPUs), builds the job's own engine
-(jobs/train.py's `_Trainer`) and trains it on random tokens held on the device (the data
+(jobs/training/train.py's `_Trainer`) and trains it on random tokens held on the device (the data
 loader is not what is measured). Compared with the planner of `scalelab submit --dry-run`
 (orchestrator/planner.py, orchestrator/memory.py) for the same trial on one rank:
 - model-state bytes: every storage the engine holds after a backward pass
   (benchmarks/engine_memory.py) against the estimate of parameters + gradients + optimizer;
 - GPU only: the CUDA peak during the timed steps (torch.cuda.max_memory_allocated, less
   what was allocated before the engine was built) against the plan's peak bytes per GPU;
-- GPU only: MFU (jobs/accounting.py: model FLOPs per second over the device's bf16 peak,
+- GPU only: MFU (jobs/training/accounting.py: model FLOPs per second over the device's bf16 peak,
   FLOPs from models/flops.py) against the MFU the sweep's plan assumes (estimate.mfu).
 On the CPU the same code runs nano and micro models in place of 124M and 1.3B.
-The first case's engine then saves a checkpoint (jobs/checkpoint.py, as the job does) and a
+The first case's engine then saves a checkpoint (jobs/training/checkpoint.py, as the job does) and a
 fresh engine resumes from it: its parameters and optimizer state must equal the saved ones.
 """
 
@@ -32,18 +32,18 @@ import torch
 
 from benchmarks.acceptance.checks import NO_GPU, Check, memory, verdict, within
 from benchmarks.engine_memory import held_bytes
-from jobs import checkpoint, distributed
-from jobs.accounting import device_peak_flops, mfu
-from jobs.config import JobConfig
-from jobs.distributed import DistEnv
-from jobs.ds_config import plan_batch
-from jobs.gpus import device_gpu
-from jobs.train import _Trainer
-from models.flops import count_params, train_flops_per_token
-from orchestrator.expand import Trial, expand
-from orchestrator.memory import ZeroSettings, model_state_bytes, parameter_sizes
-from orchestrator.planner import Placement, TrialPlan, plan_trial
-from orchestrator.spec import SweepSpec, load_spec
+from scalelab.jobs.config import JobConfig
+from scalelab.jobs.gpus import device_gpu
+from scalelab.jobs.training import checkpoint, distributed
+from scalelab.jobs.training.accounting import device_peak_flops, mfu
+from scalelab.jobs.training.distributed import DistEnv
+from scalelab.jobs.training.ds_config import plan_batch
+from scalelab.jobs.training.train import _Trainer
+from scalelab.models.flops import count_params, train_flops_per_token
+from scalelab.orchestrator.expand import Trial, expand
+from scalelab.orchestrator.memory import ZeroSettings, model_state_bytes, parameter_sizes
+from scalelab.orchestrator.planner import Placement, TrialPlan, plan_trial
+from scalelab.orchestrator.spec import SweepSpec, load_spec
 
 SWEEP = Path(__file__).resolve().parents[2] / "sweeps" / "hadamard.yaml"
 MEMORY_REL = 0.10  # the planner's stated accuracy (orchestrator/memory.py)
@@ -204,7 +204,7 @@ def step_checks(case: StepCase, m: Measured, plan: TrialPlan, states_est: int,
 
 @contextmanager
 def process_group() -> Iterator[DistEnv]:
-    """This process's rank (jobs.distributed: a world of one unless a launcher set RANK and
+    """This process's rank (jobs.training.distributed: a world of one unless a launcher set RANK and
     WORLD_SIZE), its process group shut down afterwards."""
     env = distributed.read_environment()
     distributed.init(env)
@@ -215,7 +215,7 @@ def process_group() -> Iterator[DistEnv]:
 
 
 def build_trainer(job: JobConfig, env: DistEnv) -> tuple[_Trainer, int]:
-    """The job's own engine (model build, DeepSpeed config, optimizer) as jobs/train.py
+    """The job's own engine (model build, DeepSpeed config, optimizer) as jobs/training/train.py
     makes it, and the CUDA bytes allocated before it was built (0 on the CPU)."""
     cuda = env.device.startswith("cuda")
     if cuda:  # what earlier checks left is freed now, not during the measured steps

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from jobs.launch import DEFAULT_JOB, JobRef
-from orchestrator.backends.base import Backend, BackendError, ray_init
-from orchestrator.backends.local import LocalBackend
-from orchestrator.backends.ray import RayClusterBackend
-from orchestrator.backends.slurm import SlurmBackend, check_slurm
+from scalelab.jobs.launch import DEFAULT_JOB, JobRef
+from scalelab.orchestrator.backends.base import Backend, BackendError, ray_init
+from scalelab.orchestrator.backends.local import LocalBackend
+from scalelab.orchestrator.backends.ray import RayClusterBackend
+from scalelab.orchestrator.backends.slurm import SlurmBackend, check_slurm
 
 if TYPE_CHECKING:
-    from orchestrator.ledger import Ledger
-    from orchestrator.spec import BackendConfig
+    from scalelab.orchestrator.ledger import Ledger
+    from scalelab.orchestrator.spec import BackendConfig
 
 
 def preflight(cfg: BackendConfig) -> None:

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import sys
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
-from jobs.launch import DEFAULT_JOB, JobRef, launch
-from models.catalog import MECHANISMS_ENV
+from scalelab.jobs.launch import DEFAULT_JOB, JobRef, launch
+from scalelab.models.catalog import MECHANISMS_ENV
 
 if TYPE_CHECKING:
-    from orchestrator.expand import Trial
-    from orchestrator.ledger import Ledger, TrialRecord
-    from orchestrator.spec import BackendConfig
+    from scalelab.orchestrator.expand import Trial
+    from scalelab.orchestrator.ledger import Ledger, TrialRecord
+    from scalelab.orchestrator.spec import BackendConfig
 
 
 class BackendError(RuntimeError):
@@ -29,7 +28,12 @@ def ray_init(address: str, *, embedded: bool) -> bool:
     A cluster started here (embedded, address 'local') listens on 127.0.0.1 only, requires a
     token and ends with this process (orchestrator.backends.embedded). Joining a cluster
     changes nothing of it: not its address, not its authentication."""
-    from orchestrator.backends.embedded import SINGLE_NODE, driver_session, scoped_environ
+    from scalelab.orchestrator.backends.embedded import (
+        SINGLE_NODE,
+        driver_pythonpath,
+        driver_session,
+        scoped_environ,
+    )
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     starts = embedded and address == "local"
@@ -38,9 +42,10 @@ def ray_init(address: str, *, embedded: bool) -> bool:
 
     if ray.is_initialized():
         return False
-    # Workers must import what the driver imports (the job function's module, tests' helpers).
-    path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
-    env = {"PYTHONPATH": path, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env = {
+        "PYTHONPATH": driver_pythonpath(),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    }
     if os.environ.get(MECHANISMS_ENV):  # mechanisms outside scalelab (models/catalog.py)
         env[MECHANISMS_ENV] = os.environ[MECHANISMS_ENV]
     kwargs: dict[str, Any] = {"address": address, "log_to_driver": True}
@@ -73,7 +78,7 @@ def ray_shutdown() -> None:
     """Disconnect from Ray; the processes of clusters this process started are all ended."""
     import ray
 
-    from orchestrator.backends.embedded import end_embedded_clusters
+    from scalelab.orchestrator.backends.embedded import end_embedded_clusters
 
     ray.shutdown()
     end_embedded_clusters()

@@ -40,8 +40,8 @@ from pathlib import Path
 
 import psutil
 
-from jobs.environ import scoped_environ
-from orchestrator.backends.watchdog import SESSION_VAR, end_clusters
+from scalelab.jobs.environ import scoped_environ
+from scalelab.orchestrator.backends.watchdog import SESSION_VAR, end_clusters
 
 SINGLE_NODE = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
@@ -72,6 +72,13 @@ def user_chose_auth() -> bool:
     return any(var in os.environ for var in AUTH_VARS)
 
 
+def driver_pythonpath() -> str:
+    """PYTHONPATH for the processes the driver starts (the watchdog, Ray workers, a Ray
+    job): the folders it imports from, so they import what it imports (scalelab, the job
+    function's module, tests' helpers)."""
+    return os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+
+
 class DriverSession:
     """What the embedded clusters of one driver process share: the mark on their processes,
     a private Ray temp dir holding the token, and the watchdog that ends them when the driver
@@ -83,12 +90,11 @@ class DriverSession:
         self.temp_dir = Path(tempfile.mkdtemp(prefix="scalelab-ray-"))  # mode 0700
         token = self.temp_dir / TOKEN_FILE
         self.auth = {} if user_chose_auth() else {"RAY_AUTH_TOKEN_PATH": str(write_token(token))}
-        path = [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]
-        cmd = [sys.executable, "-m", "orchestrator.backends.watchdog",
+        cmd = [sys.executable, "-m", "scalelab.orchestrator.backends.watchdog",
                "--driver", str(os.getpid()), "--started", repr(psutil.Process().create_time()),
                "--mark", self.mark, "--dir", str(self.temp_dir), "--token", str(token)]  # fmt: skip
         self.watchdog = subprocess.Popen(
-            cmd, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path))},
+            cmd, env={**os.environ, "PYTHONPATH": driver_pythonpath()},
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C and a closed terminal are for the driver only
         )  # fmt: skip

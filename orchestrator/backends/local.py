@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from orchestrator.backends.base import Backend, ray_init
+from scalelab.orchestrator.backends.base import Backend, ray_init
 
 
 class LocalBackend(Backend):

@@ -3,7 +3,7 @@ cloud, whose autoscaler adds GPU nodes as trials ask for `gpus_per_trial`)."""
 
 from __future__ import annotations
 
-from orchestrator.backends.base import Backend, ray_init
+from scalelab.orchestrator.backends.base import Backend, ray_init
 
 
 class RayClusterBackend(Backend):

@@ -1,7 +1,7 @@
 """Requeue a preempted SLURM trial in place: the same job id, the same MLflow run, and no
 driver needed.
 
-jobs.train handles the warning signals itself: SIGUSR2, which SLURM sends
+jobs.training.train handles the warning signals itself: SIGUSR2, which SLURM sends
 `slurm.signal_delay_s` before the time limit (`--signal=USR2@...`, and at preemption where
 the cluster sets `PreemptParameters=send_user_signal`), and SIGTERM, which it sends when it
 preempts or requeues the job. The trainer checkpoints at the next step boundary and returns

@@ -17,15 +17,15 @@ import time
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from contract import workdir
-from contract.outcome import EXIT_REQUEUE
-from contract.runs import Status, Tag, job_ref
-from jobs.launch import JobRef, launch
-from orchestrator.backends.base import Backend, BackendError, ray_init
+from scalelab.contract import workdir
+from scalelab.contract.outcome import EXIT_REQUEUE
+from scalelab.contract.runs import Status, Tag, job_ref
+from scalelab.jobs.launch import JobRef, launch
+from scalelab.orchestrator.backends.base import Backend, BackendError, ray_init
 
 if TYPE_CHECKING:
-    from orchestrator.expand import Trial
-    from orchestrator.ledger import TrialRecord
+    from scalelab.orchestrator.expand import Trial
+    from scalelab.orchestrator.ledger import TrialRecord
 
 # submitit's own handler (for a signal that comes before or after the training loop) stops
 # requeueing a trial after this many time-outs; the trial's step budget ends it instead.
@@ -85,7 +85,7 @@ class SlurmTrial:
     is not in its training loop is handled by submitit, which requeues it unchanged."""
 
     def __call__(self, job_ref: JobRef, job_json: str, run_id: str | None) -> dict[str, Any]:
-        from orchestrator.backends.requeue import requeue_in_place
+        from scalelab.orchestrator.backends.requeue import requeue_in_place
 
         outcome = launch(job_ref, job_json, run_id)
         if outcome["status"] == Status.PREEMPTED and requeue_in_place():

@@ -1,7 +1,7 @@
 """The embedded Ray's watchdog: a small process that ends the clusters a driver started once
 the driver is gone, however it went (`kill -9` included).
 
-    python -m orchestrator.backends.watchdog --driver PID --started T --mark ID --dir DIR
+    python -m scalelab.orchestrator.backends.watchdog --driver PID --started T --mark ID --dir DIR
                                               [--token FILE]
 
 It waits for the driver to exit, then stops every process of its clusters (the GCS, raylet,

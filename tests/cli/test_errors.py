@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
+from scalelab.cli.main import app
 
 BAD_INPUT = {
     "data prepare": (["data", "prepare", "/nonexistent/[bold]x[/bold].txt"], "[bold]x[/bold]"),

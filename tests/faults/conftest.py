@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.config import JobConfig
+from scalelab.jobs.config import JobConfig
 
 
 def pytest_collection_modifyitems(config, items):
@@ -64,7 +64,7 @@ def _isolated(mp: pytest.MonkeyPatch, home: Path, mlflow_uri: str) -> None:
 def checkpointed_trial(tmp_path_factory) -> Trial:
     """A finished nano ZeRO-2 trial (8 steps, checkpoints at steps 3, 6 and 8), trained
     once per session; tests get a copy (`trial_copy`)."""
-    from jobs.train import run
+    from scalelab.jobs.training.train import run
 
     root = tmp_path_factory.mktemp("checkpointed")
     # budget: RNG-driven Gumbel noise, so the RNG state must come back for equal losses

@@ -12,7 +12,7 @@ from pathlib import Path
 from click.testing import CliRunner, Result
 from typer.main import get_command
 
-from cli.main import app
+from scalelab.cli.main import app
 
 # typer's CliRunner builds the click command on every call (~25 ms); build it once
 command = get_command(app)

@@ -15,7 +15,7 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
-from jobs.config import JobConfig
+from scalelab.jobs.config import JobConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,7 +86,7 @@ def env(home: Path, uri: str | None = None) -> dict[str, str]:
 def scalelab(*args: str, home: Path, uri: str | None = None, timeout: float = 300):
     """Run the real CLI; returns the CompletedProcess (text)."""
     return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
+        [sys.executable, "-m", "scalelab.cli.main", *args],
         env=env(home, uri), capture_output=True, text=True, timeout=timeout, cwd=ROOT,
     )  # fmt: skip
 

@@ -7,8 +7,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 from two_ranks import train_on_two_ranks
 
-from contract.workdir import RESULT_FILE, tracking_uri
-from jobs.train import run
+from scalelab.contract.workdir import RESULT_FILE, tracking_uri
+from scalelab.jobs.training.train import run
 
 MODEL_STATES = "mp_rank_00_model_states.pt"
 OPTIMIZER_STATES = "zero_pp_rank_0_mp_rank_00_optim_states.pt"

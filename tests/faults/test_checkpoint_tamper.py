@@ -7,8 +7,8 @@ import os
 import pytest
 import torch
 
-from contract.workdir import RESULT_FILE
-from jobs.train import run
+from scalelab.contract.workdir import RESULT_FILE
+from scalelab.jobs.training.train import run
 
 
 class _RunsCode:
@@ -52,12 +52,12 @@ def test_a_checkpoint_that_would_run_code_is_not_unpickled(trial_copy, tmp_path,
 
 def test_deepspeeds_own_loads_cannot_run_code_while_checkpoints_are_read(tmp_path):
     """DeepSpeed calls torch.load(..., weights_only=False) (its checkpoint engine, ZeRO
-    optimizers, universal checkpoints); inside jobs.safe_load's scope those calls refuse a
+    optimizers, universal checkpoints); inside jobs.training.safe_load's scope those calls refuse a
     pickle that calls a function, and still read DeepSpeed's own value classes."""
     from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
     from deepspeed.runtime.zero.config import ZeroStageEnum
 
-    from jobs.safe_load import weights_only_loading
+    from scalelab.jobs.training.safe_load import weights_only_loading
 
     sentinel = tmp_path / "code-ran"
     poisoned, honest = tmp_path / "poisoned.pt", tmp_path / "honest.pt"

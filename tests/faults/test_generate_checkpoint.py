@@ -10,7 +10,7 @@ import torch
 from trained_checks import checkpoint_val_loss
 from typer.testing import CliRunner
 
-from cli.main import app
+from scalelab.cli.main import app
 
 
 class _RunsCode:

@@ -74,7 +74,7 @@ def ray_home(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SCALELAB_HOME", str(home))
         mp.delenv("MLFLOW_TRACKING_URI", raising=False)
-        from orchestrator.backends.base import ray_init
+        from scalelab.orchestrator.backends.base import ray_init
 
         owns = ray_init("local", embedded=True)
         yield home
@@ -88,11 +88,11 @@ def ray_home(tmp_path_factory):
 def test_a_failed_trial_reports_the_jobs_message_not_rays_wrapper(tmp_path, ray_home):
     """The training job meets a data file that was there at submit time and is gone when it
     runs: the run's scalelab.error, `status` and the driver's summary give the job's message."""
-    from orchestrator.expand import expand
-    from orchestrator.job_checks import check_trials
-    from orchestrator.ledger import Ledger
-    from orchestrator.scheduler import run_sweep
-    from orchestrator.spec import parse_spec
+    from scalelab.orchestrator.expand import expand
+    from scalelab.orchestrator.job_checks import check_trials
+    from scalelab.orchestrator.ledger import Ledger
+    from scalelab.orchestrator.scheduler import run_sweep
+    from scalelab.orchestrator.spec import parse_spec
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("some text\n" * 200)
@@ -100,7 +100,9 @@ def test_a_failed_trial_reports_the_jobs_message_not_rays_wrapper(tmp_path, ray_
     trials = expand(spec, source)
     check_trials(spec, trials, source)  # fine at submit time
     os.remove(corpus)
-    out = run_sweep(spec, trials, Ledger(spec.name), job="jobs.train:run", poll_s=0.2)
+    out = run_sweep(
+        spec, trials, Ledger(spec.name), job="scalelab.jobs.training.train:run", poll_s=0.2
+    )
     assert out.failed == [trials[0].trial_id]
     status = scalelab(ray_home, "status", spec.name, "--json")
     (row,) = json.loads(status.stdout)["trials"]

@@ -95,7 +95,7 @@ def test_a_date_is_read_as_text(tmp_path):
 @pytest.fixture
 def synced(tmp_path):
     """A sweep 'w' with a results table, so that `results query w` reaches --where."""
-    from analysis.results import store
+    from scalelab.analysis.results import store
 
     home = tmp_path / "home"
     table = pa.table({"trial_id": ["a", "b"], "variant": ["dense", "tsa"], "n_params": [1, 2]})

@@ -10,7 +10,7 @@ import time
 import pytest
 from faults.mlflow_kit import env, scalelab, sweep_yaml
 
-from orchestrator.ledger import Ledger
+from scalelab.orchestrator.ledger import Ledger
 
 CREATE_AT = """
 import sys, time
@@ -53,7 +53,7 @@ def test_two_first_submits_one_second_apart(tmp_path):
     sweep.write_text(sweep_yaml("twice", seeds=2))
     args = ("submit", str(sweep), "--job", "faults.mlflow_kit:finished_job", "--no-summary")
     first = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", *args],
+        [sys.executable, "-m", "scalelab.cli.main", *args],
         env=env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     time.sleep(1.0)

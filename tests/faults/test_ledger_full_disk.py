@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from faults.mlflow_kit import scalelab, sweep_yaml
 
-from orchestrator.ledger import Ledger
+from scalelab.orchestrator.ledger import Ledger
 
 
 @pytest.fixture

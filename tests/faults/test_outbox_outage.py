@@ -25,10 +25,10 @@ from faults.mlflow_kit import (
     sweep_yaml,
 )
 
-from jobs.tracking import FINISH_TIMEOUT_VAR
-from orchestrator.expand import expand
-from orchestrator.ledger import Ledger, LedgerUnavailable
-from orchestrator.spec import parse_spec
+from scalelab.jobs.tracking.tracker import FINISH_TIMEOUT_VAR
+from scalelab.orchestrator.expand import expand
+from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable
+from scalelab.orchestrator.spec import parse_spec
 
 # The job waits FINISH_WAIT_S for MLflow at its end (30 s by default: the window the outage
 # of issue 17 outlasted); the outage outlasts that wait several times over.
@@ -100,7 +100,7 @@ def test_a_driver_sends_what_an_outage_held_back_then_marks_finished(tmp_path, e
         sweep.write_text(sweep_yaml("outage", seeds=1, steps=STEPS))
         (trial,) = expand(*parse_spec(sweep.read_text(), str(sweep)))
         driver = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "submit", str(sweep), "--no-summary"],
+            [sys.executable, "-m", "scalelab.cli.main", "submit", str(sweep), "--no-summary"],
             env=_quick_finish(env(home, server.uri)),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
@@ -167,7 +167,7 @@ def spooled_home(tmp_path_factory, empty_store) -> tuple[Path, str, str]:
     run_id = ledger.sync(spec, [trial])[trial.trial_id].run_id
     (root / "job.json").write_text(trial.job.model_dump_json())
     job = subprocess.run(
-        [sys.executable, "-m", "jobs.train", str(root / "job.json"), run_id],
+        [sys.executable, "-m", "scalelab.jobs.training.train", str(root / "job.json"), run_id],
         env=_quick_finish(env(home, "http://127.0.0.1:9"), 1), capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert job.returncode == 0, job.stderr[-3000:]

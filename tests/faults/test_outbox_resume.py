@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from faults.mlflow_kit import curve_points, env, mlflow_points, repeated, tiny_job
 
-from contract.runs import Metric
+from scalelab.contract.runs import Metric
 
 STEPS = 12
 
@@ -66,7 +66,7 @@ def test_replayed_steps_reach_mlflow_and_the_curve_once(tmp_path, checkpoint_eve
     job = tiny_job(train__checkpoint_interval=checkpoint_every)
     config = tmp_path / "job.json"
     config.write_text(job.model_dump_json())
-    cmd = [sys.executable, "-m", "jobs.train", str(config), run_id]
+    cmd = [sys.executable, "-m", "scalelab.jobs.training.train", str(config), run_id]
     curves = home / "trials" / job.trial_id / "curves.jsonl"
 
     first = subprocess.Popen(cmd, env=env(home, uri), stdout=subprocess.DEVNULL,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from faults.mlflow_kit import mlflow_points, scalelab, sweep_yaml
 
-from jobs.tracking import Tracker
-from orchestrator.ledger import Ledger
+from scalelab.jobs.tracking.tracker import Tracker
+from scalelab.orchestrator.ledger import Ledger
 
 
 @pytest.mark.slow

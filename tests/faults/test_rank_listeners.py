@@ -14,7 +14,7 @@ import psutil
 import pytest
 from faults.listeners import listeners_of, off_loopback
 
-from jobs.config import JobConfig
+from scalelab.jobs.config import JobConfig
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
@@ -58,7 +58,7 @@ def test_a_two_rank_trial_listens_on_loopback_only(tmp_path: Path, monkeypatch, 
             tree = [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
             break
-        ranks_seen |= {p.pid for p in tree[1:] if "jobs.train" in _cmdline(p)}
+        ranks_seen |= {p.pid for p in tree[1:] if "scalelab.jobs.training.train" in _cmdline(p)}
         for key, socks in listeners_of(tree).items():
             listening.setdefault(key, set()).update(socks)
         time.sleep(0.2)

@@ -73,7 +73,7 @@ def _remove_ray_dirs(cmdlines: Iterable[str]) -> None:
     """Delete the private Ray temp dirs (their logs) that watchdogs among these were given."""
     for cmdline in cmdlines:
         args = cmdline.split(" ")
-        if "orchestrator.backends.watchdog" in args and "--dir" in args:
+        if "scalelab.orchestrator.backends.watchdog" in args and "--dir" in args:
             shutil.rmtree(args[args.index("--dir") + 1], ignore_errors=True)
 
 
@@ -124,7 +124,7 @@ backend: {{concurrency: 2, max_retries: 0, cpus_per_trial: 0.5}}
     for var in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN",
                 "RAY_AUTH_TOKEN_PATH"):  # fmt: skip
         env.pop(var, None)
-    cmd = [sys.executable, "-m", "cli.main", "submit", str(sweep),
+    cmd = [sys.executable, "-m", "scalelab.cli.main", "submit", str(sweep),
            "--job", job, "--no-summary"]  # fmt: skip
     log = open(tmp_path / "driver.log", "w")  # closed in the finally below
     driver = Driver(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
@@ -152,7 +152,9 @@ def test_every_socket_of_a_real_sweep_listens_on_loopback_only(tmp_path: Path, e
     trials' own (the process group's store, gloo) are all on loopback, from start to end."""
     listening: dict[tuple[int, str], set[tuple[str, int]]] = {}
     # one trial opens every kind of server a trial has (its process group's store, gloo)
-    with submitted(tmp_path, empty_store, job="jobs.train:run", trials=1) as driver:
+    with submitted(
+        tmp_path, empty_store, job="scalelab.jobs.training.train:run", trials=1
+    ) as driver:
         deadline = time.monotonic() + 300
         while driver.proc.poll() is None:  # agents, workers and trials come and go
             for key, socks in listeners_of(driver.tree()).items():
@@ -199,7 +201,7 @@ def test_the_cluster_turns_away_a_client_without_its_token_and_dies_with_its_dri
     with SIGKILL and nothing of the cluster outlives it."""
     import grpc
 
-    from orchestrator.backends.embedded import SINGLE_NODE, scoped_environ
+    from scalelab.orchestrator.backends.embedded import SINGLE_NODE, scoped_environ
 
     with scoped_environ(SINGLE_NODE):  # Ray's first import here fixes its mode for later tests
         from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
@@ -321,7 +323,7 @@ def test_the_head_of_submit_detach_listens_on_loopback_and_wants_its_token(tmp_p
     }
     for var in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
         env.pop(var, None)
-    code = "from orchestrator.detach import ensure_head; print(ensure_head())"
+    code = "from scalelab.orchestrator.detach import ensure_head; print(ensure_head())"
     try:
         started = subprocess.run(
             [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180

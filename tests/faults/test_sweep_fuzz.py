@@ -29,7 +29,7 @@ from click.testing import Result
 from faults.input_cli import problem_lines, runs_in, scalelab
 from faults.sweep_mutations import Mutant, mutate
 
-from cli import sweeps as commands
+from scalelab.cli import sweeps as commands
 
 SEED = 1717
 CASES = int(os.environ.get("SCALELAB_FUZZ_CASES", "500"))

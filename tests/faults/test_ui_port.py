@@ -26,7 +26,7 @@ def _env(home: Path) -> dict[str, str]:
 
 
 def _ui(port: int) -> list[str]:
-    return [sys.executable, "-m", "cli.main", "ui", "--port", str(port)]
+    return [sys.executable, "-m", "scalelab.cli.main", "ui", "--port", str(port)]
 
 
 def test_ui_on_a_busy_port_says_so_and_exits_2(tmp_path: Path):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.config import JobConfig
+from scalelab.jobs.config import JobConfig
 
 
 @pytest.fixture(scope="session")
@@ -85,9 +85,9 @@ def engine_of():
 @contextmanager
 def engine_in_process(job: JobConfig) -> Iterator:
     """The DeepSpeed engine the training job builds for `job`, on this process as rank 0 of 1."""
-    from jobs import distributed
-    from jobs.ds_config import plan_batch
-    from jobs.train import _Trainer
+    from scalelab.jobs.training import distributed
+    from scalelab.jobs.training.ds_config import plan_batch
+    from scalelab.jobs.training.train import _Trainer
 
     env = distributed.read_environment()
     distributed.init(env)

@@ -11,8 +11,8 @@ from dataclasses import asdict
 
 import torch.distributed as dist
 
-from jobs.config import JobConfig
-from jobs.train import run
+from scalelab.jobs.config import JobConfig
+from scalelab.jobs.training.train import run
 
 
 def train_runs(spec_path: str) -> None:

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from jobs.accounting import device_peak_flops
+from scalelab.jobs.training.accounting import device_peak_flops
 
 
 @pytest.mark.parametrize(
@@ -34,7 +34,7 @@ def test_no_peak_on_cpu():
 
 
 def test_a_sweep_names_a_gpu_by_its_short_or_device_name():
-    from jobs.gpus import GPUS, gpu_spec
+    from scalelab.jobs.gpus import GPUS, gpu_spec
 
     assert gpu_spec("H100 NVL") is gpu_spec("nvidia h100  nvl") is GPUS["H100 NVL"]
     assert gpu_spec("h200").memory_gib == 141

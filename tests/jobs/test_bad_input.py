@@ -2,7 +2,7 @@
 
 import pytest
 
-from jobs.train import run
+from scalelab.jobs.training.train import run
 
 
 def _nothing_written(home, mlflow_uri):
@@ -57,7 +57,7 @@ def test_vocab_too_small_for_tokenizer(home, tiny_job):
 def test_cli_reports_bad_job_config_in_one_line(home, tmp_path):
     from typer.testing import CliRunner
 
-    from cli.main import app
+    from scalelab.cli.main import app
 
     config = tmp_path / "job.yaml"
     config.write_text("model: {size: nano}\ntrain: {tokens: 10, lr: -1}\n")
@@ -72,7 +72,7 @@ def test_cli_sweep_trial_selector_must_match_one(home):
 
     from typer.testing import CliRunner
 
-    from cli.main import app
+    from scalelab.cli.main import app
 
     demo = Path(__file__).parents[2] / "sweeps" / "demo.yaml"
     result = CliRunner().invoke(app, ["train", str(demo), "--trial", "not-a-trial"])

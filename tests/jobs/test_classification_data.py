@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from jobs.config import DataConfig, JobConfig
-from jobs.data import TrainStream, open_data, prepare, val_batches
-from jobs.train import run
-from models.config import ModelConfig
+from scalelab.jobs.config import DataConfig, JobConfig
+from scalelab.jobs.data.trial import TrainStream, open_data, prepare, val_batches
+from scalelab.jobs.training.train import run
+from scalelab.models.config import ModelConfig
 
 # Each class has a keyword whose letters no filler word uses: learnable from bytes alone.
 KEYWORDS = ["sport", "money", "world", "quiz"]
@@ -40,7 +40,7 @@ def classify_model(**kw) -> ModelConfig:
 
 
 def test_encoder_learns_a_local_jsonl_dataset_dense_and_with_budget(home, tmp_path, curve):
-    """curves.jsonl holds the same points the tracker sends to MLflow (jobs/tracking.py)."""
+    """curves.jsonl holds the same points the tracker sends to MLflow (jobs/tracking/tracker.py)."""
     source = write_jsonl(tmp_path / "keywords.jsonl", keyword_rows(1200, seed=0))
     for budget in (None, {}):
         job = JobConfig.model_validate({

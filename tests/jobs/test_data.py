@@ -8,11 +8,11 @@ import shutil
 import numpy as np
 import pytest
 
-from jobs.config import DataConfig
-from jobs.data import TrainStream, open_data, prepare, val_batches
-from jobs.reader import permute
-from jobs.tokenizers import load_tokenizer
-from models.config import ModelConfig
+from scalelab.jobs.config import DataConfig
+from scalelab.jobs.data.reader import permute
+from scalelab.jobs.data.tokenizers import load_tokenizer
+from scalelab.jobs.data.trial import TrainStream, open_data, prepare, val_batches
+from scalelab.models.config import ModelConfig
 
 MODEL = ModelConfig(size="nano", vocab_size=256, block_size=64)
 
@@ -129,7 +129,7 @@ def test_gpt2_batch_arrays_equal_each_text_encoded_alone_and_survive_pickling():
 
 
 def test_gpt2_from_a_tokenizer_file_has_the_same_fingerprint(tmp_path):
-    from jobs.tokenizers import _installed_gpt2_folder
+    from scalelab.jobs.data.tokenizers import _installed_gpt2_folder
 
     folder = tmp_path / "gpt2"
     shutil.copytree(_installed_gpt2_folder(), folder)
@@ -176,7 +176,7 @@ def test_classification_source_needs_classify_model():
 def test_trials_of_other_seeds_and_seq_len_read_the_same_shards(home, tmp_path, tiny_job):
     """Two real trials on one local corpus: the first prepares it, the second (another seed
     and seq_len) reads the same shards without tokenising anything again."""
-    from jobs.train import run
+    from scalelab.jobs.training.train import run
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"text": f"line {i} of a small corpus. " * 8}) + "\n"
@@ -200,7 +200,7 @@ def test_gpt2_splits_text_as_tiktokens_own_gpt2_does():
     """GPT2_PATTERN (GPT-2's release) and tiktoken's r50k_pat_str give the same ids."""
     from tiktoken_ext.openai_public import r50k_pat_str
 
-    from jobs.tokenizers import gpt2_encoding
+    from scalelab.jobs.data.tokenizers import gpt2_encoding
 
     tiktokens = gpt2_encoding(pat_str=r50k_pat_str)
     for text in (
@@ -216,7 +216,7 @@ def test_gpt2_splits_text_as_tiktokens_own_gpt2_does():
 
 def test_gpt2_ranks_in_a_tiktoken_file_encode_like_the_installed_gpt2(tmp_path):
     """A .tiktoken file is split the GPT-2 way: the same ids as the built-in gpt2."""
-    from jobs.tokenizers import gpt2_encoding
+    from scalelab.jobs.data.tokenizers import gpt2_encoding
 
     ranks = gpt2_encoding()._mergeable_ranks
     path = tmp_path / "r50k_base.tiktoken"

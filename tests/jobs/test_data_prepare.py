@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from benchmarks.corpus import write_corpus
-from jobs.prepare import prepare_source
-from jobs.shards import read_manifest
-from jobs.sources import TextSource, stream_dataset
-from jobs.tokenizers import load_tokenizer
+from scalelab.jobs.data.prepare import prepare_source
+from scalelab.jobs.data.shards import read_manifest
+from scalelab.jobs.data.sources import TextSource, stream_dataset
+from scalelab.jobs.data.tokenizers import load_tokenizer
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -30,7 +30,7 @@ def corpus(tmp_path_factory) -> Path:
 
 
 def _cli(corpus: Path, data: Path, workers: int) -> list[str]:
-    return [sys.executable, "-m", "cli.main", "data", "prepare", str(corpus),
+    return [sys.executable, "-m", "scalelab.cli.main", "data", "prepare", str(corpus),
             "--tokenizer", "gpt2", "--shard-tokens", "20000", "--workers", str(workers)]  # fmt: skip
 
 
@@ -132,7 +132,7 @@ def test_a_second_writer_waits_for_the_first(corpus, tmp_path, monkeypatch):
     it, then finds the folder and finishes the work."""
     from filelock import FileLock
 
-    from jobs.prepare import dataset_root
+    from scalelab.jobs.data.prepare import dataset_root
 
     data = tmp_path / "data"
     monkeypatch.setenv("SCALELAB_DATA", str(data))
@@ -180,7 +180,7 @@ def test_token_ids_beyond_the_vocabulary_size_are_refused(tmp_path, monkeypatch)
     and ids that would not fit the shard dtype stop preparation instead of wrapping."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from jobs import tokenise
+    from scalelab.jobs.data import tokenise
 
     tok = Tokenizer(models.WordLevel({"[UNK]": 0, "small": 1, "huge": 70_000}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -241,7 +241,7 @@ def test_parquet_rows_read_by_workers_resume_at_any_document(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from jobs.sources import GROUP_ITEMS, READ_BATCH
+    from scalelab.jobs.data.sources import GROUP_ITEMS, READ_BATCH
 
     docs = [None if i % 7 == 0 else f"doc {i}" for i in range(30_000)]
     big = READ_BATCH * GROUP_ITEMS + 1_000  # items of ceil(big / GROUP_ITEMS) rows
@@ -287,7 +287,7 @@ def test_an_interrupt_between_a_shard_and_its_manifest_leaves_only_listed_files(
     """Ctrl-C can land after a shard's rename and before the manifest that lists it (the
     window is too narrow to hit on purpose with a real signal, so the manifest write raises).
     The folder must hold only what the manifest lists, as after any other stop."""
-    import jobs.prepare as prepare
+    import scalelab.jobs.data.prepare as prepare
 
     source = TextSource.open(str(corpus), "text")
     monkeypatch.setenv("SCALELAB_DATA", str(tmp_path / "data"))

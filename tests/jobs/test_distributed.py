@@ -6,7 +6,7 @@ import pytest
 import torch
 from two_ranks import train_on_two_ranks
 
-from jobs.train import run
+from scalelab.jobs.training.train import run
 
 
 def _exp_avg_numel(obj) -> int:

@@ -1,12 +1,12 @@
 """The training job's end-of-run early-exit baseline (train.early_exit_alphas) and the
-inference-mode TSA metrics of validation, through the real jobs.train.run."""
+inference-mode TSA metrics of validation, through the real jobs.training.train.run."""
 
 import json
 
 import pytest
 
-from contract.workdir import RESULT_FILE
-from jobs.train import run
+from scalelab.contract.workdir import RESULT_FILE
+from scalelab.jobs.training.train import run
 
 
 @pytest.mark.parametrize("alphas", [[0.0], [1.5], [0.5, 0.5]])

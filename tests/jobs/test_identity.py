@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs import identity
-from jobs.config import DataConfig, JobConfig, TrainConfig, load_recorded
-from models import catalog
-from models.budget import BudgetConfig, BudgetFormer
-from models.config import ModelConfig
-from models.mechanism import register, registered, unregister
-from models.tsa import TSAConfig
+from scalelab.jobs import identity
+from scalelab.jobs.config import DataConfig, JobConfig, TrainConfig, load_recorded
+from scalelab.models import catalog
+from scalelab.models.budget import BudgetConfig, BudgetFormer
+from scalelab.models.config import ModelConfig
+from scalelab.models.mechanism import register, registered, unregister
+from scalelab.models.tsa import TSAConfig
 
 DATA = Path(__file__).parent / "data"
 DEMO_V0 = Path(__file__).parents[1] / "orchestrator" / "data" / "demo_v0_jobs.json"

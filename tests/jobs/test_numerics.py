@@ -13,11 +13,11 @@ import torch
 from two_ranks import train_on_two_ranks
 from typer.testing import CliRunner
 
-from jobs.checks import check_placement
-from jobs.config import JobCheckError
-from jobs.data import open_data, prepare, train_windows
-from jobs.ds_config import deepspeed_config, plan_batch
-from jobs.reader import TrainStream
+from scalelab.jobs.checks import check_placement
+from scalelab.jobs.config import JobCheckError
+from scalelab.jobs.data.reader import TrainStream
+from scalelab.jobs.data.trial import open_data, prepare, train_windows
+from scalelab.jobs.training.ds_config import deepspeed_config, plan_batch
 
 
 @pytest.mark.slow
@@ -25,7 +25,7 @@ from jobs.reader import TrainStream
 def test_bf16_with_8_accumulation_steps_tracks_fp32(home, tmp_path, tiny_job, curve):
     """Train loss of 12 steps, each of 16 sequences: 2 ranks x 8 micro-batches of 1, or
     2 ranks x 1 micro-batch of 8; |bf16 - fp32| averaged over the steps. Every split reads
-    the same 16 sequences at a step (jobs/reader.py), and the fp32 curve does not depend on
+    the same 16 sequences at a step (jobs/data/reader.py), and the fp32 curve does not depend on
     it (1 step vs 8: at most 1e-6 apart, seeds 0-4), so the cheaper one is the reference."""
     steps = 12
     common = {"train__tokens": 512 * steps, "train__global_batch_tokens": 512,
@@ -180,7 +180,7 @@ def test_the_gradient_dtype_is_in_the_trial_id_and_compile_is_not(tiny_job):
     "key", ["data_types", "communication_data_type", "bf16", "gradient_clipping"]
 )
 def test_deepspeed_extra_cannot_change_the_numerics(key, home, tmp_path):
-    from cli.main import app
+    from scalelab.cli.main import app
 
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(

@@ -5,7 +5,7 @@ import random
 import numpy as np
 import torch
 
-from jobs import rng_state
+from scalelab.jobs.training import rng_state
 
 
 def _draws() -> tuple:

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-import jobs
-from jobs.batch import Batch
-from jobs.device_inputs import prefetched
-from jobs.train import run
+import scalelab.jobs as jobs
+from scalelab.jobs.data.batch import Batch
+from scalelab.jobs.data.device_inputs import prefetched
+from scalelab.jobs.training.train import run
 
 PROJECT = Path(jobs.__file__).resolve().parents[1]
 OURS = (str(PROJECT / "jobs"), str(PROJECT / "models"))

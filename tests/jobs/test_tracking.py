@@ -9,9 +9,9 @@ import pytest
 from faults.mlflow_kit import MlflowServer
 from mlflow.tracking import MlflowClient
 
-from contract.workdir import CURVES_FILE
-from jobs.provenance import PARAM_VALUE_LIMIT, flatten
-from jobs.tracking import FINISH_TIMEOUT_VAR, Tracker, deliver_outbox
+from scalelab.contract.workdir import CURVES_FILE
+from scalelab.jobs.tracking.provenance import PARAM_VALUE_LIMIT, flatten
+from scalelab.jobs.tracking.tracker import FINISH_TIMEOUT_VAR, Tracker, deliver_outbox
 
 
 def _new_run(uri: str) -> str:
@@ -89,7 +89,7 @@ def test_a_refused_param_never_costs_the_points(home, mlflow_uri, tmp_path, monk
 
 
 def test_a_damaged_spool_line_is_set_aside_and_the_rest_delivered(home, mlflow_uri, tmp_path):
-    from jobs.outbox import Outbox
+    from scalelab.jobs.tracking.outbox import Outbox
 
     run_id = _new_run(mlflow_uri)
     outbox = Outbox(tmp_path / "trial", run_id)
@@ -106,8 +106,8 @@ def test_a_damaged_spool_line_is_set_aside_and_the_rest_delivered(home, mlflow_u
 
 
 def test_params_are_flattened_with_json_leaves():
-    from jobs.config import JobConfig
-    from jobs.provenance import mlflow_params
+    from scalelab.jobs.config import JobConfig
+    from scalelab.jobs.tracking.provenance import mlflow_params
 
     job = JobConfig(model={"size": "nano", "vocab_size": 256}, train={"tokens": 1000})
     params = mlflow_params(job)

@@ -11,11 +11,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 from trained_checks import checkpoint_val_loss
 
-from contract.outcome import EXIT_REQUEUE
-from contract.runs import Metric
-from contract.workdir import JOB_FILE, RESULT_FILE
-from jobs.checkpoint import read_state
-from jobs.train import run
+from scalelab.contract.outcome import EXIT_REQUEUE
+from scalelab.contract.runs import Metric
+from scalelab.contract.workdir import JOB_FILE, RESULT_FILE
+from scalelab.jobs.training.checkpoint import read_state
+from scalelab.jobs.training.train import run
 
 
 def test_run_writes_trial_files_and_mlflow(home, mlflow_uri, tiny_job, curve):
@@ -88,7 +88,7 @@ def test_a_signal_checkpoints_at_the_next_step_not_the_next_log_step(
     """SLURM kills KillWait seconds after its SIGTERM (scancel, preemption, requeue), so a
     signal must end the step in progress in a checkpoint, however far the next log,
     eval or checkpoint step is; the run resumes from it."""
-    from jobs.train import _Trainer
+    from scalelab.jobs.training.train import _Trainer
 
     job = tiny_job(train__log_interval=1000,
                    train__eval_interval=1000, train__checkpoint_interval=1000)  # fmt: skip
@@ -126,7 +126,7 @@ def test_kill_and_resume_is_bit_exact(home, mlflow_uri, tiny_job, curve, tmp_pat
     config = tmp_path / "job.json"
     config.write_text(job.model_dump_json())
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jobs.train", str(config)],
+        [sys.executable, "-m", "scalelab.jobs.training.train", str(config)],
         env={**os.environ, "OMP_NUM_THREADS": "1"},
         stdout=subprocess.PIPE,
         stderr=open(tmp_path / "stderr.txt", "w"),

@@ -9,10 +9,10 @@ import pytest
 import torch
 from two_ranks import train_on_two_ranks
 
-from contract.workdir import RESULT_FILE
-from jobs import distributed
-from jobs.ds_config import plan_batch
-from jobs.train import _Trainer, run
+from scalelab.contract.workdir import RESULT_FILE
+from scalelab.jobs.training import distributed
+from scalelab.jobs.training.ds_config import plan_batch
+from scalelab.jobs.training.train import _Trainer, run
 
 
 def _weights_after_resume(job) -> dict[str, torch.Tensor]:

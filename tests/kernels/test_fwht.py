@@ -3,12 +3,12 @@ import math
 import pytest
 import torch
 
-from kernels.hadamard import (
+from scalelab.kernels.hadamard import (
     hadamard_transform,
     hadamard_transform_affine,
     nearest_supported_sizes,
 )
-from kernels.reference import dense_hadamard_matrix, dense_hadamard_transform
+from scalelab.kernels.reference import dense_hadamard_matrix, dense_hadamard_transform
 
 # One list per size family: Sylvester 2^k, 12 * 2^k, 20 * 2^k, 28 * 2^k.
 FAMILIES = {

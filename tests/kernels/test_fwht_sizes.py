@@ -4,8 +4,8 @@ import sys
 import numpy as np
 import pytest
 
-from kernels.blocks import dense_hadamard, hadamard_block, paley_type_one, paley_type_two
-from kernels.sizes import (
+from scalelab.kernels.blocks import dense_hadamard, hadamard_block, paley_type_one, paley_type_two
+from scalelab.kernels.sizes import (
     MAX_WIDTH,
     all_supported_sizes,
     nearest_supported_sizes,
@@ -21,7 +21,7 @@ def _is_m_times_power_of_two(d: int) -> bool:
 
 
 def test_sizes_module_does_not_import_torch():
-    code = "import sys, kernels.sizes; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, scalelab.kernels.sizes; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from kernels.hadamard import hadamard_transform, hadamard_transform_affine
-from kernels.sizes import all_supported_sizes
+from scalelab.kernels.hadamard import hadamard_transform, hadamard_transform_affine
+from scalelab.kernels.sizes import all_supported_sizes
 
 pytestmark = pytest.mark.gpu
 

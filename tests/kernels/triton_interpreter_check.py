@@ -8,7 +8,7 @@ import os
 
 import torch
 
-from kernels.hadamard import hadamard_transform, hadamard_transform_affine
+from scalelab.kernels.hadamard import hadamard_transform, hadamard_transform_affine
 
 assert os.environ.get("TRITON_INTERPRET") == "1"
 torch.manual_seed(0)

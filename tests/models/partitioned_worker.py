@@ -15,9 +15,9 @@ import torch.distributed as dist
 def compare(out_path: str, cases: dict) -> None:
     import deepspeed
 
-    from jobs import distributed
-    from models.build import build, build_partitioned
-    from models.config import ModelConfig
+    from scalelab.jobs.training import distributed
+    from scalelab.models.build import build, build_partitioned
+    from scalelab.models.config import ModelConfig
 
     distributed.init(distributed.read_environment())
     report = {}

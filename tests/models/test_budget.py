@@ -5,8 +5,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from contract.config import format_config_error
-from models.budget import (
+from scalelab.contract.config import format_config_error
+from scalelab.models.budget import (
     BudgetAttention,
     BudgetConfig,
     budget_decisions,
@@ -14,10 +14,10 @@ from models.budget import (
     budget_net_flops,
     schedule,
 )
-from models.build import build
-from models.config import ModelConfig
-from models.context import ForwardContext
-from models.flops import count_params
+from scalelab.models.build import build
+from scalelab.models.config import ModelConfig
+from scalelab.models.context import ForwardContext
+from scalelab.models.flops import count_params
 
 VOCAB = 64
 
@@ -310,12 +310,12 @@ def test_training_logs_the_flops_that_inference_would_execute():
 
 def train_on_mixed_difficulty(seed: int, steps: int = 600) -> dict[str, torch.Tensor]:
     """A one-layer nano encoder (d=64, 8 heads) trained on the easy/hard task of
-    jobs/synthetic/classification.py with 2 classes: easy = the class keyword 8 times in 16
+    jobs/data/synthetic/classification.py with 2 classes: easy = the class keyword 8 times in 16
     tokens (a bag of words reads it), hard = the XOR of a token pair (attention must read
     one token from the other). The cost on s ramps from 0 to 0.15 over training
     (cost_warmup=1): heads are free while the pair relation is learned, then each one has
     to pay for itself. Returns val accuracy, s and k per example, and the difficulty."""
-    from jobs.synthetic.classification import make_classification
+    from scalelab.jobs.data.synthetic.classification import make_classification
 
     torch.manual_seed(seed)
     kw = {"seq_len": 16, "n_classes": 2, "vocab_size": 64, "easy_repeats": 8}

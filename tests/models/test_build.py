@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models import catalog
-from models.build import build, build_materialised
-from models.config import ModelConfig
+from scalelab.models import catalog
+from scalelab.models.build import build, build_materialised
+from scalelab.models.config import ModelConfig
 
 CONFIGS = {v: catalog.variant_fields(v) for v in catalog.variants()} | {
     "classify": {"task": "classify", "n_classes": 3},

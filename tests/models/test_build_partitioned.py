@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from forked_ranks import on_ranks
 
-from models import catalog
+from scalelab.models import catalog
 
 WORKER = Path(__file__).with_name("partitioned_worker.py")
 CONFIGS = {v: catalog.variant_fields(v) for v in catalog.variants()} | {

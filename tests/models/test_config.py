@@ -1,10 +1,10 @@
 import pytest
 from pydantic import ValidationError
 
-from contract.config import format_config_error
-from models import catalog
-from models.config import ModelConfig
-from models.sizes import SIZES
+from scalelab.contract.config import format_config_error
+from scalelab.models import catalog
+from scalelab.models.config import ModelConfig
+from scalelab.models.sizes import SIZES
 
 
 def _error_lines(**kwargs) -> list[str]:

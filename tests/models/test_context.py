@@ -3,7 +3,7 @@ three formulas it replaced."""
 
 import torch
 
-from models.context import masked_mean
+from scalelab.models.context import masked_mean
 
 
 def test_masked_mean_matches_three_old_spellings():

@@ -4,11 +4,11 @@ for every variant; sampling is seeded and honours greedy / top-k."""
 import pytest
 import torch
 
-from models import catalog
-from models.build import build
-from models.config import ModelConfig
-from models.decode import KVCache, forward_cached
-from models.generate import SamplingConfig, generate
+from scalelab.models import catalog
+from scalelab.models.build import build
+from scalelab.models.config import ModelConfig
+from scalelab.models.decode import KVCache, forward_cached
+from scalelab.models.generate import SamplingConfig, generate
 
 VOCAB, T, PREFILL = 64, 20, 7
 
@@ -47,7 +47,7 @@ def decisions_vary(model: torch.nn.Module, idx: torch.Tensor) -> None:
 
 
 def _budget_k(model):
-    from models.budget import budget_decisions
+    from scalelab.models.budget import budget_decisions
 
     return budget_decisions(model)
 

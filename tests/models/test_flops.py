@@ -5,10 +5,10 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from models import catalog
-from models.build import build
-from models.config import ModelConfig
-from models.flops import forward_flops_per_token, train_flops_per_token
+from scalelab.models import catalog
+from scalelab.models.build import build
+from scalelab.models.config import ModelConfig
+from scalelab.models.flops import forward_flops_per_token, train_flops_per_token
 
 
 def measured_flops(cfg: ModelConfig, B: int, T: int, backward: bool = False) -> int:
@@ -68,7 +68,7 @@ def test_tsa_soft_training_executes_every_block_and_the_routers():
 
 
 def test_tsa_sparse_inference_flops_follow_the_executed_ffn_fraction():
-    from models.flops import ActiveFractions
+    from scalelab.models.flops import ActiveFractions
 
     cfg = ModelConfig(size="micro", vocab_size=512, block_size=64, tsa={})
     B, T = 2, 64
@@ -102,8 +102,8 @@ def measured_flops_in_mode(cfg: ModelConfig, B: int, T: int, train: bool) -> int
 @pytest.mark.parametrize("task", ["classify", "lm"])
 @pytest.mark.parametrize("k", [1, 3])
 def test_budget_inference_flops_match_flop_counter_at_a_known_k(task, k):
-    from models.budget import budget_decisions, budget_inference_flops
-    from models.flops import ActiveFractions
+    from scalelab.models.budget import budget_decisions, budget_inference_flops
+    from scalelab.models.flops import ActiveFractions
 
     extra = {"task": "classify", "n_classes": 3} if task == "classify" else {}
     cfg = ModelConfig(size="micro", vocab_size=512, block_size=64, budget={}, **extra)

@@ -3,10 +3,10 @@ import math
 import pytest
 import torch
 
-from models import catalog
-from models.build import build
-from models.config import ModelConfig
-from models.context import ForwardContext
+from scalelab.models import catalog
+from scalelab.models.build import build
+from scalelab.models.config import ModelConfig
+from scalelab.models.context import ForwardContext
 
 VOCAB, T = 64, 24
 

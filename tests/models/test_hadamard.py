@@ -1,10 +1,10 @@
 import torch
 
-from kernels.reference import dense_hadamard_transform
-from models.build import build
-from models.config import ModelConfig
-from models.flops import count_params
-from models.sizes import SIZES
+from scalelab.kernels.reference import dense_hadamard_transform
+from scalelab.models.build import build
+from scalelab.models.config import ModelConfig
+from scalelab.models.flops import count_params
+from scalelab.models.sizes import SIZES
 
 
 def test_each_block_saves_exactly_d_squared_minus_d_parameters():

@@ -8,13 +8,13 @@ from rezero_mechanism import ReZero, ReZeroConfig
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from contract.config import format_config_error
-from models import catalog
-from models.build import build
-from models.config import ModelConfig
-from models.dense import AllBlocks
-from models.flops import count_params, forward_flops_per_token
-from models.mechanism import (
+from scalelab.contract.config import format_config_error
+from scalelab.models import catalog
+from scalelab.models.build import build
+from scalelab.models.config import ModelConfig
+from scalelab.models.dense import AllBlocks
+from scalelab.models.flops import count_params, forward_flops_per_token
+from scalelab.models.mechanism import (
     Mechanism,
     MechanismConfig,
     mechanism_of,
@@ -108,7 +108,7 @@ def test_registration_is_undone_after_the_block():
 
 
 def test_the_catalog_answers_from_the_registry_as_it_is_now():
-    from models.tsa import TokenSelective
+    from scalelab.models.tsa import TokenSelective
 
     catalog.mechanisms()  # the built-ins are registered
     unregister("tsa")

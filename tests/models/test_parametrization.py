@@ -6,13 +6,13 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from contract.config import format_config_error
-from jobs.config import TrainConfig
-from jobs.optim import adamw, set_lr
-from models import catalog
-from models.build import build
-from models.config import ModelConfig
-from models.parametrization import attention_scale, logit_scale, width_mult
+from scalelab.contract.config import format_config_error
+from scalelab.jobs.config import TrainConfig
+from scalelab.jobs.training.optim import adamw, set_lr
+from scalelab.models import catalog
+from scalelab.models.build import build
+from scalelab.models.config import ModelConfig
+from scalelab.models.parametrization import attention_scale, logit_scale, width_mult
 
 VOCAB = 64
 

@@ -1,9 +1,9 @@
 import pytest
 
-from models.build import build
-from models.config import ModelConfig
-from models.flops import count_params
-from models.sizes import SIZES
+from scalelab.models.build import build
+from scalelab.models.config import ModelConfig
+from scalelab.models.flops import count_params
+from scalelab.models.sizes import SIZES
 
 PAPER_LADDER = {"124M": 124e6, "350M": 350e6, "760M": 760e6, "1.3B": 1.3e9, "2.7B": 2.7e9}
 

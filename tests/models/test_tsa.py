@@ -5,14 +5,14 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from contract.config import format_config_error
-from jobs.synthetic.sequence_tasks import answer_accuracy, sequence_task_batch
-from models.build import build
-from models.config import ModelConfig
-from models.context import ForwardContext
-from models.early_exit import early_exit_logits, threshold_for_active_fraction
-from models.flops import count_params
-from models.tsa import (
+from scalelab.contract.config import format_config_error
+from scalelab.jobs.data.synthetic.sequence_tasks import answer_accuracy, sequence_task_batch
+from scalelab.models.build import build
+from scalelab.models.config import ModelConfig
+from scalelab.models.context import ForwardContext
+from scalelab.models.early_exit import early_exit_logits, threshold_for_active_fraction
+from scalelab.models.flops import count_params
+from scalelab.models.tsa import (
     MAX_ACTIVE_FRACTION,
     MIN_SKIPPED_TOKENS,
     TokenSelectiveDepth,

@@ -6,11 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models.build import build
-from models.config import ModelConfig
-from models.flops import count_params
-from models.gpt import GPT
-from models.vocab import padded_vocab_size
+from scalelab.models.build import build
+from scalelab.models.config import ModelConfig
+from scalelab.models.flops import count_params
+from scalelab.models.gpt import GPT
+from scalelab.models.vocab import padded_vocab_size
 
 VOCAB = 250  # padded to 256
 

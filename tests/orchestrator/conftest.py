@@ -25,7 +25,7 @@ def work_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     from mlflow import MlflowClient
 
-    from contract.workdir import tracking_uri
+    from scalelab.contract.workdir import tracking_uri
 
     MlflowClient(tracking_uri()).search_experiments()  # creates the database once
     return home
@@ -33,7 +33,7 @@ def work_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def ray_session(work_home: Path):
-    from orchestrator.backends.base import ray_init
+    from scalelab.orchestrator.backends.base import ray_init
 
     os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
     # Ray's workers know the test-only mechanism (tests/support/rezero_mechanism.py) as a

@@ -3,11 +3,11 @@ test's own process): what real DeepSpeed engines hold.
 
 measure_all(SPEC.json), SPEC: {"jobs": [JobConfig, ...], "dir": "...", "out": "results.json"}
 
-Each job's engine is built the way jobs/train.py builds it, takes two optimizer steps on
+Each job's engine is built the way jobs/training/train.py builds it, takes two optimizer steps on
 random tokens, and right after the last backward pass (parameters, gradients and optimizer
 states all exist then) every tensor storage reachable from the engine is summed once; the
 ones DeepSpeed keeps in its gradient buckets (`ipg_*`) are summed apart. Then a checkpoint
-is saved with jobs.checkpoint.save and its files summed. Rank 0 writes, per job, each
+is saved with jobs.training.checkpoint.save and its files summed. Rank 0 writes, per job, each
 rank's numbers.
 """
 
@@ -19,10 +19,10 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.engine_memory import held_bytes
-from jobs import checkpoint, distributed
-from jobs.config import JobConfig
-from jobs.ds_config import plan_batch
-from jobs.train import _Trainer
+from scalelab.jobs.config import JobConfig
+from scalelab.jobs.training import checkpoint, distributed
+from scalelab.jobs.training.ds_config import plan_batch
+from scalelab.jobs.training.train import _Trainer
 
 
 def measure(job: JobConfig, env: distributed.DistEnv, ckpt_dir: Path) -> dict:

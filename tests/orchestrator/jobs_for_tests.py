@@ -1,4 +1,4 @@
-"""Small job functions with the jobs.train.run signature, for scheduler tests.
+"""Small job functions with the jobs.training.train.run signature, for scheduler tests.
 
 Each records its calls as files under $SCALELAB_HOME/calls/<run_id>/ so a test can
 count how often a trial's run really ran (across processes and drivers; trial ids repeat
@@ -12,8 +12,8 @@ import time
 import uuid
 from pathlib import Path
 
-from contract.workdir import scalelab_home
-from jobs.config import JobConfig
+from scalelab.contract.workdir import scalelab_home
+from scalelab.jobs.config import JobConfig
 
 
 def _calls(run_id: str | None) -> Path:
@@ -93,7 +93,7 @@ def talkative(job: JobConfig, run_id: str | None = None) -> dict:
 
 
 def diverges(job: JobConfig, run_id: str | None = None) -> dict:
-    """The trial with seed 1 ends as jobs.train.run ends a diverged trial (its TrainResult's
+    """The trial with seed 1 ends as jobs.training.train.run ends a diverged trial (its TrainResult's
     status, reason and flag); the others finish."""
     _record(job, run_id)
     if job.seed == 1:
@@ -111,9 +111,9 @@ def curve(job: JobConfig, run_id: str | None = None) -> dict:
     from mlflow.entities import Metric as MlflowMetric
     from PIL import Image
 
-    from analysis.live_figure import FINISHED_KEY, FOLDER, NAME
-    from contract.runs import Metric
-    from contract.workdir import tracking_uri
+    from scalelab.analysis.live_figure import FINISHED_KEY, FOLDER, NAME
+    from scalelab.contract.runs import Metric
+    from scalelab.contract.workdir import tracking_uri
 
     client = MlflowClient(tracking_uri())
     parent = client.get_run(run_id).data.tags["mlflow.parentRunId"]

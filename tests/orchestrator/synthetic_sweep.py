@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from contract import workdir
-from jobs.provenance import mlflow_params
+from scalelab.contract import workdir
+from scalelab.jobs.tracking.provenance import mlflow_params
 
 LAW_E, LAW_A, LAW_ALPHA = 1.7, 270.0, 0.15
 # shape="chinchilla": Hoffmann et al.'s published fit, with the variant's multiplier applied
@@ -87,10 +87,10 @@ def write_sweep(
     get a NaN final loss (diverged)."""
     from mlflow import MlflowClient
 
-    from jobs.config import JobConfig, TrainConfig
-    from models import catalog
-    from models.config import ModelConfig
-    from models.flops import count_params
+    from scalelab.jobs.config import JobConfig, TrainConfig
+    from scalelab.models import catalog
+    from scalelab.models.config import ModelConfig
+    from scalelab.models.flops import count_params
 
     multipliers = multipliers or {"dense": 1.0, "hadamard": 0.8}
     rng = np.random.default_rng(rng_seed)
@@ -139,7 +139,7 @@ def write_sweep(
 def mechanism_curve(metric: str, config: Any, n: int, frac: np.ndarray) -> np.ndarray:
     """A mechanism's metric over training, in [0, 1]: a level set by the metric's name and
     log N, rising with t in proportion to the settings that differ from their defaults."""
-    from jobs.identity import science
+    from scalelab.jobs.identity import science
 
     numbers = [v for v in science(config, "").values() if not isinstance(v, bool)]
     level = 0.1 + (zlib.crc32(metric.encode()) % 100) / 500 + 0.02 * np.log10(n)
@@ -167,7 +167,7 @@ def _write_trial(
 ) -> SyntheticTrial:
     from mlflow.entities import Metric, Param, RunTag
 
-    from models.mechanism import mechanism_of
+    from scalelab.models.mechanism import mechanism_of
 
     client, eid, parent, sweep = ctx.client, ctx.eid, ctx.parent, ctx.sweep
     steps, noise, status, rng = ctx.steps, ctx.noise, ctx.status, ctx.rng

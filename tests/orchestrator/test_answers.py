@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pytest
 from synthetic_ladder import SIZES, as_trials, ladder
 
-from analysis.scaling import (
+from scalelab.analysis.scaling import (
     ScalingError,
     Trials,
     cell_means,
@@ -20,10 +20,10 @@ from analysis.scaling import (
     pair_trials,
     paired_gain,
 )
-from analysis.scaling.advice import Option, advise
-from analysis.scaling.checks import check_power_law
-from analysis.scaling.forecast import fit_forecast_law
-from analysis.scaling.lsq import lsq_power_law
+from scalelab.analysis.scaling.advice import Option, advise
+from scalelab.analysis.scaling.checks import check_power_law
+from scalelab.analysis.scaling.forecast import fit_forecast_law
+from scalelab.analysis.scaling.lsq import lsq_power_law
 
 AXES = ["size", "tokens"]
 N_LADDERS = 200
@@ -91,7 +91,7 @@ def test_a_law_the_data_do_not_pin_down_is_flagged():
 
 
 def test_bootstrap_resamples_of_a_fallback_fit_keep_its_form():
-    from analysis.scaling import bootstrap
+    from scalelab.analysis.scaling import bootstrap
 
     c = np.geomspace(1e15, 1e19, 10)
     loss = 300 * c**-0.15 * np.exp(np.random.default_rng(2).normal(0, 0.003, c.size))
@@ -105,7 +105,7 @@ def test_the_sweeps_law_goes_through_the_compute_frontier():
     the schedule does not suit): every one of those is beaten by a cheaper trial, so it is
     off the frontier, and the law must not bend towards it (it once went through every
     trial)."""
-    from analysis.results.fit import fit_table
+    from scalelab.analysis.results.fit import fit_table
 
     sizes = {k: SIZES[k] for k in ("nano", "tiny", "micro", "mini")}
     table = ladder(np.random.default_rng(5), multipliers={"dense": 1.0}, sizes=sizes,
@@ -226,7 +226,7 @@ def test_the_demos_backtest_reports_everything_its_check_found():
     """The demo's dense trials (make demo, 2026-12-01), micro held out and forecast from
     nano and tiny: four points, so the law without E, whose alpha the data do not pin
     down. The report's notes once gave the fallback only."""
-    from analysis.results.forecast import forecast_table
+    from scalelab.analysis.results.forecast import forecast_table
 
     runs = [("nano", 32768, 2.577e10, 3.8644), ("nano", 98304, 7.731e10, 2.9727),
             ("tiny", 32768, 7.731e10, 3.3798), ("tiny", 98304, 2.319e11, 2.6888),

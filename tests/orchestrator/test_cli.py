@@ -17,8 +17,8 @@ from conftest import HERE, calls, sweep_yaml
 from faults.mlflow_kit import NO_JOB_RUNNER
 from typer.testing import CliRunner
 
-from cli.main import app
-from orchestrator.ledger import Ledger
+from scalelab.cli.main import app
+from scalelab.orchestrator.ledger import Ledger
 
 runner = CliRunner()
 
@@ -156,7 +156,7 @@ def test_kill_9_the_driver_then_resubmit_picks_up(
     driver_log = tmp_path / "driver.log"
     with driver_log.open("wb") as log:
         driver = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "submit", str(path), "--job", "jobs_for_tests:sleepy"],
+            [sys.executable, "-m", "scalelab.cli.main", "submit", str(path), "--job", "jobs_for_tests:sleepy"],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     deadline = time.monotonic() + 120
@@ -193,9 +193,9 @@ def test_status_watch_refreshes_until_every_trial_is_done(
 ):
     import threading
 
-    from orchestrator.expand import expand
-    from orchestrator.scheduler import run_sweep
-    from orchestrator.spec import parse_spec
+    from scalelab.orchestrator.expand import expand
+    from scalelab.orchestrator.scheduler import run_sweep
+    from scalelab.orchestrator.spec import parse_spec
 
     trial_sleep(1)
     spec, source = parse_spec(sweep_yaml(sweep_name, seeds=3))  # concurrency 2: two rounds

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cli.completion import sweep_files
+from scalelab.cli.completion import sweep_files
 
 SCALELAB = Path(sys.executable).with_name("scalelab")
 

@@ -5,7 +5,7 @@ with a quote), the search reads every page."""
 import pytest
 from mlflow.tracking import MlflowClient
 
-from contract.runs import (
+from scalelab.contract.runs import (
     Role,
     Tag,
     quote,
@@ -16,7 +16,7 @@ from contract.runs import (
     trial_run_name,
     trials_filter,
 )
-from contract.workdir import tracking_uri
+from scalelab.contract.workdir import tracking_uri
 
 
 def test_names():

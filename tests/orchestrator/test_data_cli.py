@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
+from scalelab.cli.main import app
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 

@@ -23,7 +23,7 @@ import pytest
 from conftest import HERE, calls, sweep_yaml
 from typer.testing import CliRunner
 
-from cli.main import app
+from scalelab.cli.main import app
 
 pytestmark = pytest.mark.slow
 
@@ -90,7 +90,7 @@ def test_detached_submit_returns_then_the_ray_job_runs_the_sweep(
     try:
         t0 = time.monotonic()
         submitted = subprocess.run(
-            [sys.executable, "-m", "cli.main", "submit", str(path), "--detach",
+            [sys.executable, "-m", "scalelab.cli.main", "submit", str(path), "--detach",
              "--job", "jobs_for_tests:sleepy"],
             env=env, capture_output=True, text=True, timeout=120,
         )  # fmt: skip

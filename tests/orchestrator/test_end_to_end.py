@@ -1,13 +1,13 @@
-"""One real trial (jobs.train.run, DeepSpeed on CPU) driven by the scheduler into its run."""
+"""One real trial (jobs.training.train.run, DeepSpeed on CPU) driven by the scheduler into its run."""
 
 from __future__ import annotations
 
 import pytest
 
-from orchestrator.expand import expand
-from orchestrator.ledger import Ledger
-from orchestrator.scheduler import run_sweep
-from orchestrator.spec import parse_spec
+from scalelab.orchestrator.expand import expand
+from scalelab.orchestrator.ledger import Ledger
+from scalelab.orchestrator.scheduler import run_sweep
+from scalelab.orchestrator.spec import parse_spec
 
 
 @pytest.mark.slow
@@ -22,7 +22,7 @@ base:
 backend: {{concurrency: 1, cpus_per_trial: 1}}
 """)
     trials = expand(spec, source)
-    out = run_sweep(spec, trials, Ledger(spec.name))  # default job: jobs.train:run
+    out = run_sweep(spec, trials, Ledger(spec.name))  # default job: jobs.training.train:run
     assert out.finished == [trials[0].trial_id], out
     ledger = Ledger(spec.name)
     rec = ledger.records()[trials[0].trial_id]

@@ -8,9 +8,9 @@ import threading
 
 from conftest import sweep_yaml
 
-from orchestrator.expand import expand
-from orchestrator.ledger import Ledger
-from orchestrator.spec import parse_spec
+from scalelab.orchestrator.expand import expand
+from scalelab.orchestrator.ledger import Ledger
+from scalelab.orchestrator.spec import parse_spec
 
 
 def _sweep(name: str, seeds: int = 3):

@@ -7,15 +7,15 @@ from __future__ import annotations
 import pytest
 from rezero_mechanism import ReZero  # tests/support: on sys.path and on Ray's PYTHONPATH
 
-from analysis.plots import metric_figure
-from analysis.results import load_trials, sync
-from models import catalog
-from models.build import build
-from models.mechanism import registered
-from orchestrator.expand import expand
-from orchestrator.ledger import Ledger
-from orchestrator.scheduler import run_sweep
-from orchestrator.spec import parse_spec
+from scalelab.analysis.plots import metric_figure
+from scalelab.analysis.results import load_trials, sync
+from scalelab.models import catalog
+from scalelab.models.build import build
+from scalelab.models.mechanism import registered
+from scalelab.orchestrator.expand import expand
+from scalelab.orchestrator.ledger import Ledger
+from scalelab.orchestrator.scheduler import run_sweep
+from scalelab.orchestrator.spec import parse_spec
 
 
 @pytest.mark.slow
@@ -37,7 +37,7 @@ backend: {{concurrency: 2, cpus_per_trial: 1, max_retries: 0}}
         assert sorted(t.variant for t in trials) == ["dense", "rezero"]
         rezero = next(t for t in trials if t.variant == "rezero")
         assert rezero.n_params == build(rezero.job.model).num_params()  # the declared count
-        out = run_sweep(spec, trials, Ledger(spec.name))  # jobs.train on Ray workers
+        out = run_sweep(spec, trials, Ledger(spec.name))  # jobs.training.train on Ray workers
         assert sorted(out.finished) == sorted(t.trial_id for t in trials), out
         sync(spec.name)
         rows = {r["variant"]: r for r in load_trials(spec.name).to_pylist()}

@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from jobs.train import _checkpointed
-from models.build import build
-from models.config import ModelConfig
-from orchestrator.memory import activation_model
+from scalelab.jobs.training.train import _checkpointed
+from scalelab.models.build import build
+from scalelab.models.config import ModelConfig
+from scalelab.orchestrator.memory import activation_model
 
 B, T = 2, 64
 
@@ -21,7 +21,7 @@ B, T = 2, 64
 def _saved_bytes(cfg: ModelConfig, checkpointing: bool, dtype: torch.dtype) -> int:
     torch.manual_seed(0)
     model = build(cfg).to(dtype).train()
-    if checkpointing:  # as jobs/train.py wraps the blocks
+    if checkpointing:  # as jobs/training/train.py wraps the blocks
         for block in model.blocks:
             block.mlp_update = _checkpointed(block.mlp_update)
             block.attn_update = _checkpointed(block.attn_update)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from forked_ranks import on_ranks
 
-from jobs.config import JobConfig
-from jobs.ds_config import deepspeed_config, plan_batch
-from orchestrator.memory import (
+from scalelab.jobs.config import JobConfig
+from scalelab.jobs.training.ds_config import deepspeed_config, plan_batch
+from scalelab.orchestrator.memory import (
     ZeroSettings,
     checkpoint_bytes,
     model_state_bytes,
@@ -62,7 +62,7 @@ def _on_one_rank(jobs: list[JobConfig], tmp_path: Path, monkeypatch) -> list[lis
     """In this process (no launcher: one rank on 127.0.0.1)."""
     from engine_memory_worker import measure
 
-    from jobs import distributed
+    from scalelab.jobs.training import distributed
 
     monkeypatch.setenv("SCALELAB_HOME", str(tmp_path / "home"))
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID"):

@@ -11,15 +11,15 @@ import pytest
 from mlflow.entities import Param
 from typer.testing import CliRunner
 
-from cli.main import app
-from contract import workdir
-from contract.runs import Role, Status, Tag
-from jobs.config import JobConfig
-from jobs.provenance import mlflow_params
-from orchestrator.expand import expand
-from orchestrator.ledger import Ledger
-from orchestrator.migrate import MigrationRefused, migrate_sweep, needs_migration
-from orchestrator.spec import parse_spec
+from scalelab.cli.main import app
+from scalelab.contract import workdir
+from scalelab.contract.runs import Role, Status, Tag
+from scalelab.jobs.config import JobConfig
+from scalelab.jobs.tracking.provenance import mlflow_params
+from scalelab.orchestrator.expand import expand
+from scalelab.orchestrator.ledger import Ledger
+from scalelab.orchestrator.migrate import MigrationRefused, migrate_sweep, needs_migration
+from scalelab.orchestrator.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = json.loads((Path(__file__).parent / "data" / "demo_v0_jobs.json").read_text())
@@ -174,7 +174,7 @@ def test_colliding_trials_keep_the_finished_one(home, sweep_name):
 
 
 def _legacy_id(job: dict) -> str:
-    from jobs.identity import legacy_trial_id
+    from scalelab.jobs.identity import legacy_trial_id
 
     return legacy_trial_id(JobConfig.model_validate(job))
 

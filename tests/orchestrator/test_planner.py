@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from jobs.gpus import GPUS
-from models.build import build
-from models.config import ModelConfig
-from models.flops import forward_flops_per_token
-from orchestrator.expand import expand
-from orchestrator.memory import PROCESS_HOST_BYTES, parameter_sizes
-from orchestrator.planner import Placement, plan_sweep, plan_trial
-from orchestrator.spec import SpecError, load_spec, parse_spec
+from scalelab.cli.main import app
+from scalelab.jobs.gpus import GPUS
+from scalelab.models.build import build
+from scalelab.models.config import ModelConfig
+from scalelab.models.flops import forward_flops_per_token
+from scalelab.orchestrator.expand import expand
+from scalelab.orchestrator.memory import PROCESS_HOST_BYTES, parameter_sizes
+from scalelab.orchestrator.planner import Placement, plan_sweep, plan_trial
+from scalelab.orchestrator.spec import SpecError, load_spec, parse_spec
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 runner = CliRunner()
@@ -203,7 +203,7 @@ def test_the_planner_and_the_cli_import_no_torch():
     import sys
 
     code = (
-        "import sys, cli.main, orchestrator.planner, jobs.ds_config, jobs.gpus; "
+        "import sys, scalelab.cli.main, scalelab.orchestrator.planner, scalelab.jobs.training.ds_config, scalelab.jobs.gpus; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -9,12 +9,12 @@ import pytest
 from mlflow import MlflowClient
 from synthetic_sweep import write_sweep
 
-from analysis import plots
-from analysis.results import load_curves, sweep_dir, sync
-from analysis.results.fit import fit_sweep
-from analysis.results.sources import find_sweep_runs
-from contract import workdir
-from models import catalog
+from scalelab.analysis import plots
+from scalelab.analysis.results import load_curves, sweep_dir, sync
+from scalelab.analysis.results.fit import fit_sweep
+from scalelab.analysis.results.sources import find_sweep_runs
+from scalelab.contract import workdir
+from scalelab.models import catalog
 
 SIZES = ("nano", "micro", "mini", "124M")
 
@@ -136,7 +136,7 @@ def test_the_law_label_says_when_a_law_fell_back_or_failed_its_check():
     legend says so; the demo's BudgetFormer frontier: its law is not pinned down."""
     from synthetic_ladder import DEMO, SIZES, as_trials, ladder
 
-    from analysis.results.fit import fit_table
+    from scalelab.analysis.results.fit import fit_table
 
     sizes = {k: SIZES[k] for k in ("nano", "tiny", "micro", "mini")}
     truth = DEMO.with_noise(E=0.0, cell_sd=0.002, trial_sd=0.002)

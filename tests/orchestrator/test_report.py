@@ -8,8 +8,8 @@ import re
 import pytest
 from synthetic_sweep import write_sweep
 
-from analysis.report import summarise_sweep
-from analysis.results import sweep_dir
+from scalelab.analysis.report import summarise_sweep
+from scalelab.analysis.results import sweep_dir
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +70,8 @@ def test_a_summary_of_unchanged_trials_comes_from_its_cache(summary):
 def test_the_parent_run_carries_the_gains_and_the_report(summary):
     from mlflow import MlflowClient
 
-    from analysis.results.sources import find_sweep_runs
-    from contract.workdir import tracking_uri
+    from scalelab.analysis.results.sources import find_sweep_runs
+    from scalelab.contract.workdir import tracking_uri
 
     client = MlflowClient(tracking_uri())
     parent = find_sweep_runs("rep", tracking_uri()).parent_run_id

@@ -14,7 +14,7 @@ from mlflow import MlflowClient
 from synthetic_sweep import write_sweep
 from typer.testing import CliRunner
 
-from analysis.results import (
+from scalelab.analysis.results import (
     ResultsError,
     load_curves,
     load_trials,
@@ -23,9 +23,9 @@ from analysis.results import (
     store,
     sync,
 )
-from analysis.results.fit import fit_sweep
-from analysis.results.query import ResultsWarning
-from contract import workdir
+from scalelab.analysis.results.fit import fit_sweep
+from scalelab.analysis.results.query import ResultsWarning
+from scalelab.contract import workdir
 
 SIZES = ("nano", "micro", "mini", "124M")
 HADAMARD_M = 0.8  # the known compute multiplier the fit must recover
@@ -98,7 +98,7 @@ def test_rows_derived_by_other_code_are_all_read_again(home, monkeypatch):
     re-reads every finished trial instead of keeping rows the old code wrote."""
     import importlib
 
-    sync_module = importlib.import_module("analysis.results.sync")  # the package's `sync`
+    sync_module = importlib.import_module("scalelab.analysis.results.sync")  # the package's `sync`
     write_sweep("upgrade", sizes=("nano",), multipliers={"dense": 1.0}, steps=3)
     first = sync("upgrade")
     assert (sync("upgrade").n_read, first.n_read) == (0, first.n_trials)
@@ -163,7 +163,7 @@ def test_query_counts_values_warns_and_shows_readable_columns(home):
     assert groups["n"].to_pylist() == [0, 0]  # n counts values, and there are none
     with pytest.warns(ResultsWarning, match="matches no trial"):
         query("main", where="variant == 'nope'")
-    from cli.main import app
+    from scalelab.cli.main import app
 
     res = CliRunner().invoke(app, ["results", "query", "main", "--at", beyond])
     assert res.exit_code == 0 and "warning: no trial has val/loss" in res.stderr
@@ -265,7 +265,7 @@ def test_bad_input_gives_clear_messages(home):
         fit_sweep("empty")
     with pytest.raises(ResultsError, match="unknown sweep 'missing'"):
         sync("missing")
-    from cli.main import app
+    from scalelab.cli.main import app
 
     runner = CliRunner()
     for args in (
@@ -288,7 +288,7 @@ def test_bad_input_gives_clear_messages(home):
 def test_forecast_and_advice_commands(home):
     """`results forecast` (a larger size, a compute budget, a held-out size) and `results
     advise`, as tables and as JSON, on the sweep drawn from a known law."""
-    from cli.main import app
+    from scalelab.cli.main import app
 
     runner = CliRunner()
     res = runner.invoke(app, ["results", "forecast", "main", "--holdout", "124M", "--json"])

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from analysis.scaling import (
+from scalelab.analysis.scaling import (
     ChinchillaFit,
     PowerLawFit,
     ScalingError,
@@ -180,7 +180,7 @@ def test_shift_law_gives_a_usable_interval_from_four_trials_per_variant():
 def test_shift_objective_gradient_matches_finite_differences():
     from scipy.optimize import approx_fprime
 
-    from analysis.scaling.shift import shift_objective
+    from scalelab.analysis.scaling.shift import shift_objective
 
     rng = np.random.default_rng(3)
     x, y = rng.normal(size=12), np.log(2 + rng.random(12))
@@ -297,7 +297,7 @@ def test_bootstrap_is_seeded_and_resamples_within_strata():
 def test_log_space_objective_gradient_matches_finite_differences():
     from scipy.optimize import approx_fprime
 
-    from analysis.scaling.objective import LogLaw
+    from scalelab.analysis.scaling.objective import LogLaw
 
     rng = np.random.default_rng(12)
     mask = rng.random((60, 2)) > 0.5

@@ -7,10 +7,10 @@ import time
 
 from conftest import calls, sweep_yaml
 
-from orchestrator.expand import expand
-from orchestrator.ledger import Ledger
-from orchestrator.scheduler import run_sweep
-from orchestrator.spec import parse_spec
+from scalelab.orchestrator.expand import expand
+from scalelab.orchestrator.ledger import Ledger
+from scalelab.orchestrator.scheduler import run_sweep
+from scalelab.orchestrator.spec import parse_spec
 
 
 def _setup(name: str, **kw):

@@ -15,14 +15,14 @@ from conftest import HERE, calls, sweep_yaml
 from mlflow import MlflowClient
 from typer.testing import CliRunner
 
-from cli.main import app
-from contract import workdir
-from contract.runs import Tag
-from contract.workdir import tracking_uri
-from orchestrator.expand import expand
-from orchestrator.ledger import Ledger
-from orchestrator.scheduler import run_sweep
-from orchestrator.spec import parse_spec
+from scalelab.cli.main import app
+from scalelab.contract import workdir
+from scalelab.contract.runs import Tag
+from scalelab.contract.workdir import tracking_uri
+from scalelab.orchestrator.expand import expand
+from scalelab.orchestrator.ledger import Ledger
+from scalelab.orchestrator.scheduler import run_sweep
+from scalelab.orchestrator.spec import parse_spec
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -92,7 +92,7 @@ def test_a_restarted_driver_reattaches_to_the_running_slurm_job(
         "SCALELAB_TEST_SLEEP": "6",  # the SLURM job inherits it (sbatch exports the env)
     }
     driver = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "submit", str(path),
+        [sys.executable, "-m", "scalelab.cli.main", "submit", str(path),
          "--job", "jobs_for_tests:sleepy", "--no-summary"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
@@ -139,7 +139,7 @@ def _steps_logged(curves: Path) -> int:
 def test_a_two_task_trial_sent_sigterm_checkpoints_and_requeues_its_job_in_place(
     slurm_cluster, ray_session, work_home, sweep_name, tmp_path
 ):
-    """jobs.train on the real SLURM as 2 tasks (srun: one rank per task, the rendezvous on
+    """jobs.training.train on the real SLURM as 2 tasks (srun: one rank per task, the rendezvous on
     the first node from SLURM's environment) gets SIGTERM (`scancel --signal=TERM`, which
     also aborts the job step KillWait + 2 s later; SIGUSR2, the time-limit warning, is
     handled alike): it checkpoints at the end of the step in progress (on nano steps the

@@ -8,12 +8,12 @@ import subprocess
 import pytest
 from mlflow import MlflowClient
 
-from contract.runs import Tag
-from contract.workdir import tracking_uri
-from orchestrator.expand import expand
-from orchestrator.ledger import Ledger
-from orchestrator.scheduler import run_sweep
-from orchestrator.spec import parse_spec
+from scalelab.contract.runs import Tag
+from scalelab.contract.workdir import tracking_uri
+from scalelab.orchestrator.expand import expand
+from scalelab.orchestrator.ledger import Ledger
+from scalelab.orchestrator.scheduler import run_sweep
+from scalelab.orchestrator.spec import parse_spec
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

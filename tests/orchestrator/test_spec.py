@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from jobs.config import JobConfig
-from models.flops import train_flops_per_token
-from orchestrator.expand import expand, plan_rows
-from orchestrator.spec import SpecError, SweepSpec, load_spec, parse_spec
+from scalelab.jobs.config import JobConfig
+from scalelab.models.flops import train_flops_per_token
+from scalelab.orchestrator.expand import expand, plan_rows
+from scalelab.orchestrator.spec import SpecError, SweepSpec, load_spec, parse_spec
 
 BASE = """
 name: s

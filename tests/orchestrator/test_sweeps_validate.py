@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from models.config import ModelConfig
-from models.flops import count_params
-from models.sizes import get_size
-from orchestrator.expand import Trial, expand, plan_rows
-from orchestrator.spec import load_spec
+from scalelab.models.config import ModelConfig
+from scalelab.models.flops import count_params
+from scalelab.models.sizes import get_size
+from scalelab.orchestrator.expand import Trial, expand, plan_rows
+from scalelab.orchestrator.spec import load_spec
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 SWEEP_FILES = sorted(SWEEPS.glob("*.yaml")) + sorted(SWEEPS.glob("*.yml"))
@@ -156,7 +156,7 @@ def test_the_hadamard_plan_prices_every_ladder_size():
 def test_submit_dry_run_prints_the_plan_as_json(tmp_path, monkeypatch):
     monkeypatch.setenv("SCALELAB_HOME", str(tmp_path))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    from cli.main import app
+    from scalelab.cli.main import app
 
     result = CliRunner().invoke(
         app, ["submit", str(SWEEPS / "hadamard_cpu.yaml"), "--dry-run", "--json"]
@@ -179,7 +179,7 @@ def test_submit_dry_run_refuses_a_tokenizer_this_machine_cannot_load(tmp_path, m
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")  # a download would fail
-    from cli.main import app
+    from scalelab.cli.main import app
 
     path = tmp_path / "hadamard.yaml"
     path.write_text((SWEEPS / "hadamard.yaml").read_text().replace(

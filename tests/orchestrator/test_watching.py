@@ -17,12 +17,12 @@ from conftest import calls, sweep_yaml
 from faults.mlflow_kit import MlflowServer
 from typer.testing import CliRunner
 
-from cli.main import app
-from contract.workdir import tracking_uri, trial_dir, trial_log
-from jobs.trial_logs import follow
-from orchestrator.expand import expand
-from orchestrator.ledger import Ledger
-from orchestrator.spec import parse_spec
+from scalelab.cli.main import app
+from scalelab.contract.workdir import tracking_uri, trial_dir, trial_log
+from scalelab.jobs.tracking.trial_logs import follow
+from scalelab.orchestrator.expand import expand
+from scalelab.orchestrator.ledger import Ledger
+from scalelab.orchestrator.spec import parse_spec
 
 runner = CliRunner()
 SCALELAB = Path(sys.executable).with_name("scalelab")
@@ -82,7 +82,7 @@ def test_parent_loss_vs_flops_figure_fills_in_as_trials_finish(
     from mlflow import MlflowClient
     from PIL import Image
 
-    from analysis.live_figure import FINISHED_KEY, FOLDER, NAME
+    from scalelab.analysis.live_figure import FINISHED_KEY, FOLDER, NAME
 
     one_at_a_time = "{concurrency: 1, max_retries: 0, cpus_per_trial: 0.5}"
     path = _write(tmp_path, sweep_yaml(sweep_name, seeds=2, backend=one_at_a_time))

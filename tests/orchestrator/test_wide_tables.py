@@ -9,7 +9,7 @@ from rich.pager import Pager
 from rich.table import Table
 from rich.text import Text
 
-from cli.wide_tables import print_table
+from scalelab.cli.wide_tables import print_table
 
 HEADERS = [f"setting_{i}" for i in range(12)]
 

@@ -17,12 +17,12 @@ import torch
 from pydantic import Field
 from torch import Tensor, nn
 
-from models.context import ForwardContext
-from models.dense import AllBlocks
-from models.mechanism import Column, Mechanism, MechanismConfig, MetricPlot
+from scalelab.models.context import ForwardContext
+from scalelab.models.dense import AllBlocks
+from scalelab.models.mechanism import Column, Mechanism, MechanismConfig, MetricPlot
 
 if TYPE_CHECKING:
-    from models.config import ModelConfig
+    from scalelab.models.config import ModelConfig
 
 
 class ReZeroConfig(MechanismConfig):

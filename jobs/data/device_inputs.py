@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from jobs.batch import Batch
+from scalelab.jobs.data.batch import Batch
 
 Inputs = tuple[torch.Tensor, torch.Tensor, dict[str, Any]]
 

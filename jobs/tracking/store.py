@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from contract import workdir
+from scalelab.contract import workdir
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -37,14 +37,14 @@ class StoreError(RuntimeError):
 def client(uri: str | None = None, one_try: bool = False) -> MlflowClient:
     """An MlflowClient for `uri` (default: `workdir.tracking_uri()`), creating a sqlite store
     safely first. `one_try`: each request to a tracking server is tried once, with a short
-    timeout (`jobs/one_try.py`), for a caller that asks again later itself."""
+    timeout (`jobs/tracking/one_try.py`), for a caller that asks again later itself."""
     from mlflow import MlflowClient
 
     uri = uri or workdir.tracking_uri()
     if uri.startswith("sqlite:///"):
         ensure_sqlite(Path(uri.removeprefix("sqlite:///")))
     if one_try:
-        from jobs.one_try import tried_once
+        from scalelab.jobs.tracking.one_try import tried_once
 
         return tried_once(MlflowClient(uri))
     return MlflowClient(uri)

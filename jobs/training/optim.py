@@ -7,9 +7,9 @@ import math
 import torch
 from torch import nn
 
-from jobs.config import JobConfig, TrainConfig
-from models.flops import count_params, train_flops_per_token
-from models.parametrization import lr_scale, parameter_roles
+from scalelab.jobs.config import JobConfig, TrainConfig
+from scalelab.models.flops import count_params, train_flops_per_token
+from scalelab.models.parametrization import lr_scale, parameter_roles
 
 NO_DECAY_ROLES = ("input", "vector")  # embeddings (and so the tied head), biases, norms, gains
 

@@ -6,7 +6,7 @@ bind address, but it can serve from a socket that is already listening
 (`master_listen_fd`). So this launcher binds 127.0.0.1 itself, serves the store from that
 socket, and starts the ranks as its clients (TORCHELASTIC_USE_AGENT_STORE: rank 0 does not
 start a store of its own, as under torchrun). Each rank then pins gloo's and NCCL's sockets
-to the loopback interface (jobs/distributed.py, read_environment).
+to the loopback interface (jobs/training/distributed.py, read_environment).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 LOOPBACK = "127.0.0.1"
-STOP_GRACE_S = 30.0  # a rank told to stop writes its checkpoint first (jobs/checkpoint.py)
+STOP_GRACE_S = 30.0  # a rank told to stop writes its checkpoint first (jobs/training/checkpoint.py)
 
 
 def rank_environment(rank: int, ranks: int, port: int) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """Tokenising batches of documents in a pool of worker processes, results in source order.
 
 The main process hands out work and takes back numpy arrays: for Parquet (the format of
-hub-scale corpora) only where the rows are (jobs/sources.py, ParquetRows), which the worker
+hub-scale corpora) only where the rows are (jobs/data/sources.py, ParquetRows), which the worker
 reads itself, so the main process stays far from being the limit however many workers
 there are; for JSONL / CSV Arrow arrays it read (no Python strings are made in the main
 process), for the rest lists of texts. Each worker cuts its documents into pieces,
@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from jobs.sources import Docs, ParquetRows
-from jobs.tokenizers import Tokenizer
+from scalelab.jobs.data.sources import Docs, ParquetRows
+from scalelab.jobs.data.tokenizers import Tokenizer
 
 # documents are cut into pieces of at most this many characters (part of the data's format,
-# jobs/shards.py FORMAT; defined here so the workers need not import the manifest's models)
+# jobs/data/shards.py FORMAT; defined here so the workers need not import the manifest's models)
 PIECE_CHARS = 1 << 16
 
 

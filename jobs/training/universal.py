@@ -46,7 +46,7 @@ def needed(tag_dir: Path, saved_world: int, world: int) -> bool:
 def convert(tag_dir: Path, out_dir: Path) -> str:
     """Write the universal form of `tag_dir` to `out_dir`; returns the converter's output.
     In-process with one worker: its worker processes would not inherit the safe-loading
-    allow-list of jobs.safe_load (a rank count changes rarely; the conversion reads each
+    allow-list of jobs.training.safe_load (a rank count changes rarely; the conversion reads each
     file once)."""
     from deepspeed.checkpoint import ds_to_universal
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.config import JobCheckError, JobConfig
+from scalelab.jobs.config import JobCheckError, JobConfig
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from contract.runs import PREFIX
-from jobs.config import JobConfig
-from jobs.identity import SEMANTICS_VERSION
+from scalelab.contract.runs import PREFIX
+from scalelab.jobs.config import JobConfig
+from scalelab.jobs.identity import SEMANTICS_VERSION
 
 PARAM_VALUE_LIMIT = 6000  # MLflow 3's limit on a param value (older servers: 500)
 

@@ -2,16 +2,16 @@
 trusted, and set aside when they cannot be.
 
 Saving: every rank saves its shard through `engine.save_checkpoint` and its RNG states (as
-tensors, jobs.rng_state); after a barrier the ranks digest the folder's files between them
-(jobs.checksums) and rank 0 writes `<tag>/COMPLETE` last: the sizes and SHA-256 of every
+tensors, jobs.training.rng_state); after a barrier the ranks digest the folder's files between them
+(jobs.training.checksums) and rank 0 writes `<tag>/COMPLETE` last: the sizes and SHA-256 of every
 file, the world size, and the loop state (step, data position, tokens, the MLflow run id).
 A folder without that marker (a save cut short by a kill) is never a candidate. The newest
 `keep` complete checkpoints are kept.
 
 Resuming (`resume`), newest candidate first: the files are compared with the marker before
 any is opened (the ranks share the work), then loaded with every `torch.load` restricted to
-weights (jobs.safe_load), through a universal checkpoint when the rank count changed
-(jobs.universal). A candidate that fails either step is moved to `ckpt/rejected/<tag>/`
+weights (jobs.training.safe_load), through a universal checkpoint when the rank count changed
+(jobs.training.universal). A candidate that fails either step is moved to `ckpt/rejected/<tag>/`
 with the reason in its `REJECTED` file (so it is never tried again) and the next older one
 is tried. The ranks agree on every verdict, so they all load the same checkpoint.
 """
@@ -29,8 +29,8 @@ import torch
 import torch.distributed as dist
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from jobs import checksums, rng_state, safe_load, universal
-from jobs.distributed import DistEnv, barrier
+from scalelab.jobs.training import checksums, rng_state, safe_load, universal
+from scalelab.jobs.training.distributed import DistEnv, barrier
 
 MARKER = "COMPLETE"
 REJECTED_DIR = "rejected"  # checkpoints set aside, each with the reason in REASON_FILE
@@ -135,7 +135,7 @@ def resume(engine: Any, env: DistEnv, ckpt_dir: Path) -> Resumed:
 def verify(tag_dir: Path) -> str:
     """Every check `resume` makes before loading `tag_dir` (files as recorded, no pickle
     that would run code), by this process alone ('' if it passes): for reading a
-    checkpoint outside training (jobs/trained_model.py)."""
+    checkpoint outside training (jobs/training/trained_model.py)."""
     alone = DistEnv(0, 1, 0, 1, "127.0.0.1", 0, "none", "cpu", owns_process_group=False)
     return _verify(alone, tag_dir)
 

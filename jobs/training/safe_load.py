@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from jobs.environ import scoped_environ
+from scalelab.jobs.environ import scoped_environ
 
 FORCE, FORBID = "TORCH_FORCE_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
 

@@ -2,11 +2,11 @@
 exists, open it as samples, and read it in the global order.
 
 - Language-model text (builtin:pydoc, local files, hf: datasets) is tokenised once per
-  (source, tokenizer) into shared token shards (jobs/prepare.py, jobs/shards.py) and read
-  as windows through jobs/reader.py.
+  (source, tokenizer) into shared token shards (jobs/data/prepare.py, jobs/data/shards.py) and read
+  as windows through jobs/data/reader.py.
 - builtin:copy / builtin:sort (the TSA paper's tasks) are generated from (seed, index).
 - builtin:classification is generated from the seed; labelled text for the classification
-  encoder is tokenised into per-trial arrays (jobs/classification_data.py).
+  encoder is tokenised into per-trial arrays (jobs/data/classification.py).
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs import classification_data
-from jobs.batch import Batch
-from jobs.classification_data import LabelledData
-from jobs.config import DataConfig
-from jobs.reader import TokenWindows, TrainStream, val_batches
-from jobs.shards import read_manifest
-from jobs.sources import TextSource, resolve_source
-from jobs.tokenizers import Tokenizer, load_tokenizer
-from models.config import ModelConfig
+from scalelab.jobs.config import DataConfig
+from scalelab.jobs.data import classification as classification_data
+from scalelab.jobs.data.batch import Batch
+from scalelab.jobs.data.classification import LabelledData
+from scalelab.jobs.data.reader import TokenWindows, TrainStream, val_batches
+from scalelab.jobs.data.shards import read_manifest
+from scalelab.jobs.data.sources import TextSource, resolve_source
+from scalelab.jobs.data.tokenizers import Tokenizer, load_tokenizer
+from scalelab.models.config import ModelConfig
 
 __all__ = ["Batch", "TrainStream", "check_data", "open_data", "prepare", "val_batches"]
 
@@ -36,7 +36,7 @@ class SyntheticData:
     fresh_examples = True  # every train position is a new example: no permutation needed
 
     def __init__(self, task: str, seq_len: int, seed: int, n_val: int) -> None:
-        from jobs.synthetic.sequence_tasks import sequence_task_batch
+        from scalelab.jobs.data.synthetic.sequence_tasks import sequence_task_batch
 
         self._make = sequence_task_batch
         self.task, self.n_src, self.seed, self.n_val = task, seq_len // 2, seed, n_val
@@ -56,7 +56,7 @@ class SyntheticData:
 
 
 class ClassificationData:
-    """BudgetFormer's synthetic easy/hard classification (jobs/synthetic/classification.py):
+    """BudgetFormer's synthetic easy/hard classification (jobs/data/synthetic/classification.py):
     a fixed train set and a fixed val set, each generated from the trial's seed."""
 
     N_TRAIN = 16384
@@ -64,7 +64,7 @@ class ClassificationData:
     def __init__(
         self, seq_len: int, seed: int, n_val: int, vocab_size: int, n_classes: int
     ) -> None:
-        from jobs.synthetic.classification import make_classification
+        from scalelab.jobs.data.synthetic.classification import make_classification
 
         kw = {"seq_len": seq_len, "n_classes": n_classes, "vocab_size": vocab_size}
         self.split = {
@@ -119,7 +119,7 @@ def check_data(cfg: DataConfig, model: ModelConfig) -> Tokenizer | None:
 
 def train_windows(tokens: int, global_batch_tokens: int, seq_len: int) -> int:
     """Windows of seq_len + 1 tokens a trial of `tokens` training tokens reads: its steps
-    (jobs/optim.py's total_steps) x the sequences of one step."""
+    (jobs/training/optim.py's total_steps) x the sequences of one step."""
     return max(1, math.ceil(tokens / global_batch_tokens)) * (global_batch_tokens // seq_len)
 
 
@@ -138,7 +138,7 @@ def prepare(
     windows of seq_len + 1 tokens (None: the whole source) and the validation tokens.
     Call it on every rank before any process group exists: no rank waits in a collective
     while another tokenises."""
-    from jobs.prepare import dataset_root, enough, prepare_source
+    from scalelab.jobs.data.prepare import dataset_root, enough, prepare_source
 
     tok = check_data(cfg, model)
     if tok is None:

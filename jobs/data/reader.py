@@ -24,8 +24,8 @@ from typing import Protocol
 
 import numpy as np
 
-from jobs.batch import Batch
-from jobs.shards import Manifest
+from scalelab.jobs.data.batch import Batch
+from scalelab.jobs.data.shards import Manifest
 
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 

@@ -7,7 +7,7 @@ GPU not in that table, and every CPU, has no peak: there `perf/mfu` is not logge
 
 from __future__ import annotations
 
-from jobs.gpus import device_gpu
+from scalelab.jobs.gpus import device_gpu
 
 
 def device_peak_flops(device: str) -> float | None:

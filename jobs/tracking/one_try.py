@@ -1,7 +1,7 @@
 """MLflow clients whose requests to a tracking server are tried once, with a short timeout.
 
 For calls whose caller retries anyway: the driver's periodic polls (cancels, heartbeats)
-ask again at their next tick, and a spool (`jobs/outbox.py`) keeps what it could not send.
+ask again at their next tick, and a spool (`jobs/tracking/outbox.py`) keeps what it could not send.
 MLflow's own retry chain (MLFLOW_HTTP_REQUEST_MAX_RETRIES = 7, BACKOFF_FACTOR = 2) sleeps
 for minutes in all and up to a minute at a time, so a caller inside it stays blind for that
 long after the server is back. Those settings are environment variables, read at every

@@ -1,11 +1,11 @@
-"""One trial: `run(job, run_id) -> TrainResult`, and the process entry `python -m jobs.train`.
+"""One trial: `run(job, run_id) -> TrainResult`, and the process entry `python -m scalelab.jobs.training.train`.
 
 Order of work: read the launcher's environment and check every input (devices, batch
 division, data source, tokenizer) before any process group, file or MLflow run exists; then
 make the data ready (every rank, before the process group: the first to take the data's
 file lock tokenises, the others wait on the lock, never in a collective), build the model,
 wrap it in a DeepSpeed engine, resume from the newest checkpoint that verifies, on any rank
-count (jobs.checkpoint), and train with logging, validation, checkpoints, divergence checks
+count (jobs.training.checkpoint), and train with logging, validation, checkpoints, divergence checks
 and preemption handling. trials/<trial_id>/ gets job.json, deepspeed.json, curves.jsonl,
 ckpt/ and result.json (written last).
 """
@@ -25,25 +25,33 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from contract import runs
-from contract.outcome import Ending, exit_code
-from contract.runs import EXPERIMENT_ENV, STANDALONE_EXPERIMENT, Metric, Status, Tag
-from contract.workdir import IDENTITY_FILE, JOB_FILE, RESULT_FILE, trial_dir
-from jobs import checkpoint, distributed, identity, universal
-from jobs.accounting import device_peak_flops, mfu
-from jobs.checks import preflight
-from jobs.config import JobConfig
-from jobs.data import Batch, TrainStream, open_data, prepare, train_windows, val_batches
-from jobs.device_inputs import prefetched
-from jobs.distributed import DistEnv
-from jobs.ds_config import BatchPlan, deepspeed_config
-from jobs.evaluate import evaluate, evaluate_early_exit
-from jobs.optim import adamw, lr_at, set_lr, total_steps, total_tokens
-from jobs.preemption import PreemptionFlag, PreemptionVote
-from jobs.provenance import code_version, mlflow_params
-from jobs.step_metrics import MetricWindow, Reduced
-from jobs.tracking import Tracker
-from models.flops import count_params, train_flops_per_token
+from scalelab.contract import runs
+from scalelab.contract.outcome import Ending, exit_code
+from scalelab.contract.runs import EXPERIMENT_ENV, STANDALONE_EXPERIMENT, Metric, Status, Tag
+from scalelab.contract.workdir import IDENTITY_FILE, JOB_FILE, RESULT_FILE, trial_dir
+from scalelab.jobs import identity
+from scalelab.jobs.checks import preflight
+from scalelab.jobs.config import JobConfig
+from scalelab.jobs.data.device_inputs import prefetched
+from scalelab.jobs.data.trial import (
+    Batch,
+    TrainStream,
+    open_data,
+    prepare,
+    train_windows,
+    val_batches,
+)
+from scalelab.jobs.tracking.provenance import code_version, mlflow_params
+from scalelab.jobs.tracking.tracker import Tracker
+from scalelab.jobs.training import checkpoint, distributed, universal
+from scalelab.jobs.training.accounting import device_peak_flops, mfu
+from scalelab.jobs.training.distributed import DistEnv
+from scalelab.jobs.training.ds_config import BatchPlan, deepspeed_config
+from scalelab.jobs.training.evaluate import evaluate, evaluate_early_exit
+from scalelab.jobs.training.optim import adamw, lr_at, set_lr, total_steps, total_tokens
+from scalelab.jobs.training.preemption import PreemptionFlag, PreemptionVote
+from scalelab.jobs.training.step_metrics import MetricWindow, Reduced
+from scalelab.models.flops import count_params, train_flops_per_token
 
 DS_CONFIG_FILE = "deepspeed.json"
 COMPUTE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -151,7 +159,7 @@ class _Trainer:
         the compute dtype one module at a time, never whole in fp32 on the host; ZeRO-3
         builds it partitioned across the ranks (deepspeed.zero.Init), one module whole at a
         time. The initial values are the same either way (models/build.py)."""
-        from models.build import build_materialised, build_partitioned
+        from scalelab.models.build import build_materialised, build_partitioned
 
         dtype = COMPUTE_DTYPES[self.job.train.dtype]
         if self.job.deepspeed.zero_stage == 3:
@@ -197,7 +205,7 @@ class _Trainer:
 
     def _resume(self) -> dict[str, Any]:
         """The newest usable checkpoint's loop state (a fresh one if none); checkpoints that
-        fail verification or loading are set aside (jobs.checkpoint) and reported."""
+        fail verification or loading are set aside (jobs.training.checkpoint) and reported."""
         fresh = {"step": 0, "tokens": 0, "flops": 0.0, "best_val": None, "min_loss": None}
         resumed = checkpoint.resume(self.engine, self.env, self.ckpt_dir)
         self.skipped_checkpoints = resumed.skipped
@@ -252,9 +260,9 @@ class _Trainer:
 
     def _loop(self, state: dict[str, Any], flag: PreemptionFlag) -> tuple:
         """Steps until the budget. Nothing is read back from the device except at sync steps
-        (log, eval, checkpoint and the last step; jobs/step_metrics.py), where the losses are
+        (log, eval, checkpoint and the last step; jobs/training/step_metrics.py), where the losses are
         checked for divergence. Before every step's update the ranks vote on whether one was
-        signalled (jobs/preemption.py, on the host): if so the step ends in a checkpoint."""
+        signalled (jobs/training/preemption.py, on the host): if so the step ends in a checkpoint."""
         env, engine, t = self.env, self.engine, self.job.train
         peak, accum = device_peak_flops(env.device), self.plan.accum
         log: dict[str, float] = {}  # sums over the log window's steps (host)
@@ -378,7 +386,7 @@ def load_job(path: str | Path) -> JobConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m jobs.train CONFIG [RUN_ID]` under any launcher; exit 75 = requeue me."""
+    """`python -m scalelab.jobs.training.train CONFIG [RUN_ID]` under any launcher; exit 75 = requeue me."""
     argv = sys.argv[1:] if argv is None else argv
     result = run(load_job(argv[0]), argv[1] if len(argv) > 1 else None)
     print(json.dumps(asdict(result)))

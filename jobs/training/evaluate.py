@@ -8,9 +8,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from jobs.data import Batch
-from jobs.device_inputs import model_inputs
-from jobs.distributed import DistEnv
+from scalelab.jobs.data.device_inputs import model_inputs
+from scalelab.jobs.data.trial import Batch
+from scalelab.jobs.training.distributed import DistEnv
 
 
 @torch.no_grad()
@@ -71,8 +71,8 @@ def evaluate_early_exit(
     import deepspeed
     import torch.nn.functional as F
 
-    from models.early_exit import early_exit_logits, threshold_for_active_fraction
-    from models.tsa import tlops_saved
+    from scalelab.models.early_exit import early_exit_logits, threshold_for_active_fraction
+    from scalelab.models.tsa import tlops_saved
 
     model = engine.module
     engine.eval()

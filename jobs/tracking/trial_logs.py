@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from contract.workdir import JOB_FILE, LOGS_DIR, TRACEBACK_FILE, trial_dir, trial_log
-from jobs.environ import scoped_environ
+from scalelab.contract.workdir import JOB_FILE, LOGS_DIR, TRACEBACK_FILE, trial_dir, trial_log
+from scalelab.jobs.environ import scoped_environ
 
 
 @contextmanager
@@ -60,8 +60,8 @@ def captured(trial_id: str, run_id: str | None, job_json: str) -> Iterator[Path]
 def attach(trial_id: str, run_id: str) -> None:
     """job.json and logs/ as the run's artifacts. Best effort: a tracking store that cannot
     be reached now costs the attachment, never the trial (the files stay in its folder)."""
-    from jobs import tracking_store
-    from jobs.tracking import fail_fast_environ
+    from scalelab.jobs.tracking import store as tracking_store
+    from scalelab.jobs.tracking.tracker import fail_fast_environ
 
     folder = trial_dir(trial_id)
     try:

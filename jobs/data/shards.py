@@ -29,7 +29,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from contract.workdir import data_dir
+from scalelab.contract.workdir import data_dir
 
 FORMAT = 1  # bump when the files change meaning
 DEFAULT_SHARD_TOKENS = 1 << 26  # 64M tokens: 128 MiB of uint16

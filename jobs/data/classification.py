@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from contract.workdir import data_dir
-from jobs.batch import Batch
-from jobs.config import DataConfig
-from jobs.tokenizers import Tokenizer
+from scalelab.contract.workdir import data_dir
+from scalelab.jobs.config import DataConfig
+from scalelab.jobs.data.batch import Batch
+from scalelab.jobs.data.tokenizers import Tokenizer
 
 FORMAT = 1  # bump when the stored arrays change meaning
 LOCAL_BUILDERS = {".csv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
@@ -124,7 +124,7 @@ def local_splits(files: list[Path]) -> dict[str, list[Path]]:
 
 def _load(cfg: DataConfig, kind: str, files: list[Path], seed: int) -> dict[str, Columns]:
     if kind == "topics":
-        from jobs.synthetic.topics import make_topics
+        from scalelab.jobs.data.synthetic.topics import make_topics
 
         return {"train": make_topics(20_000, seed=1), "test": make_topics(2_000, seed=2)}
     import datasets

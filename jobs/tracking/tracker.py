@@ -2,7 +2,7 @@
 
 Only rank 0 tracks. Every point goes to the trial's curve file (`curves.jsonl`, read by the
 results layer) and, with every tag, param and status change, to the run's spool
-(`jobs/outbox.py`, one per run). A sender process delivers the spool with `log_batch`;
+(`jobs/tracking/outbox.py`, one per run). A sender process delivers the spool with `log_batch`;
 when MLflow is unreachable it retries later: the spool keeps everything across outages,
 crashes and requeues, and whoever touches the trial next (a resumed job, a driver,
 `scalelab status`, `scalelab results sync`) sends what is left. The job's last write is
@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from contract.runs import Status
-from contract.workdir import CURVES_FILE
-from jobs.outbox import Outbox, metric
+from scalelab.contract.runs import Status
+from scalelab.contract.workdir import CURVES_FILE
+from scalelab.jobs.tracking.outbox import Outbox, metric
 
 METRIC_NAME = re.compile(r"^[\w\-. :/]+$")  # what MLflow accepts
 # How long a job's end waits for its spool to reach MLflow before leaving the rest spooled
@@ -85,15 +85,22 @@ class Tracker:
             for key, value in params.items():
                 self._put({"kind": "param", "key": key, "value": value})
         self._sender = subprocess.Popen(
-            [sys.executable, "-m", "jobs.tracking", str(self.dir), run_id, str(self.interval)],
+            [
+                sys.executable,
+                "-m",
+                "scalelab.jobs.tracking.tracker",
+                str(self.dir),
+                run_id,
+                str(self.interval),
+            ],
             stdin=subprocess.PIPE,  # closing it means "send what is left, then exit"
             env={**os.environ, **fail_fast_environ(), "OMP_NUM_THREADS": "1"},
         )
         return run_id
 
     def _create_run(self, experiment: str, run_name: str) -> str:
-        from contract.workdir import artifact_root, tracking_uri
-        from jobs import tracking_store
+        from scalelab.contract.workdir import artifact_root, tracking_uri
+        from scalelab.jobs.tracking import store as tracking_store
 
         try:  # one try: training does not wait for MLflow (the spool keeps what follows)
             client = tracking_store.client(one_try=True)
@@ -170,7 +177,7 @@ class Tracker:
 
     def _send_until(self, deadline: float) -> None:
         """Deliver the spool until it is empty or `deadline` (monotonic) has passed; one try
-        per request (jobs/one_try.py): MLflow's own backoff would hold the spool's lock for
+        per request (jobs/tracking/one_try.py): MLflow's own backoff would hold the spool's lock for
         minutes, and whoever delivers next would wait on it."""
         while True:
             try:
@@ -208,7 +215,7 @@ def finish_timeout_s() -> float:
 def fail_fast_environ() -> dict[str, str]:
     """MLflow's HTTP settings for the sender process: one try each, instead of retrying
     for minutes (the spool retries). In the environment of that child only, never of this
-    process: every thread and later child would get them (`jobs/one_try.py` is the
+    process: every thread and later child would get them (`jobs/tracking/one_try.py` is the
     in-process equivalent)."""
     return {
         key: os.environ.get(key, default)

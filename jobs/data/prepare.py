@@ -1,10 +1,10 @@
 """Tokenise a text source into token shards once per (source, tokenizer).
 
 `prepare_source` streams the source's documents in order, has them tokenised in a pool of
-worker processes (jobs/tokenise.py: results in source order, a bounded number in flight,
+worker processes (jobs/data/tokenise.py: results in source order, a bounded number in flight,
 so memory stays a few batches), and appends each piece's tokens (documents are cut into
 pieces of at most PIECE_CHARS characters; the separator follows a document's last piece)
-to the validation split or to the current train shard (jobs/shards.py). Pieces 0, 20,
+to the validation split or to the current train shard (jobs/data/shards.py). Pieces 0, 20,
 40, ... are validation text until that split holds VAL_MAX_TOKENS tokens; every other
 piece is training text. Each full shard is committed with the manifest, which records where
 the next shard starts (document, piece, token offset), so a run that is interrupted,
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs.shards import (
+from scalelab.jobs.data.shards import (  # fmt: skip
     DEFAULT_SHARD_TOKENS,
     FORMAT,
     VAL_EVERY,
@@ -42,10 +42,10 @@ from jobs.shards import (
     remove_unlisted,
     write_atomic,
     write_manifest,
-)  # fmt: skip
-from jobs.sources import TextSource
-from jobs.tokenise import PIECE_CHARS, DocBatch, Encoded, encoded
-from jobs.tokenizers import Tokenizer, load_tokenizer, tokenizer_fingerprint
+)
+from scalelab.jobs.data.sources import TextSource
+from scalelab.jobs.data.tokenise import PIECE_CHARS, DocBatch, Encoded, encoded
+from scalelab.jobs.data.tokenizers import Tokenizer, load_tokenizer, tokenizer_fingerprint
 
 INLINE_BELOW_BYTES = 32 << 20  # smaller sources are tokenised in this process (no spawn cost)
 

@@ -27,8 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from contract.runs import Status
-from jobs import tracking_store
+from scalelab.contract.runs import Status
+from scalelab.jobs.tracking import store as tracking_store
 
 OUTBOX_DIR = "outbox"
 MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100  # log_batch limits per call
@@ -149,7 +149,7 @@ class Outbox:
         """Send every unsent write to MLflow, in order; returns how many were sent. Raises
         when MLflow cannot be reached (the spool keeps them), or Busy when `wait` is False
         and another process is sending. `one_try`: each request to a tracking server is
-        tried once (`jobs/one_try.py`), for a caller that tries again later itself."""
+        tried once (`jobs/tracking/one_try.py`), for a caller that tries again later itself."""
         with self._locked(wait):
             try:
                 n = self._deliver_locked(uri, one_try)

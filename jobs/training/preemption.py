@@ -9,7 +9,7 @@ model) to notice the signal: it decides at every step boundary.
 A checkpoint is a collective, so the ranks must decide together, also when the signal
 reaches them at different steps (a launcher forwards it to each rank in turn). They vote
 once per step: one all-reduce (MAX) of one integer over a CPU (gloo) group. Nothing is read
-back from the device, so a GPU's queued kernels keep running (jobs/step_metrics.py: device
+back from the device, so a GPU's queued kernels keep running (jobs/training/step_metrics.py: device
 values are read only at log steps).
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from jobs.distributed import DistEnv
+from scalelab.jobs.training.distributed import DistEnv
 
 PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 

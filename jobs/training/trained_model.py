@@ -7,8 +7,8 @@ only complete copy at stage 3, the exact one under bf16 / fp16 at stages 1-2); a
 the module's own weights in `mp_rank_00_model_states.pt` (in the training dtype, which is
 the precision an fp32 or bf16 stage-0 run holds them in). Before anything is unpickled the
 files are compared with their recorded checksums and scanned for pickles that would call
-a function (jobs.checkpoint.verify), and every torch.load runs weights-only
-(jobs.safe_load): nothing in a trial folder can make this run code.
+a function (jobs.training.checkpoint.verify), and every torch.load runs weights-only
+(jobs.training.safe_load): nothing in a trial folder can make this run code.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 from pydantic import ValidationError
 
-from contract.workdir import JOB_FILE, scalelab_home
-from jobs import checkpoint, safe_load
-from jobs.config import JobConfig
+from scalelab.contract.workdir import JOB_FILE, scalelab_home
+from scalelab.jobs.config import JobConfig
+from scalelab.jobs.training import checkpoint, safe_load
 
 
 class TrialError(ValueError):
@@ -111,7 +111,7 @@ def consolidated_weights(tag_dir: Path, zero_stage: int) -> dict[str, torch.Tens
 
 def load_model(located: Located, device: str = "cpu") -> torch.nn.Module:
     """The trial's model in eval mode, fp32, with the checkpoint's weights."""
-    from models.build import build
+    from scalelab.models.build import build
 
     model = build(located.job.model)
     weights = consolidated_weights(located.tag_dir, located.job.deepspeed.zero_stage)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from models.context import ModelOutput
+from scalelab.models.context import ModelOutput
 
 LOSS = "train/loss"
 

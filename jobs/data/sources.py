@@ -290,8 +290,8 @@ def _no_field(where: object, field: str, columns: list[str]) -> ValueError:
 def _hub_batches(source: str, field: str, start: int) -> Iterator[list[str | None]]:
     import datasets
 
-    from jobs.classification_data import _HonourOfflineEnv, _hub_error, hub_id
-    from jobs.config import DataConfig
+    from scalelab.jobs.config import DataConfig
+    from scalelab.jobs.data.classification import _HonourOfflineEnv, _hub_error, hub_id
 
     path, config = hub_id(source)
     with _HonourOfflineEnv():

@@ -1,0 +1,1 @@
+"""scalelab: scaling experiments for efficient Transformers (docs/architecture.md)."""

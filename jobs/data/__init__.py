@@ -1,0 +1,1 @@
+"""A trial's data: sources, tokenising, prepared shards, reading, batches to the device."""

@@ -1,0 +1,1 @@
+"""One trial's training: DeepSpeed set-up, the step loop, evaluation, checkpoints."""
