@@ -50,11 +50,11 @@ def test_concurrent_syncs_leave_one_run_per_trial(work_home, sweep_name):
         t: r.run_id for t, r in results[1].items()
     }
     ledger = Ledger(spec.name)
-    runs = ledger._search(
+    runs = ledger.search(
         f"tags.`scalelab.sweep` = '{spec.name}' and tags.`scalelab.role` = 'trial'"
     )
     assert len(runs) == len(trials)  # the losers' runs were deleted
-    parents = ledger._search(
+    parents = ledger.search(
         f"tags.`scalelab.sweep` = '{spec.name}' and tags.`scalelab.role` = 'sweep'"
     )
     assert len(parents) == 1
