@@ -1,11 +1,10 @@
 """`scalelab data`: tokenise a source once per (source, tokenizer) into shared token shards
-(jobs/data/prepare.py), list what is prepared, and the data columns of `submit --dry-run`."""
+(jobs/data/prepare.py), and list what is prepared."""
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Any
 
 import typer
 from rich.table import Table
@@ -103,51 +102,3 @@ def list_(as_json: bool = typer.Option(False, "--json", help="A JSON list.")) ->
                       "complete" if r["complete"] else "partial")  # fmt: skip
     table.caption = "none yet: scalelab data prepare SOURCE --tokenizer NAME" if not rows else ""
     out.print(table)
-
-
-# ----------------------------------------------------------------------------- the plan
-
-
-def data_plan(trials: list[Any]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Per trial: {'data': readiness, 'tokens_needed', 'tokens_available'}; and the
-    `scalelab data prepare` commands that would make the plan's text ready."""
-    from scalelab.jobs.data.prepare import dataset_root, enough
-    from scalelab.jobs.data.shards import read_manifest
-    from scalelab.jobs.data.sources import TextSource, resolve_source
-    from scalelab.jobs.data.trial import tokens_needed, train_windows
-
-    rows, largest = [], {}
-    for t in trials:
-        cfg = t.job.data
-        kind, _ = resolve_source(cfg.source)
-        if kind not in ("pydoc", "local", "hub") or t.job.model.task == "classify":
-            rows.append({"data": "generated" if kind != "hub" and kind != "local" else
-                         "per trial", "tokens_needed": None, "tokens_available": None})  # fmt: skip
-            continue
-        need, val = tokens_needed(cfg, train_windows(t.tokens, t.job.train.global_batch_tokens,
-                                                     cfg.seq_len))  # fmt: skip
-        try:
-            root = dataset_root(TextSource.open(cfg.source, cfg.text_field), cfg.tokenizer)
-        except ValueError as e:  # a missing source or tokenizer file: say so in the plan
-            rows.append({"data": f"error: {e}", "tokens_needed": need, "tokens_available": None})
-            continue
-        m = read_manifest(root)
-        have = m.train_tokens if m else None
-        if m is None:
-            state = "not prepared"
-        elif m.complete and need > m.train_tokens:
-            state = f"ready, {need / m.train_tokens:.2f} epochs"
-        elif enough(m, need, val):
-            state = "ready"
-        else:
-            state = "partial"
-        if not enough(m, need, val):
-            key = (cfg.source, cfg.tokenizer, cfg.text_field)
-            largest[key] = max(largest.get(key, 0), need)
-        rows.append({"data": state, "tokens_needed": need, "tokens_available": have})
-    commands = [
-        f"scalelab data prepare {source} --tokenizer {tok}"
-        + (f" --text-field {field}" if field != "text" else "") + f" --max-tokens {n}"
-        for (source, tok, field), n in largest.items()
-    ]  # fmt: skip
-    return rows, commands

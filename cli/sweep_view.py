@@ -1,6 +1,6 @@
 """What a person watching a sweep sees in the terminal: a line per trial as it ends with an
 ETA, the failures with where their logs are, and `status`'s rows (the swept settings,
-tokens, learning rate, loss, duration, the error's tail)."""
+tokens, learning rate, loss, duration, the error's tail) as cells."""
 
 from __future__ import annotations
 
@@ -9,14 +9,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from scalelab.contract import workdir as paths
-from scalelab.contract.runs import TERMINAL, Tag
 from scalelab.orchestrator.trial_names import run_names, short_count, short_value
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from scalelab.orchestrator.expand import Trial
-    from scalelab.orchestrator.ledger import Ledger, TrialRecord
+    from scalelab.orchestrator.trial_status import Failure
 
 ERROR_CHARS = 240  # of an error, in a table cell or a failure line: its end, where Python's is
 
@@ -80,47 +79,15 @@ class TrialLines:
         return f"ETA {duration(elapsed * left / self.done_flops)}"
 
 
-def failure_lines(ledger: Ledger, failed: list[str], sweep: str) -> list[str]:
+def failure_lines(failures: tuple[Failure, ...], sweep: str) -> list[str]:
     """Each failed trial: its name and id, attempts, the error's tail, and where its log is."""
-    records = {r.trial_id: r for r in ledger.records().values()}
     lines = []
-    for tid in failed:
-        rec = records.get(tid)
-        tags = rec.tags if rec else {}
-        how = "diverged" if tags.get(Tag.DIVERGED) == "1" else "failed"
-        attempts = rec.attempts if rec else 0
-        error = error_tail(tags.get(Tag.ERROR, "")) or "no reason recorded"
-        name = rec.name if rec else tid
-        lines.append(f"  {name} ({tid}) {how} after {attempts} attempt(s): {error}")
-        lines.append(f"    log: {paths.trial_log(tid)}  (scalelab logs {sweep} {tid[:8]})")
+    for f in failures:
+        how = "diverged" if f.diverged else "failed"
+        error = error_tail(f.error) or "no reason recorded"
+        lines.append(f"  {f.name} ({f.trial_id}) {how} after {f.attempts} attempt(s): {error}")
+        lines.append(f"    log: {f.log}  (scalelab logs {sweep} {f.trial_id[:8]})")
     return lines
-
-
-def status_row(rec: TrialRecord, error: str) -> dict[str, Any]:
-    """One trial of `status`: what it is (name, swept settings, tokens, lr), where it is, and
-    how it went (loss, duration without the time queued, attempts, error)."""
-    started = int(rec.tags.get(Tag.STARTED_MS, "0") or 0)
-    ended = rec.end_time if rec.status in TERMINAL else 0
-    seconds = (ended or time.time() * 1000) - started if started else None
-    return {
-        "trial_id": rec.trial_id,
-        "run_id": rec.run_id,
-        "name": rec.name,
-        "variant": rec.tags.get(Tag.VARIANT, ""),
-        "size": rec.tags.get(Tag.SIZE, ""),
-        "swept": json.loads(rec.tags.get(Tag.SWEPT, "{}") or "{}"),
-        "tokens": _int(rec.tags.get(Tag.TOKENS) or rec.params.get("train.tokens")),
-        "lr": _float(rec.params.get("train.lr")),
-        "val_loss": rec.metrics.get("val/loss"),
-        "duration_s": None if seconds is None else round(seconds / 1000, 1),
-        "queued_s": _float(rec.tags.get(Tag.QUEUED_S)),
-        "status": rec.status,
-        "diverged": rec.tags.get(Tag.DIVERGED) == "1",
-        "attempts": rec.attempts,
-        "job_ref": rec.tags.get(Tag.JOB_REF, ""),
-        "error": error,
-        "log": str(paths.trial_log(rec.trial_id)) if error else "",
-    }
 
 
 def status_cells(row: dict[str, Any]) -> list[str]:
@@ -148,17 +115,3 @@ STATUS_COLUMNS = (
     "trial_id", "variant", "size", "swept", "tokens", "lr", "val loss", "time", "status",
     "attempts", "error",
 )  # fmt: skip
-
-
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text else None
-    except ValueError:
-        return None
-
-
-def _float(text: str | None) -> float | None:
-    try:
-        return float(text) if text else None
-    except ValueError:
-        return None

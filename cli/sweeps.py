@@ -1,11 +1,15 @@
-"""CLI commands of the orchestrator: submit, status, cancel, resume, ui, schema.
+"""CLI commands of the orchestrator: submit, cancel, resume, migrate, schema.
 
-Registered onto `cli.main.app`; ray and mlflow are imported inside the commands.
+Each parses its arguments, calls the orchestrator's one door (orchestrator/door.py) and
+renders what it returns. Registered onto `cli.main.app`; ray and mlflow are imported by the
+door's calls, not here.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,34 +18,15 @@ from rich.table import Table
 
 from scalelab.cli.completion import sweep_files
 from scalelab.cli.console import err, fail, stdout_console
-from scalelab.cli.data import data_plan
 from scalelab.cli.wide_tables import print_table
-from scalelab.jobs.launch import DEFAULT_JOB
-from scalelab.orchestrator.expand import Trial, check_size, expand, plan_rows
-from scalelab.orchestrator.job_checks import check_trials
-from scalelab.orchestrator.planner import (
-    PLAN_COLUMNS,
-    TrialPlan,
-    placement_summary,
-    plan_cells,
-    plan_sweep,
-    unfit_lines,
-)
-from scalelab.orchestrator.spec import (
-    DEFAULT_MAX_TRIALS,
-    SourceMap,
-    SpecError,
-    SweepSpec,
-    load_spec,
-    parse_spec,
-    read_sweep,
-)
+from scalelab.contract.runs import Status
+from scalelab.orchestrator import door
 
 out = stdout_console(200)  # the plan has 15 columns
 
 
 MAX_TRIALS = typer.Option(
-    DEFAULT_MAX_TRIALS,
+    door.DEFAULT_MAX_TRIALS,
     "--max-trials",
     min=1,
     help="Refuse a sweep with more axis combinations than this (checked before expanding).",
@@ -55,87 +40,97 @@ def _invalid(problems: list[str]) -> typer.Exit:
     return fail("invalid sweep, nothing submitted:\n" + "\n".join(problems))
 
 
-def _load(path: Path, max_trials: int, overrides: list[str]) -> tuple[SweepSpec, list[Trial], str]:
-    """Read, validate, expand and check a sweep file (exit 2 on any problem)."""
+@contextmanager
+def door_errors(submitting: bool = False) -> Iterator[None]:
+    """The door's refusals and failures as one `error:` line (exit 2; 1 for a sweep that
+    stopped mid-way). `submitting`: a failure before anything ran submitted nothing."""
+    from scalelab.orchestrator.migrate import MigrationRefused
+
+    after = "; nothing submitted" if submitting else ""
     try:
-        text = read_sweep(path)
-        spec, source = parse_spec(text, str(path), overrides)
-        trials = _expand(spec, source, max_trials)
-        check_trials(spec, trials, source)
-    except SpecError as e:
+        yield
+    except door.SpecError as e:
         raise _invalid(e.problems) from None
-    return spec, trials, text
+    except (door.SweepRefused, door.BackendError, MigrationRefused, LookupError) as e:
+        raise fail(str(e)) from None
+    except door.LedgerUnavailable as e:
+        raise fail(f"{e}{after}") from None
+    except door.SweepStopped as e:
+        raise fail(f"{e}; stopped. Submit the sweep again once it is fixed", 1) from None
 
 
-def _expand(spec: SweepSpec, source: SourceMap, max_trials: int) -> list[Trial]:
-    """expand(), with a progress bar on stderr for a big sweep (it takes a while)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+class _ExpandBar:
+    """`load`'s progress for a big sweep (expanding takes a while): a bar on stderr."""
 
-    check_size(spec, source, max_trials)  # before announcing anything
-    total = spec.combinations
-    if total < PROGRESS_FROM:
-        return expand(spec, source, max_trials)
-    err.print(f"sweep {spec.name}: expanding {total:,} combinations ...", highlight=False)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, console=err, transient=True) as bar:
-        task = bar.add_task("expanding", total=total)
-        trials = expand(spec, source, max_trials, lambda n: bar.update(task, completed=n))
-    err.print(f"sweep {spec.name}: {len(trials):,} trials", highlight=False)
-    return trials
+    def __init__(self) -> None:
+        self.bar: Any = None
+
+    def __call__(self, sweep: str, done: int, total: int) -> None:
+        if total < PROGRESS_FROM:
+            return
+        if self.bar is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            err.print(f"sweep {sweep}: expanding {total:,} combinations ...", highlight=False)
+            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+            self.bar = Progress(*columns, console=err, transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("expanding", total=total)
+        self.bar.update(self.task, completed=done)
+
+    def close(self, sweep: door.Sweep | None) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            if sweep is not None:
+                err.print(f"sweep {sweep.name}: {len(sweep.trials):,} trials", highlight=False)
 
 
-def _ledger(spec_name: str, experiment: str | None, create: bool = True) -> Any:
-    from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable
-
+def _load(path: Path, max_trials: int, overrides: list[str]) -> door.Sweep:
+    """Read, validate, expand and check a sweep file (exit 2 on any problem)."""
+    bar, sweep = _ExpandBar(), None
     try:
-        return Ledger(spec_name, experiment)
-    except LedgerUnavailable as e:
-        raise fail(f"{e}; nothing submitted") from None
+        with door_errors():
+            sweep = door.load(path, overrides, max_trials, bar)
+    finally:
+        bar.close(sweep)
+    return sweep
 
 
-def _read_statuses(spec: SweepSpec) -> dict[str, str]:
-    """The ledger's statuses without creating anything (a missing sqlite file = all NEW)."""
-    from scalelab.contract.workdir import tracking_uri
-
-    uri = tracking_uri()
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
-        return {}
-    return _ledger(spec.name, spec.experiment_name).statuses()
-
-
-def _plan_table(spec: SweepSpec, rows: list[dict[str, Any]], plans: list[TrialPlan]) -> Table:
+def _plan_table(plan: door.SweepPlan) -> Table:
     from scalelab.orchestrator.trial_names import short_value
 
-    table = Table(title=f"sweep {spec.name}: {len(rows)} trials on {spec.backend.kind}")
+    spec = plan.sweep.spec
+    table = Table(title=f"sweep {spec.name}: {len(plan.trials)} trials on {spec.backend.kind}")
     columns = ("trial_id", "variant", "size", "swept", "params", "tokens", "FLOPs", "GPU-h")
     for col in (*columns, "status"):
         right = col in ("params", "tokens", "FLOPs", "GPU-h")
         table.add_column(col, justify="right" if right else "left")
-    table.add_column("data")  # cli/data.py: readiness, tokens needed / prepared
+    table.add_column("data")  # readiness, tokens needed / prepared
     table.add_column("data tokens", justify="right")
-    for col in PLAN_COLUMNS:  # orchestrator/planner.py: memory, fit, time, checkpoint
+    for col in door.PLAN_COLUMNS:  # memory, fit, time, checkpoint
         table.add_column(col, justify="right")
-    for r, plan in zip(rows, plans, strict=True):
+    for p in plan.trials:
+        t = p.trial
         table.add_row(
-            r["trial_id"],
-            r["variant"],
-            r["size"],
-            " ".join(f"{k.rsplit('.', 1)[-1]}={short_value(v)}" for k, v in r["swept"].items()),
-            _count(r["params"]),
-            _count(r["tokens"]),
-            f"{r['flops']:.3e}",
-            f"{r['gpu_hours']:.3g}",
-            "FINISHED (skip)" if r["status"] == "FINISHED" else r["status"],
-            r["data"],
-            _data_tokens(r),
-            *plan_cells(plan).values(),
+            t.trial_id,
+            t.variant,
+            t.size,
+            " ".join(f"{k.rsplit('.', 1)[-1]}={short_value(v)}" for k, v in p.swept.items()),
+            _count(t.n_params),
+            _count(t.tokens),
+            f"{t.flops:.3e}",
+            f"{p.gpu_hours:.3g}",
+            f"{p.status} (skip)" if p.status == Status.FINISHED else p.status,
+            p.data,
+            _data_tokens(p),
+            *p.cells,
         )
-    live = [r for r in rows if r["status"] != "FINISHED"]
+    live = plan.live
     table.caption = (
-        f"to run: {len(live)} trials, {sum(r['flops'] for r in live):.3e} FLOPs, "
-        f"~{sum(r['gpu_hours'] for r in live):.3g} GPU-hours at MFU {spec.estimate.mfu:.0%} of "
-        f"{spec.peak_flops:.3g} FLOP/s; already finished: {len(rows) - len(live)}\n"
-        + placement_summary(spec)
+        f"to run: {len(live)} trials, {sum(p.trial.flops for p in live):.3e} FLOPs, "
+        f"~{sum(p.gpu_hours for p in live):.3g} GPU-hours at MFU {spec.estimate.mfu:.0%} of "
+        f"{spec.peak_flops:.3g} FLOP/s; already finished: {len(plan.trials) - len(live)}\n"
+        + plan.placement
     )
     return table
 
@@ -149,8 +144,8 @@ def _count(n: int) -> str:
     return str(n)
 
 
-def _data_tokens(r: dict[str, Any]) -> str:
-    need, have = r["tokens_needed"], r["tokens_available"]
+def _data_tokens(p: door.PlannedTrial) -> str:
+    need, have = p.tokens_needed, p.tokens_available
     return "" if need is None else f"{_count(need)} / " + ("?" if have is None else _count(have))
 
 
@@ -164,12 +159,14 @@ def submit(
         "backend.concurrency=4 (a key outside the sweep's sections is under base).",
         show_default=False,
     ),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; submit nothing."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the plan and run submit's checks; submit nothing."
+    ),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON."),
     detach: bool = typer.Option(
         False, "--detach", help="Run the driver as a Ray job (a local head if none) and return."
     ),
-    job: str = typer.Option(DEFAULT_JOB, "--job", help="The job function, module:function."),
+    job: str = typer.Option(door.DEFAULT_JOB, "--job", help="The job function, module:function."),
     summary: bool = typer.Option(
         True,
         "--summary/--no-summary",
@@ -182,69 +179,43 @@ def submit(
     ),
 ) -> None:
     """Validate a sweep YAML, record its trials in MLflow and run them (FINISHED ones are skipped)."""
-    overrides = overrides or []
-    spec, trials, text = _load(sweep, max_trials, overrides)
-    plans = plan_sweep(spec, trials)
+    loaded = _load(sweep, max_trials, overrides or [])
     if dry_run:
-        from scalelab.orchestrator.trial_names import run_names, swept_settings
-
-        rows = plan_rows(spec, trials, _read_statuses(spec))
-        names, swept = run_names(trials), swept_settings(trials)
-        for r in rows:
-            r.update(name=names[r["trial_id"]], swept=swept[r["trial_id"]])
-        data_rows, prepare_commands = data_plan(trials)
-        rows = [r | d for r, d in zip(rows, data_rows, strict=True)]
-        if as_json:
-            keys = (
-                "trial_id",
-                "name",
-                "swept",
-                "variant",
-                "size",
-                "params",
-                "tokens",
-                "flops",
-                "gpu_hours",
-                "status",
-                "data",
-                "tokens_needed",
-                "tokens_available",
-            )
-            trials_json = [
-                {k: r[k] for k in keys} | {"plan": p.as_dict()}
-                for r, p in zip(rows, plans, strict=True)
-            ]
-            where = placement_summary(spec)
-            print(json.dumps({"sweep": spec.name, "placement": where, "trials": trials_json}))
-        else:
-            print_table(out, _plan_table(spec, rows, plans))
-            for line in unfit_lines(trials, plans):
-                out.print(f"does not fit: {line}", soft_wrap=True, highlight=False)
-            for command in prepare_commands:  # data that trials would otherwise prepare
-                out.print(f"prepare the data first (or the first trial does): {command}",
-                          soft_wrap=True, highlight=False)  # fmt: skip
+        _show_plan(loaded, as_json)
         return
-    unfit = unfit_lines(trials, plans)
-    if unfit and not ignore_fit:
-        raise fail(
-            f"{len(unfit)} trial(s) do not fit, nothing submitted ({placement_summary(spec)}; "
-            "--ignore-fit submits them anyway):\n" + "\n".join(unfit)
-        )
     if detach:
-        from scalelab.orchestrator.detach import submit_detached
-
-        try:
-            job_id, address = submit_detached(sweep.resolve(), job, max_trials, overrides)
-        except RuntimeError as e:
-            raise fail(str(e)) from None
-        out.print(f"submitted sweep {spec.name} as Ray job {job_id} on {address}")
-        out.print(f"watch it with: scalelab status {spec.name}")
+        with door_errors(submitting=True):
+            detached = door.detach(loaded, job=job, ignore_fit=ignore_fit)
+        out.print(
+            f"submitted sweep {loaded.name} as Ray job {detached.job_id} on {detached.address}"
+        )
+        out.print(f"watch it with: scalelab status {loaded.name}")
         return
-    failed = _drive(spec, trials, text, str(sweep.resolve()), job, overrides)
+    ran = _drive(loaded, job, ignore_fit)
     if summary:  # also when some trials failed: the others' results are worth reading
-        _summarise(spec.name)
-    if failed:
+        _summarise(loaded.name)
+    if not ran.ok:
         raise typer.Exit(code=1)
+
+
+def _show_plan(loaded: door.Sweep, as_json: bool) -> None:
+    """The plan, as a table or JSON; a sweep that a submit would refuse for a reason the plan
+    does not show in its rows (trials under an older identity rule) exits 2 as the submit
+    would. Trials that do not fit are in the rows and their fix is printed."""
+    with door_errors(submitting=True):
+        plan = door.plan(loaded)
+    if as_json:
+        print(json.dumps(plan.as_dict()))
+    else:
+        print_table(out, _plan_table(plan))
+        for line in plan.unfit:
+            out.print(f"does not fit: {line}", soft_wrap=True, highlight=False)
+        for command in plan.prepare:  # data that trials would otherwise prepare
+            out.print(f"prepare the data first (or the first trial does): {command}",
+                      soft_wrap=True, highlight=False)  # fmt: skip
+    why = plan.refusal(ignore_fit=True)
+    if why:
+        raise fail(why)
 
 
 def _summarise(sweep: str) -> None:
@@ -260,56 +231,52 @@ def _summarise(sweep: str) -> None:
     out.print(text, end="", highlight=False, markup=False)
 
 
-def _drive(
-    spec: SweepSpec, trials: list[Trial], text: str, path: str, job: str, overrides: list[str]
-) -> bool:
+class _Terminal:
+    """What the terminal shows of a running sweep (door.Watcher): a progress bar with the
+    running count and an ETA, a line per ended trial; and the parent run's live figure."""
+
+    def __init__(self, progress: Any, loaded: door.Sweep) -> None:
+        self.progress, self.sweep = progress, loaded
+        self.task = progress.add_task(f"sweep {loaded.name}", total=len(loaded.trials))
+
+    def started(self, ledger: Any, finished: set[str]) -> None:
+        from scalelab.analysis.live_figure import LiveFigure
+        from scalelab.cli.sweep_view import TrialLines
+
+        console, trials = self.progress.console, list(self.sweep.trials)
+        self.lines = TrialLines(console, trials, finished)
+        self.figure = LiveFigure(ledger, trials, warn=lambda m: console.print(f"note: {m}"))
+
+    def trial_ended(self, trial_id: str, outcome: str) -> None:
+        self.lines.ended(trial_id, outcome)
+        self.figure.trial_ended(trial_id, outcome)
+
+    def update(self, counts: dict[str, int]) -> None:
+        self.figure.poll()
+        eta = self.lines.eta()
+        self.progress.update(
+            self.task,
+            completed=counts["done"],
+            description=f"sweep {self.sweep.name} ({counts['running']} running"
+            f"{', ' if eta else ''}{eta})",
+        )
+
+
+def _drive(loaded: door.Sweep, job: str, ignore_fit: bool = False) -> door.SweepRun:
     """Run the sweep with a progress bar and a line per ended trial; print the outcome and
-    each failure with its log. True when a trial failed."""
+    each failure with its log."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from scalelab.analysis.live_figure import LiveFigure
-    from scalelab.cli.sweep_view import TrialLines, failure_lines
-    from scalelab.orchestrator.backends import BackendError, preflight
-    from scalelab.orchestrator.ledger import LedgerUnavailable
-    from scalelab.orchestrator.scheduler import run_sweep
+    from scalelab.cli.sweep_view import failure_lines
 
-    try:
-        preflight(spec.backend)
-    except BackendError as e:
-        raise fail(f"{e}; nothing submitted") from None
-    ledger = _ledger(spec.name, spec.experiment_name)
-    _refuse_unmigrated(ledger)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=err, transient=False) as progress:
-        task = progress.add_task(f"sweep {spec.name}", total=len(trials))
-        lines = TrialLines(progress.console, trials, set(_read_statuses_of(ledger)))
-        figure = LiveFigure(ledger, trials, warn=lambda m: progress.console.print(f"note: {m}"))
-
-        def ended(trial_id: str, outcome: str) -> None:
-            lines.ended(trial_id, outcome)
-            figure.trial_ended(trial_id, outcome)
-
-        def update(counts: dict[str, int]) -> None:
-            figure.poll()
-            eta = lines.eta()
-            progress.update(
-                task,
-                completed=counts["done"],
-                description=f"sweep {spec.name} ({counts['running']} running{', ' if eta else ''}"
-                f"{eta})",
-            )
-
-        try:
-            result = run_sweep(
-                spec, trials, ledger, job=job, on_update=update, on_trial=ended,
-                spec_yaml=text, spec_path=path, overrides=overrides,
-            )  # fmt: skip
-        except BackendError as e:
-            raise fail(str(e)) from None
-        except LedgerUnavailable as e:  # mid-sweep: what MLflow holds is the state to resume
-            raise fail(f"{e}; stopped. Submit the sweep again once it is fixed", 1) from None
-        figure.flush()
-        progress.update(task, completed=len(trials) - len(result.elsewhere))
+        terminal = _Terminal(progress, loaded)
+        with door_errors(submitting=True):
+            ran = door.run(loaded, job=job, ignore_fit=ignore_fit, watcher=terminal)
+        terminal.figure.flush()
+        progress.update(terminal.task, completed=len(loaded.trials) - len(ran.outcome.elsewhere))
+    result = ran.outcome
     summary = (
         f"{len(result.finished)} finished, {len(result.skipped)} skipped (already done), "
         f"{len(result.failed)} failed, {len(result.killed)} cancelled, "
@@ -324,30 +291,10 @@ def _drive(
         )
     if result.diverged:
         summary += f" ({len(result.diverged)} of them diverged: not retried)"
-    out.print(f"sweep {spec.name}: {summary}")
-    for line in failure_lines(ledger, result.failed, spec.name):
+    out.print(f"sweep {loaded.name}: {summary}")
+    for line in failure_lines(ran.failures, loaded.name):
         out.print(line, highlight=False, soft_wrap=True)
-    return bool(result.failed)
-
-
-def _read_statuses_of(ledger: Any) -> list[str]:
-    """The trial ids already FINISHED (their FLOPs are not in the ETA)."""
-    return [tid for tid, status in ledger.statuses().items() if status == "FINISHED"]
-
-
-def _find(sweep: str) -> Any:
-    from scalelab.orchestrator.ledger import LedgerUnavailable, find_sweep
-
-    if sweep.endswith((".yaml", ".yml")) and Path(sweep).exists():
-        try:
-            spec, _ = load_spec(sweep)
-        except SpecError as e:
-            raise _invalid(e.problems) from None
-        sweep = spec.name
-    try:
-        return find_sweep(sweep)
-    except (LookupError, LedgerUnavailable) as e:
-        raise fail(str(e)) from None
+    return ran
 
 
 def cancel(
@@ -357,61 +304,30 @@ def cancel(
     trials: list[str] = typer.Argument(None, help="Trial ids (default: every live trial)."),
 ) -> None:
     """Cancel a sweep's live trials (or the given ones); the driver stops them within seconds."""
-    ledger = _find(sweep)
-    touched = ledger.request_cancel(trials or None)
-    scancel = [
-        r.tags["scalelab.job_ref"].removeprefix("slurm:")
-        for r in ledger.records().values()
-        if r.run_id in touched and r.tags.get("scalelab.job_ref", "").startswith("slurm:")
-    ]
-    if scancel:
-        import subprocess
-
-        subprocess.run(["scancel", *scancel], check=False)
-    out.print(f"cancel requested for {len(touched)} trial(s) of sweep {ledger.sweep}")
+    with door_errors():
+        cancelled = door.cancel(sweep, trials or None)
+    out.print(f"cancel requested for {len(cancelled.run_ids)} trial(s) of sweep {cancelled.sweep}")
 
 
 def resume(
     sweep: str = typer.Argument(..., help="Sweep name."),
-    job: str = typer.Option(DEFAULT_JOB, "--job", help="The job function, module:function."),
+    job: str = typer.Option(door.DEFAULT_JOB, "--job", help="The job function, module:function."),
     max_trials: int = MAX_TRIALS,
 ) -> None:
     """Drive a sweep again from its YAML and overrides recorded in MLflow (unfinished trials)."""
-    from scalelab.contract.runs import Tag
-
-    ledger = _find(sweep)
-    tags = ledger.parent_tags()
-    path = tags.get("scalelab.spec_path", "")
-    text = tags.get("scalelab.spec_yaml")
+    bar, loaded = _ExpandBar(), None
     try:
-        if text is None:
-            if not path or not Path(path).exists():
-                raise fail(f"sweep {sweep}: its YAML is not recorded; submit the file again")
-            text = read_sweep(path)
-        overrides = json.loads(tags.get(Tag.OVERRIDES, "[]"))
-        spec, source = parse_spec(text, path or "<recorded sweep>", overrides)
-        trials = _expand(spec, source, max_trials)
-        check_trials(spec, trials, source)
-    except SpecError as e:
-        raise _invalid(e.problems) from None
-    if _drive(spec, trials, text, path, job, overrides):
+        with door_errors():
+            loaded = door.recorded(sweep, max_trials, bar)
+    finally:
+        bar.close(loaded)
+    if not _drive(loaded, job).ok:
         raise typer.Exit(code=1)
 
 
 def schema() -> None:
     """Print the sweep YAML's JSON Schema (for editors: yaml-language-server)."""
-    print(json.dumps(SweepSpec.model_json_schema(), indent=2))
-
-
-def _refuse_unmigrated(ledger: Any) -> None:
-    from scalelab.orchestrator.migrate import needs_migration
-
-    stale = needs_migration(ledger)
-    if stale:
-        raise fail(
-            f"sweep {ledger.sweep} has {stale} trials recorded under an older identity rule; "
-            f"run `scalelab migrate {ledger.sweep}` first (nothing submitted)"
-        )
+    print(json.dumps(door.schema(), indent=2))
 
 
 def migrate(
@@ -422,17 +338,12 @@ def migrate(
 ) -> None:
     """Re-key the trials a sweep recorded under an older trial-identity rule, so its finished
     trials count under this version (docs/architecture.md, 'Trial identity'). Idempotent."""
-    from scalelab.orchestrator.ledger import LedgerUnavailable
-    from scalelab.orchestrator.migrate import MigrationRefused, migrate_sweep
-
-    ledger = _find(sweep)
-    try:
-        report = migrate_sweep(ledger, dry_run=dry_run)
-    except (MigrationRefused, LedgerUnavailable) as e:
-        raise fail(str(e)) from None
+    with door_errors():
+        migrated = door.migrate(sweep, dry_run=dry_run)
+    name, report = migrated.sweep, migrated.report
     verb = "would re-key" if dry_run else "re-keyed"
     out.print(
-        f"sweep {ledger.sweep}: {verb} {len(report.rekeyed)} trials, "
+        f"sweep {name}: {verb} {len(report.rekeyed)} trials, "
         f"{len(report.tagged)} kept their id, {len(report.current)} already current"
     )
     for old, new in report.rekeyed.items():

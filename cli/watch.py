@@ -9,17 +9,17 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
 
 import typer
 from rich.table import Table
 
 from scalelab.cli.completion import sweep_files
 from scalelab.cli.console import err, fail
-from scalelab.cli.sweep_view import STATUS_COLUMNS, status_cells, status_row
-from scalelab.cli.sweeps import _find, out
+from scalelab.cli.sweep_view import STATUS_COLUMNS, status_cells
+from scalelab.cli.sweeps import door_errors, out
 from scalelab.cli.wide_tables import print_table
-from scalelab.contract.runs import TERMINAL, Status, Tag
+from scalelab.contract.runs import TERMINAL, Status
+from scalelab.orchestrator import door
 
 STATUSES = (Status.RUNNING, Status.SCHEDULED, Status.FINISHED, Status.FAILED, Status.KILLED)
 # MLflow 3's UI keeps "GenAI" or "Model training" as a browser setting (GenAI unless
@@ -27,30 +27,9 @@ STATUSES = (Status.RUNNING, Status.SCHEDULED, Status.FINISHED, Status.FAILED, St
 TRAINING_VIEW = "workflowType=machine_learning"
 
 
-def _status_rows(ledger: Any) -> list[dict[str, Any]]:
-    """The sweep's trials, after sending what finished trials' spools still hold (a run
-    turns FINISHED only when its spool is empty: orchestrator/delivery.py)."""
-    from scalelab.orchestrator.delivery import send_owed
-
-    recs = ledger.records()
-    sent, owed = send_owed(recs.values(), ledger.uri)
-    if sent:
-        recs = ledger.records()
-    owing = {o.run_id: o for o in owed}
-    rows = []
-    for r in sorted(recs.values(), key=lambda r: r.start_time):
-        error = r.tags.get(Tag.ERROR, "") if r.status != Status.FINISHED else ""
-        if r.run_id in owing:
-            o = owing[r.run_id]
-            error = f"{o.pending} MLflow writes spooled, not sent yet: {o.why}"
-        row = status_row(r, error)
-        row["metrics_pending"] = owing[r.run_id].pending if r.run_id in owing else 0
-        rows.append(row)
-    return rows
-
-
-def _status_table(ledger: Any, rows: list[dict[str, Any]]) -> Table:
-    table = Table(title=f"sweep {ledger.sweep} ({ledger.experiment})")
+def _status_table(state: door.SweepStatus) -> Table:
+    rows = state.trials
+    table = Table(title=f"sweep {state.sweep} ({state.experiment})")
     for col in STATUS_COLUMNS:  # the error folds over lines rather than being cut
         table.add_column(col, overflow="fold", ratio=3 if col == "error" else None)
     for r in rows:
@@ -78,19 +57,22 @@ def status(
     from rich.live import Live
     from rich.progress import BarColumn, Progress, TextColumn
 
-    ledger = _find(sweep)
-    rows = _status_rows(ledger)
+    with door_errors():
+        state = door.status(sweep)
+    rows = state.trials
     if as_json:
-        print(json.dumps({"sweep": ledger.sweep, "trials": rows}))
+        print(json.dumps({"sweep": state.sweep, "trials": rows}))
         return
     if watch:
-        with Live(_status_table(ledger, rows), console=out, auto_refresh=False) as live:
+        with Live(_status_table(state), console=out, auto_refresh=False) as live:
             while not rows or any(r["status"] not in TERMINAL for r in rows):
                 time.sleep(interval)
-                rows = _status_rows(ledger)
-                live.update(_status_table(ledger, rows), refresh=True)
+                with door_errors():
+                    state = door.status(state.sweep)
+                rows = state.trials
+                live.update(_status_table(state), refresh=True)
         return
-    print_table(out, _status_table(ledger, rows))
+    print_table(out, _status_table(state))
     done = sum(r["status"] in TERMINAL for r in rows)
     with Progress(
         TextColumn("{task.description}"),
@@ -121,7 +103,8 @@ def logs(
     from scalelab.jobs.tracking.trial_logs import follow as follow_log
     from scalelab.jobs.tracking.trial_logs import tail
 
-    ledger = _find(sweep)
+    with door_errors():
+        ledger = door.find(sweep)
     records = list(ledger.records().values())
     if trial is None:
         for rec in records:
@@ -173,9 +156,10 @@ def ui(
     from scalelab.contract.workdir import tracking_uri
 
     uri = tracking_uri()
-    runs_view = (
-        f"#/experiments/{_find(sweep).experiment_id()}/runs?{TRAINING_VIEW}" if sweep else ""
-    )
+    runs_view = ""
+    if sweep:
+        with door_errors():
+            runs_view = f"#/experiments/{door.find(sweep).experiment_id()}/runs?{TRAINING_VIEW}"
     if uri.startswith("http"):
         out.print(f"the tracking server is already a UI: open {uri.rstrip('/')}/{runs_view}")
         return

@@ -50,9 +50,11 @@ class MigrationReport:
         return bool(self.rekeyed or self.tagged or self.superseded)
 
 
-def needs_migration(ledger: Ledger) -> int:
-    """How many trial runs of the sweep carry no identity rule tag (recorded before rule 2)."""
-    return sum(Tag.IDENTITY_RULE not in rec.tags for rec in ledger.records().values())
+def needs_migration(ledger: Ledger, records: dict[str, TrialRecord] | None = None) -> int:
+    """How many trial runs of the sweep carry no identity rule tag (recorded before rule 2);
+    `records`: the ledger's, when just read."""
+    records = ledger.records() if records is None else records
+    return sum(Tag.IDENTITY_RULE not in rec.tags for rec in records.values())
 
 
 def migrate_sweep(ledger: Ledger, dry_run: bool = False) -> MigrationReport:

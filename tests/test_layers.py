@@ -63,11 +63,10 @@ TORCH_FREE = (
 HEAVY = ("torch", "ray", "mlflow", "pyarrow", "matplotlib", "scipy", "deepspeed", "submitit")
 HEAVY += ("datasets",)
 # Files that still spell contract names themselves. slurm.py: SLURM's job states (RUNNING)
-# share a name with a run status. The CLI and results modules are being edited elsewhere
-# and move in issue 16 steps 7-8, where they take their names from contract.runs.
+# share a name with a run status. The results module moves in issue 16 steps 7-8, where it
+# takes its names from contract.runs.
 SPELLED_OUTSIDE_CONTRACT = {
     "orchestrator/backends/slurm.py",
-    "cli/sweeps.py",
     "analysis/results/sync.py",
 }
 
@@ -151,6 +150,26 @@ def test_every_import_uses_the_one_import_name():
     files = [p for p in ROOT.rglob("*.py") if not {".venv", "build"} & set(p.parts)]
     bare = [line for path in files for line in _bare_imports(path)]
     assert not bare, "import these as scalelab.<package>:\n" + "\n".join(bare)
+
+
+# The CLI's sweep commands parse, call the orchestrator's one door and render (issue 25):
+# the orchestrator modules they may import, with why.
+SWEEP_COMMANDS = ("cli.sweeps", "cli.watch")
+CLI_SEES_OF_THE_ORCHESTRATOR = {
+    "orchestrator.door": "the one door: load, plan, run, detach, status, cancel, migrate",
+    "orchestrator.migrate": "its refusal, an exception the commands render",
+    "orchestrator.trial_names": "short values for table cells",
+}
+
+
+def test_the_sweep_commands_go_through_the_door():
+    wrong = sorted(
+        f"{command} imports {target}"
+        for command in SWEEP_COMMANDS
+        for target in _graph()[command]
+        if target.split(".")[0] == "orchestrator" and target not in CLI_SEES_OF_THE_ORCHESTRATOR
+    )
+    assert not wrong, "the sweep commands call orchestrator/door.py only:\n" + "\n".join(wrong)
 
 
 def test_packages_import_only_downwards():

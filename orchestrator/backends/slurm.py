@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterable
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,18 @@ def check_slurm(timeout_s: float = 15.0) -> None:
 
 
 @cache
+def slurm_job_ids(records: Iterable[TrialRecord]) -> list[str]:
+    """The SLURM job ids of the records' latest attempts (tag scalelab.job_ref 'slurm:ID')."""
+    refs = (r.tags.get(Tag.JOB_REF, "") for r in records)
+    return [ref.removeprefix("slurm:") for ref in refs if ref.startswith("slurm:")]
+
+
+def cancel_jobs(job_ids: list[str]) -> None:
+    """scancel the jobs (a job already gone is no error)."""
+    if job_ids:
+        subprocess.run(["scancel", *job_ids], check=False, capture_output=True)
+
+
 def max_array_size() -> int:
     """The cluster's MaxArraySize (array indices go 0 .. MaxArraySize-1)."""
     try:
@@ -207,9 +220,5 @@ class SlurmBackend(Backend):
     def cancel(self, handle: Any, rec: TrialRecord) -> None:
         import ray
 
-        ref = rec.tags.get(Tag.JOB_REF, "")
-        if ref.startswith("slurm:"):
-            subprocess.run(
-                ["scancel", ref.removeprefix("slurm:")], check=False, capture_output=True
-            )
+        cancel_jobs(slurm_job_ids([rec]))
         ray.cancel(handle, force=True)

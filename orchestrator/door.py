@@ -1,0 +1,413 @@
+"""The one door into the orchestrator (docs/architecture.md, 'Data flow of one sweep').
+
+    load(path, overrides)   -> Sweep       read, validate, expand and check every trial
+    recorded(name)          -> Sweep       the same, from the YAML and overrides in MLflow
+    plan(sweep)             -> SweepPlan   each trial's cost, data and state; what stops a submit
+    run(sweep, ...)         -> SweepRun    drive every live trial to its end (blocking)
+    detach(sweep, ...)      -> Detached    the same as a Ray job, returning at once
+    status / cancel / migrate / find (a recorded sweep, by name or YAML file)
+
+The CLI (`cli/sweeps.py`, `cli/watch.py`) and the notebook API (`scalelab`) call these and
+render what they return; the order of the steps is decided here only. `run` and `detach`
+refuse what `plan` refuses, so a dry-run and a submit run the same checks. Torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from scalelab.contract.runs import Status
+from scalelab.jobs.launch import DEFAULT_JOB, JobRef
+from scalelab.orchestrator.backends import BackendError
+from scalelab.orchestrator.expand import Trial, check_size, expand, gpu_hours
+from scalelab.orchestrator.job_checks import check_trials
+from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable, find_sweep
+from scalelab.orchestrator.planner import (
+    PLAN_COLUMNS,
+    TrialPlan,
+    placement_summary,
+    plan_cells,
+    plan_sweep,
+    unfit_lines,
+)
+from scalelab.orchestrator.spec import (
+    DEFAULT_MAX_TRIALS,
+    SourceMap,
+    SpecError,
+    SweepSpec,
+    load_spec,
+    parse_spec,
+    read_sweep,
+)
+
+if TYPE_CHECKING:
+    from scalelab.orchestrator.migrate import MigrationReport
+    from scalelab.orchestrator.scheduler import SweepOutcome
+    from scalelab.orchestrator.trial_status import Failure
+
+__all__ = [
+    "DEFAULT_JOB",
+    "DEFAULT_MAX_TRIALS",
+    "PLAN_COLUMNS",
+    "BackendError",
+    "LedgerUnavailable",
+    "SpecError",
+    "Sweep",
+    "SweepPlan",
+    "SweepRefused",
+    "SweepRun",
+    "SweepStopped",
+    "Watcher",
+    "cancel",
+    "detach",
+    "find",
+    "load",
+    "migrate",
+    "plan",
+    "recorded",
+    "run",
+    "schema",
+    "status",
+]
+
+# (sweep name, combinations looked at, combinations in all): at 0 before expanding, then
+# every few thousand (orchestrator/expand.py)
+Progress = Callable[[str, int, int], None]
+
+
+class SweepRefused(RuntimeError):
+    """Nothing was submitted; the message says why and what to do."""
+
+
+class SweepStopped(RuntimeError):
+    """The tracking store failed while the sweep ran: the driver stopped. What MLflow holds
+    is the state a later submit of the same sweep resumes from."""
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A validated sweep: its spec and trials (smallest compute first), with what `resume`
+    needs to read it again (the YAML's text, its path, the command line's overrides)."""
+
+    spec: SweepSpec
+    trials: tuple[Trial, ...]
+    text: str
+    path: str  # absolute; "" for a sweep read back from MLflow whose file is gone
+    overrides: tuple[str, ...] = ()
+    max_trials: int = DEFAULT_MAX_TRIALS
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+def load(
+    path: str | Path,
+    overrides: list[str] | tuple[str, ...] = (),
+    max_trials: int = DEFAULT_MAX_TRIALS,
+    progress: Progress | None = None,
+) -> Sweep:
+    """Read, validate, expand and check a sweep file; bad input raises SpecError (every
+    problem, each with file, line and key)."""
+    text = read_sweep(path)
+    spec, source = parse_spec(text, str(path), list(overrides))
+    trials = _expanded(spec, source, max_trials, progress)
+    resolved = str(Path(path).resolve())
+    return Sweep(spec, tuple(trials), text, resolved, tuple(overrides), max_trials)
+
+
+def recorded(
+    name: str, max_trials: int = DEFAULT_MAX_TRIALS, progress: Progress | None = None
+) -> Sweep:
+    """A submitted sweep as its parent run recorded it (its YAML, else the file at its
+    recorded path, and the overrides), validated and expanded again."""
+    from scalelab.contract.runs import Tag
+
+    tags = find(name).parent_tags()
+    path = tags.get(Tag.SPEC_PATH, "")
+    text = tags.get(Tag.SPEC_YAML)
+    if text is None:
+        if not path or not Path(path).exists():
+            raise SweepRefused(f"sweep {name}: its YAML is not recorded; submit the file again")
+        text = read_sweep(path)
+    overrides = json.loads(tags.get(Tag.OVERRIDES, "[]"))
+    spec, source = parse_spec(text, path or "<recorded sweep>", overrides)
+    trials = _expanded(spec, source, max_trials, progress)
+    return Sweep(spec, tuple(trials), text, path, tuple(overrides), max_trials)
+
+
+def _expanded(
+    spec: SweepSpec, source: SourceMap, max_trials: int, progress: Progress | None
+) -> list[Trial]:
+    tick = None
+    if progress is not None:
+        check_size(spec, source, max_trials)  # before announcing anything
+        total = spec.combinations
+        progress(spec.name, 0, total)
+        tick = lambda n: progress(spec.name, n, total)  # noqa: E731
+    trials = expand(spec, source, max_trials, tick)
+    check_trials(spec, trials, source)
+    return trials
+
+
+@dataclass(frozen=True)
+class PlannedTrial:
+    trial: Trial
+    name: str  # the MLflow run name, from the settings its axes vary
+    swept: dict[str, Any]
+    status: str  # the ledger's, or NEW
+    gpu_hours: float  # at the sweep's assumed MFU and GPU
+    data: str  # ready, partial, not prepared, generated, per trial, error: ...
+    tokens_needed: int | None
+    tokens_available: int | None
+    plan: TrialPlan  # memory, fit, time, checkpoint on the sweep's placement
+
+    @property
+    def cells(self) -> list[str]:
+        """The plan's numbers as table cells, in PLAN_COLUMNS order."""
+        return list(plan_cells(self.plan).values())
+
+    def as_dict(self) -> dict[str, Any]:
+        t = self.trial
+        return {
+            "trial_id": t.trial_id, "name": self.name, "swept": self.swept,
+            "variant": t.variant, "size": t.size, "params": t.n_params, "tokens": t.tokens,
+            "flops": t.flops, "gpu_hours": self.gpu_hours, "status": self.status,
+            "data": self.data, "tokens_needed": self.tokens_needed,
+            "tokens_available": self.tokens_available, "plan": self.plan.as_dict(),
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    sweep: Sweep
+    trials: tuple[PlannedTrial, ...]
+    placement: str  # GPUs, nodes, ranks, micro-batches: one line
+    unfit: tuple[str, ...]  # a line per trial that does not fit its GPUs, with the fix
+    prepare: tuple[str, ...]  # `scalelab data prepare` commands the plan's text needs
+    unmigrated: int  # trials recorded under an older identity rule
+
+    @property
+    def live(self) -> list[PlannedTrial]:
+        """The trials a submit would run (not FINISHED)."""
+        return [p for p in self.trials if p.status != Status.FINISHED]
+
+    def refusal(self, ignore_fit: bool = False) -> str | None:
+        """Why a submit of this plan would submit nothing; None when it would run."""
+        name = self.sweep.name
+        if self.unmigrated:
+            return (
+                f"sweep {name} has {self.unmigrated} trials recorded under an older identity "
+                f"rule; run `scalelab migrate {name}` first (nothing submitted)"
+            )
+        if self.unfit and not ignore_fit:
+            return (
+                f"{len(self.unfit)} trial(s) do not fit, nothing submitted ({self.placement}; "
+                "--ignore-fit submits them anyway):\n" + "\n".join(self.unfit)
+            )
+        return None
+
+    def as_dict(self) -> dict[str, Any]:
+        trials = [p.as_dict() for p in self.trials]
+        return {"sweep": self.sweep.name, "placement": self.placement, "trials": trials}
+
+
+def plan(sweep: Sweep) -> SweepPlan:
+    """What a submit would do, creating nothing: each trial's cost, memory and time on the
+    sweep's placement, its data, its recorded state; and what would stop the submit."""
+    from scalelab.orchestrator.data_plan import data_plan
+    from scalelab.orchestrator.trial_names import run_names, swept_settings
+
+    spec, trials = sweep.spec, list(sweep.trials)
+    plans = plan_sweep(spec, trials)
+    statuses, unmigrated = _recorded_state(spec)
+    names, swept = run_names(trials), swept_settings(trials)
+    data, prepare = data_plan(trials)
+    est = spec.estimate
+    planned = tuple(
+        PlannedTrial(
+            trial=t,
+            name=names[t.trial_id],
+            swept=swept[t.trial_id],
+            status=statuses.get(t.trial_id, "NEW"),
+            gpu_hours=gpu_hours(t.flops, est.mfu, spec.peak_flops),
+            data=d.state,
+            tokens_needed=d.tokens_needed,
+            tokens_available=d.tokens_available,
+            plan=p,
+        )  # fmt: skip
+        for t, p, d in zip(trials, plans, data, strict=True)
+    )
+    unfit = tuple(unfit_lines(trials, plans))
+    return SweepPlan(sweep, planned, placement_summary(spec), unfit, tuple(prepare), unmigrated)
+
+
+def _recorded_state(spec: SweepSpec) -> tuple[dict[str, str], int]:
+    """The ledger's statuses and its count of trials under an older identity rule, creating
+    nothing (a missing sqlite file: all NEW)."""
+    from scalelab.contract.workdir import tracking_uri
+    from scalelab.orchestrator.migrate import needs_migration
+
+    uri = tracking_uri()
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+        return {}, 0
+    ledger = Ledger(spec.name, spec.experiment_name)
+    records = ledger.records()
+    return {tid: rec.status for tid, rec in records.items()}, needs_migration(ledger, records)
+
+
+class Watcher(Protocol):
+    """What a caller of `run` hears while the sweep runs (the CLI's progress bar and lines,
+    the live figure on the parent run)."""
+
+    def started(self, ledger: Ledger, finished: set[str]) -> None:
+        """The sweep is recorded; `finished`: trial ids already FINISHED (skipped)."""
+
+    def update(self, counts: dict[str, int]) -> None:
+        """Counts by state ('done', 'running', ...), at every scheduler tick."""
+
+    def trial_ended(self, trial_id: str, outcome: str) -> None:
+        """A trial this driver ran ended: finished, failed, diverged or killed."""
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    sweep: Sweep
+    outcome: SweepOutcome  # trial ids by what happened to them here
+    failures: tuple[Failure, ...]  # the failed trials as MLflow recorded them
+
+    @property
+    def ok(self) -> bool:
+        return not self.outcome.failed
+
+
+def run(
+    sweep: Sweep,
+    *,
+    job: JobRef = DEFAULT_JOB,
+    ignore_fit: bool = False,
+    watcher: Watcher | None = None,
+) -> SweepRun:
+    """Record the sweep in MLflow and run every trial that is not FINISHED, to its end
+    (retries, requeues, cancels). Refuses (SweepRefused) what `plan` refuses and a backend
+    that cannot run it; an unreachable tracking store raises LedgerUnavailable before
+    anything is created, and SweepStopped when it fails mid-sweep."""
+    from scalelab.orchestrator.backends import preflight
+    from scalelab.orchestrator.scheduler import run_sweep
+    from scalelab.orchestrator.trial_status import failures
+
+    why = plan(sweep).refusal(ignore_fit)
+    if why:
+        raise SweepRefused(why)
+    spec = sweep.spec
+    try:
+        preflight(spec.backend)
+    except BackendError as e:
+        raise SweepRefused(f"{e}; nothing submitted") from None
+    ledger = Ledger(spec.name, spec.experiment_name)
+    if watcher is not None:
+        finished = {tid for tid, s in ledger.statuses().items() if s == Status.FINISHED}
+        watcher.started(ledger, finished)
+    try:
+        outcome = run_sweep(
+            spec, list(sweep.trials), ledger, job=job,
+            on_update=watcher.update if watcher else None,
+            on_trial=watcher.trial_ended if watcher else None,
+            spec_yaml=sweep.text, spec_path=sweep.path, overrides=sweep.overrides,
+        )  # fmt: skip
+    except LedgerUnavailable as e:  # mid-sweep: what MLflow holds is the state to resume
+        raise SweepStopped(str(e)) from None
+    return SweepRun(sweep, outcome, tuple(failures(ledger, outcome.failed)))
+
+
+@dataclass(frozen=True)
+class Detached:
+    sweep: Sweep
+    job_id: str  # the Ray job's submission id
+    address: str  # the Ray dashboard it was submitted to
+
+
+def detach(sweep: Sweep, *, job: str = DEFAULT_JOB, ignore_fit: bool = False) -> Detached:
+    """`run`, as a Ray job on a head on this machine (started if none): returns at once.
+    Refuses what `plan` refuses."""
+    from scalelab.orchestrator.detach import submit_detached
+
+    why = plan(sweep).refusal(ignore_fit)
+    if why:
+        raise SweepRefused(why)
+    if not sweep.path:
+        raise SweepRefused(f"sweep {sweep.name}: detaching needs its YAML file")
+    try:
+        job_id, address = submit_detached(
+            Path(sweep.path), job, sweep.max_trials, list(sweep.overrides)
+        )
+    except RuntimeError as e:
+        raise BackendError(str(e)) from None
+    return Detached(sweep, job_id, address)
+
+
+def find(sweep: str) -> Ledger:
+    """A recorded sweep's ledger, by name or by its YAML file; LookupError when there is no
+    such sweep."""
+    if sweep.endswith((".yaml", ".yml")) and Path(sweep).exists():
+        spec, _ = load_spec(sweep)
+        sweep = spec.name
+    return find_sweep(sweep)
+
+
+@dataclass(frozen=True)
+class SweepStatus:
+    sweep: str
+    experiment: str
+    trials: list[dict[str, Any]]  # a row per trial (orchestrator/trial_status.py)
+
+
+def status(sweep: str) -> SweepStatus:
+    """Each trial's state, after sending what finished trials still hold spooled."""
+    from scalelab.orchestrator.trial_status import trial_rows
+
+    ledger = find(sweep)
+    return SweepStatus(ledger.sweep, ledger.experiment, trial_rows(ledger))
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    sweep: str
+    run_ids: list[str]  # the runs marked cancelled
+    slurm_jobs: list[str]  # SLURM jobs asked to stop (scancel)
+
+
+def cancel(sweep: str, trial_ids: list[str] | None = None) -> Cancelled:
+    """Cancel a sweep's live trials (or the given ones): SCHEDULED ones at once, running
+    ones by their driver within seconds; their SLURM jobs are scancelled."""
+    from scalelab.orchestrator.backends.slurm import cancel_jobs, slurm_job_ids
+
+    ledger = find(sweep)
+    touched = ledger.request_cancel(trial_ids or None)
+    jobs = slurm_job_ids(r for r in ledger.records().values() if r.run_id in touched)
+    cancel_jobs(jobs)
+    return Cancelled(ledger.sweep, touched, jobs)
+
+
+@dataclass(frozen=True)
+class Migrated:
+    sweep: str
+    report: MigrationReport
+
+
+def migrate(sweep: str, dry_run: bool = False) -> Migrated:
+    """Re-key the trials a sweep recorded under an older identity rule (MigrationRefused
+    while one of its drivers is alive or a trial runs)."""
+    from scalelab.orchestrator.migrate import migrate_sweep
+
+    ledger = find(sweep)
+    return Migrated(ledger.sweep, migrate_sweep(ledger, dry_run=dry_run))
+
+
+def schema() -> dict[str, Any]:
+    """The sweep YAML's JSON Schema (for editors: yaml-language-server)."""
+    return SweepSpec.model_json_schema()

@@ -1,0 +1,110 @@
+"""What a recorded sweep's trials are doing: a row per trial (`scalelab status`, the
+notebook's `status`) and the failures a run of the sweep ended with. Rows are plain,
+JSON-ready dicts; turning them into a table is the caller's."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from scalelab.contract import workdir as paths
+from scalelab.contract.runs import TERMINAL, Status, Tag
+
+if TYPE_CHECKING:
+    from scalelab.orchestrator.ledger import Ledger, TrialRecord
+
+
+def trial_rows(ledger: Ledger) -> list[dict[str, Any]]:
+    """The sweep's trials, oldest first, after sending what finished trials' spools still
+    hold (a run turns FINISHED only when its spool is empty: orchestrator/delivery.py)."""
+    from scalelab.orchestrator.delivery import send_owed
+
+    recs = ledger.records()
+    sent, owed = send_owed(recs.values(), ledger.uri)
+    if sent:
+        recs = ledger.records()
+    owing = {o.run_id: o for o in owed}
+    rows = []
+    for r in sorted(recs.values(), key=lambda r: r.start_time):
+        error = r.tags.get(Tag.ERROR, "") if r.status != Status.FINISHED else ""
+        if r.run_id in owing:
+            o = owing[r.run_id]
+            error = f"{o.pending} MLflow writes spooled, not sent yet: {o.why}"
+        row = status_row(r, error)
+        row["metrics_pending"] = owing[r.run_id].pending if r.run_id in owing else 0
+        rows.append(row)
+    return rows
+
+
+def status_row(rec: TrialRecord, error: str) -> dict[str, Any]:
+    """One trial: what it is (name, swept settings, tokens, lr), where it is, and how it went
+    (loss, duration without the time queued, attempts, error)."""
+    started = int(rec.tags.get(Tag.STARTED_MS, "0") or 0)
+    ended = rec.end_time if rec.status in TERMINAL else 0
+    seconds = (ended or time.time() * 1000) - started if started else None
+    return {
+        "trial_id": rec.trial_id,
+        "run_id": rec.run_id,
+        "name": rec.name,
+        "variant": rec.tags.get(Tag.VARIANT, ""),
+        "size": rec.tags.get(Tag.SIZE, ""),
+        "swept": json.loads(rec.tags.get(Tag.SWEPT, "{}") or "{}"),
+        "tokens": _int(rec.tags.get(Tag.TOKENS) or rec.params.get("train.tokens")),
+        "lr": _float(rec.params.get("train.lr")),
+        "val_loss": rec.metrics.get("val/loss"),
+        "duration_s": None if seconds is None else round(seconds / 1000, 1),
+        "queued_s": _float(rec.tags.get(Tag.QUEUED_S)),
+        "status": rec.status,
+        "diverged": rec.tags.get(Tag.DIVERGED) == "1",
+        "attempts": rec.attempts,
+        "job_ref": rec.tags.get(Tag.JOB_REF, ""),
+        "error": error,
+        "log": str(paths.trial_log(rec.trial_id)) if error else "",
+    }
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A trial that failed (its retries used up) or diverged, as MLflow recorded it."""
+
+    trial_id: str
+    name: str
+    diverged: bool
+    attempts: int
+    error: str  # the recorded error, whole ("" when none was recorded)
+    log: str  # trials/<id>/logs/trial.log
+
+
+def failures(ledger: Ledger, failed: list[str]) -> list[Failure]:
+    records = {r.trial_id: r for r in ledger.records().values()}
+    out = []
+    for tid in failed:
+        rec = records.get(tid)
+        tags = rec.tags if rec else {}
+        out.append(
+            Failure(
+                trial_id=tid,
+                name=rec.name if rec else tid,
+                diverged=tags.get(Tag.DIVERGED) == "1",
+                attempts=rec.attempts if rec else 0,
+                error=tags.get(Tag.ERROR, ""),
+                log=str(paths.trial_log(tid)),
+            )
+        )
+    return out
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text else None
+    except ValueError:
+        return None
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
