@@ -179,14 +179,15 @@ def _legacy_id(job: dict) -> str:
     return legacy_trial_id(JobConfig.model_validate(job))
 
 
-def test_submit_refuses_an_unmigrated_sweep(recorded_demo, tmp_path):
+def test_submit_and_its_dry_run_refuse_an_unmigrated_sweep(recorded_demo, tmp_path):
     ledger, _, _ = recorded_demo
     sweep = tmp_path / "demo.yaml"
     text = (ROOT / "sweeps" / "demo.yaml").read_text()
     sweep.write_text(text.replace("name: demo", f"name: {ledger.sweep}"))
-    result = CliRunner().invoke(app, ["submit", str(sweep), "--no-summary"])
-    assert result.exit_code == 2, result.output
-    assert f"run `scalelab migrate {ledger.sweep}` first" in result.output
+    for dry_run in (["--dry-run"], ["--dry-run", "--json"], []):  # the same checks
+        result = CliRunner().invoke(app, ["submit", str(sweep), "--no-summary", *dry_run])
+        assert result.exit_code == 2, result.output
+        assert f"run `scalelab migrate {ledger.sweep}` first" in result.output
     assert needs_migration(ledger) == 4
     assert CliRunner().invoke(app, ["migrate", ledger.sweep]).exit_code == 0
     assert needs_migration(ledger) == 0
