@@ -265,8 +265,10 @@ class _Trainer:
         signalled (jobs/training/preemption.py, on the host): if so the step ends in a checkpoint."""
         env, engine, t = self.env, self.engine, self.job.train
         peak, accum = device_peak_flops(env.device), self.plan.accum
-        log: dict[str, float] = {}  # sums over the log window's steps (host)
-        log_steps, log_t = 0, time.perf_counter()
+        # the log window's sums over its steps (host), in the loop state: a checkpoint inside
+        # a window carries them, so the point logged after a resume is the whole window's
+        log = state.setdefault("log_window", _new_log_window())
+        timed_steps, log_t = 0, time.perf_counter()  # this process's steps, for tokens/s
         final_val = state.get("last_val")
         inputs = prefetched(self._micro_batches(state["step"]), env.device)
         window = MetricWindow(accum, state["step"])
@@ -297,9 +299,11 @@ class _Trainer:
                             self.tracker.set_tag(Tag.DIVERGED, "1")
                             self.diverged = True
                             return Status.FAILED, problem, None
+                        sums = log["sums"]
                         for k, v in reduced.means.items():
-                            log[k] = log.get(k, 0.0) + v * reduced.steps
-                        log_steps += reduced.steps
+                            sums[k] = sums.get(k, 0.0) + v * reduced.steps
+                        log["steps"] += reduced.steps
+                        timed_steps += reduced.steps
                 engine.backward(out.loss)
                 engine.step()
             state["step"] = done
@@ -308,8 +312,8 @@ class _Trainer:
             if not (sync or preempt):
                 continue
             if done % t.log_interval == 0 or done == self.steps:
-                tok_s = log_steps * self.step_tokens / (time.perf_counter() - log_t)
-                point = {k: v / log_steps for k, v in log.items()}
+                tok_s = timed_steps * self.step_tokens / (time.perf_counter() - log_t)
+                point = {k: v / log["steps"] for k, v in log["sums"].items()}
                 point |= {
                     "train/lr": lr,
                     "compute/flops": state["flops"],
@@ -319,7 +323,8 @@ class _Trainer:
                 if (u := mfu(tok_s * self.flops_per_token, env.world_size, peak)) is not None:
                     point["perf/mfu"] = u
                 self.tracker.log(done, state["tokens"], state["flops"], point)
-                log, log_steps, log_t = {}, 0, time.perf_counter()
+                log = state["log_window"] = _new_log_window()
+                timed_steps, log_t = 0, time.perf_counter()
             if done % t.eval_interval == 0 or done == self.steps:
                 final_val = self._validate(state, progress)
             if preempt:
@@ -374,6 +379,10 @@ class _Trainer:
         checkpoint.save(
             self.engine, self.env, self.ckpt_dir, state, self.job.train.keep_checkpoints
         )
+
+
+def _new_log_window() -> dict[str, Any]:
+    return {"steps": 0, "sums": {}}
 
 
 def load_job(path: str | Path) -> JobConfig:
