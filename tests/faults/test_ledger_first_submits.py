@@ -15,7 +15,7 @@ from scalelab.orchestrator.ledger import Ledger
 CREATE_AT = """
 import sys, time
 from pathlib import Path
-from orchestrator.ledger import Ledger
+from scalelab.orchestrator.ledger import Ledger
 gate = Path(sys.argv[2])
 (gate / sys.argv[1]).touch()
 while len(list(gate.iterdir())) < 2:  # both have imported everything: create at once

@@ -20,8 +20,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
 RUN_TWO_RANKS = """
 import json, sys
-from jobs.config import JobConfig
-from jobs.launch import run_ranks
+from scalelab.jobs.config import JobConfig
+from scalelab.jobs.launch import run_ranks
 job = JobConfig.model_validate_json(open(sys.argv[1]).read())
 print(json.dumps(run_ranks(job, None, 2)))
 """

@@ -252,7 +252,7 @@ def test_an_embedded_ray_that_would_listen_off_loopback_is_refused(tmp_path: Pat
     scalelab could choose gets an error, not a cluster on the network (and none is left)."""
     code = """
 import ray  # imported first, in cluster mode
-from orchestrator.backends.base import BackendError, ray_init
+from scalelab.orchestrator.backends.base import BackendError, ray_init
 try:
     ray_init("local", embedded=True)
 except BackendError as e:
