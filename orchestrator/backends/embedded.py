@@ -15,8 +15,11 @@ docs/reliability.md ("Security: what listens, who is let in") says what it guara
   instead of generating ~/.ray/auth_token (whose mere presence turns token auth on for the
   user's other Ray clusters). RAY_AUTH_MODE, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH set by the
   user win.
-- Private files. The clusters' Ray temp dir (sessions, logs, sockets) is a directory only
-  this user can enter, next to the token, instead of the shared /tmp/ray.
+- Private files. The clusters' Ray temp dir (sessions, logs, sockets) and the token are in
+  a folder only this user can enter (mode 0700), instead of the shared /tmp/ray: Ray makes
+  its temp dir and the session, logs and sockets folders in it world-writable (0777), so
+  the temp dir itself cannot be the boundary. The watchdog removes the folder when the
+  driver has exited.
 - Fate sharing. A watchdog process (orchestrator.backends.watchdog) ends every process of the
   driver's clusters when the driver exits: those carrying SCALELAB_RAY_SESSION=<mark>, or
   holding a file open in that temp dir.
@@ -41,7 +44,7 @@ from pathlib import Path
 import psutil
 
 from scalelab.jobs.environ import scoped_environ
-from scalelab.orchestrator.backends.watchdog import SESSION_VAR, end_clusters
+from scalelab.orchestrator.backends.watchdog import PRIVATE_PREFIX, SESSION_VAR, end_clusters
 
 SINGLE_NODE = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
@@ -87,12 +90,13 @@ class DriverSession:
 
     def __init__(self) -> None:
         self.mark = uuid.uuid4().hex
-        self.temp_dir = Path(tempfile.mkdtemp(prefix="scalelab-ray-"))  # mode 0700
-        token = self.temp_dir / TOKEN_FILE
+        self.private = Path(tempfile.mkdtemp(prefix=PRIVATE_PREFIX))  # mode 0700
+        self.temp_dir = self.private / "ray"  # Ray's: world-writable, reached through private
+        token = self.private / TOKEN_FILE
         self.auth = {} if user_chose_auth() else {"RAY_AUTH_TOKEN_PATH": str(write_token(token))}
         cmd = [sys.executable, "-m", "scalelab.orchestrator.backends.watchdog",
                "--driver", str(os.getpid()), "--started", repr(psutil.Process().create_time()),
-               "--mark", self.mark, "--dir", str(self.temp_dir), "--token", str(token)]  # fmt: skip
+               "--mark", self.mark, "--dir", str(self.private)]  # fmt: skip
         self.watchdog = subprocess.Popen(
             cmd, env={**os.environ, "PYTHONPATH": driver_pythonpath()},
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -113,7 +117,7 @@ class DriverSession:
 
     def end_clusters(self) -> int:
         """Stop what is left of this driver's clusters (after ray.shutdown); how many."""
-        return end_clusters(self.mark, str(self.temp_dir))
+        return end_clusters(self.mark, str(self.private))
 
 
 _session: DriverSession | None = None

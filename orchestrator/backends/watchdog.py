@@ -2,19 +2,18 @@
 the driver is gone, however it went (`kill -9` included).
 
     python -m scalelab.orchestrator.backends.watchdog --driver PID --started T --mark ID --dir DIR
-                                              [--token FILE]
 
 It waits for the driver to exit, then stops every process of its clusters (the GCS, raylet,
 agents, workers, and what trials started under them): SIGTERM, then SIGKILL after a grace
 period. Ray's own fate sharing is not enough: the GCS and raylet die with the driver, but the
 dashboard and runtime-env agents then wait up to 60 s for the dead GCS before they exit, still
-listening. Last, it deletes the clusters' token file; their logs stay in DIR, as Ray's own stay
-in /tmp/ray. Only psutil and the standard library, so it starts in ~0.1 s.
+listening. Last, it removes DIR, the driver's private folder (its token, Ray's temp dir with
+the clusters' sessions, logs and sockets: a trial's own output is in its trial folder). Only
+psutil and the standard library, so it starts in ~0.1 s.
 
 A process is of the clusters when its environment carries SCALELAB_RAY_SESSION=ID, or when
-it holds a file open under DIR, the clusters' Ray temp dir (their logs): Ray's agents
-overwrite their environment block with their process title, and a trial's subprocesses write
-to their worker's log files.
+it holds a file open under DIR (their logs): Ray's agents overwrite their environment block
+with their process title, and a trial's subprocesses write to their worker's log files.
 """
 
 from __future__ import annotations
@@ -22,12 +21,15 @@ from __future__ import annotations
 import argparse
 import os
 import select
+import shutil
 import signal
 from contextlib import suppress
+from pathlib import Path
 
 import psutil
 
 SESSION_VAR = "SCALELAB_RAY_SESSION"
+PRIVATE_PREFIX = "scalelab-ray-"  # of the driver's private folder (tempfile.mkdtemp)
 GRACE_S = 3.0  # from SIGTERM to SIGKILL: a torchrun trial gets to write its checkpoint
 ROUNDS = 5  # sweeps, for processes started while the previous ones were being stopped
 
@@ -89,16 +91,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--driver", type=int, required=True, help="the driver's pid")
     parser.add_argument("--started", type=float, required=True, help="the driver's create time")
     parser.add_argument("--mark", required=True, help=f"the value of {SESSION_VAR}")
-    parser.add_argument("--dir", required=True, help="the clusters' Ray temp dir")
-    parser.add_argument("--token", default=None, help="a token file to delete at the end")
+    parser.add_argument("--dir", required=True, help="the driver's private folder")
     args = parser.parse_args(argv)
     for sig in (signal.SIGINT, signal.SIGHUP):  # a closed terminal must not stop the cleanup
         signal.signal(sig, signal.SIG_IGN)
     wait_for_exit(args.driver, args.started)
     end_clusters(args.mark, args.dir)
-    if args.token:
-        with suppress(FileNotFoundError):
-            os.remove(args.token)
+    if Path(args.dir).name.startswith(PRIVATE_PREFIX):  # never a folder it was not made for
+        shutil.rmtree(args.dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

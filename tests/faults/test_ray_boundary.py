@@ -230,6 +230,8 @@ def test_the_cluster_turns_away_a_client_without_its_token_and_dies_with_its_dri
             env_agent = _port(session, "runtime_env_agent_port")
             assert _http_status(f"http://127.0.0.1:{env_agent}/get_or_create_runtime_env") == 401
             assert driver.trials_running() == TRIALS  # the cluster itself kept working
+            private = session.parent.parent  # <private>/ray/session_*
+            _another_user_cannot_enter(private, session)
 
             # the agents have served the requests above: every server of the cluster is up
             before = {p.pid: _cmdline(p) or p.name() for p in driver.tree()}
@@ -241,10 +243,36 @@ def test_the_cluster_turns_away_a_client_without_its_token_and_dies_with_its_dri
             left = {p.pid: before.get(p.pid, p.name()) for p in driver.alive()}
             assert len(before) > 5, before  # GCS, raylet, agents, workers: a real cluster
             assert not left, f"{len(left)} of {len(before)} processes alive 10 s later: {left}"
+            while private.exists() and time.monotonic() < deadline + 5:
+                time.sleep(0.2)
+            assert not private.exists(), "the private Ray folder outlived its driver"
         assert bystander.poll() is None, "a process of another cluster was killed"
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def _as_nobody(*cmd: str) -> subprocess.CompletedProcess:
+    who = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
+    return subprocess.run([*who, *cmd], capture_output=True, text=True, timeout=30)
+
+
+def _another_user_cannot_enter(private: Path, session: Path) -> None:
+    """As user nobody (issue 33, item 2: Ray makes its temp dir, session, logs and sockets
+    0777; nobody listed 40 log files, renamed the token file and moved the raylet socket)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.fail("this check runs as root, with setpriv (util-linux), to act as nobody")
+    assert _as_nobody("ls", "/").returncode == 0  # nobody can run commands at all
+    for folder in (session / "logs", session / "sockets", session, session.parent, private):
+        listed = _as_nobody("ls", str(folder))
+        assert listed.returncode != 0 and "Permission denied" in listed.stderr, folder
+    socket_path = session / "sockets" / "raylet"
+    assert socket_path.exists()
+    moved = _as_nobody("mv", str(socket_path), f"{socket_path}.moved")
+    assert moved.returncode != 0 and socket_path.exists()
+    token = private / "auth_token"
+    assert _as_nobody("mv", str(token), f"{token}.moved").returncode != 0 and token.exists()
+    assert private.stat().st_mode & 0o777 == 0o700 and private.name.startswith("scalelab-ray-")
 
 
 def test_an_embedded_ray_that_would_listen_off_loopback_is_refused(tmp_path: Path):
