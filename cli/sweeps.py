@@ -321,6 +321,8 @@ def resume(
             loaded = door.recorded(sweep, max_trials, bar)
     finally:
         bar.close(loaded)
+    for note in loaded.notes:
+        err.print(f"note: {note}", highlight=False)
     if not _drive(loaded, job).ok:
         raise typer.Exit(code=1)
 

@@ -14,7 +14,6 @@ refuse what `plan` refuses, so a dry-run and a submit run the same checks. Torch
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +98,7 @@ class Sweep:
     path: str  # absolute; "" for a sweep read back from MLflow whose file is gone
     overrides: tuple[str, ...] = ()
     max_trials: int = DEFAULT_MAX_TRIALS
+    notes: tuple[str, ...] = ()  # what the caller should be told (where the YAML came from)
 
     @property
     def name(self) -> str:
@@ -123,21 +123,25 @@ def load(
 def recorded(
     name: str, max_trials: int = DEFAULT_MAX_TRIALS, progress: Progress | None = None
 ) -> Sweep:
-    """A submitted sweep as its parent run recorded it (its YAML, else the file at its
-    recorded path, and the overrides), validated and expanded again."""
-    from scalelab.contract.runs import Tag
+    """A submitted sweep as its parent run recorded it at its last submit (its YAML and
+    overrides, whatever their length), validated and expanded again. A sweep recorded
+    before its YAML always was (by an older scalelab, over 8,000 characters) is read from
+    the file at its recorded path, and `notes` says so."""
+    from scalelab.orchestrator.ledger.parent import RecordDamaged
 
-    tags = find(name).parent_tags()
-    path = tags.get(Tag.SPEC_PATH, "")
-    text = tags.get(Tag.SPEC_YAML)
+    try:
+        record = find(name).recorded_spec()
+    except RecordDamaged as e:
+        raise SweepRefused(str(e)) from None
+    text, path, notes = record.yaml, record.path, ()
     if text is None:
         if not path or not Path(path).exists():
             raise SweepRefused(f"sweep {name}: its YAML is not recorded; submit the file again")
         text = read_sweep(path)
-    overrides = json.loads(tags.get(Tag.OVERRIDES, "[]"))
-    spec, source = parse_spec(text, path or "<recorded sweep>", overrides)
+        notes = (f"sweep {name}: its YAML was not recorded; read from {path} as it is now",)
+    spec, source = parse_spec(text, path or "<recorded sweep>", record.overrides)
     trials = _expanded(spec, source, max_trials, progress)
-    return Sweep(spec, tuple(trials), text, path, tuple(overrides), max_trials)
+    return Sweep(spec, tuple(trials), text, path, tuple(record.overrides), max_trials, notes)
 
 
 def _expanded(

@@ -4,7 +4,10 @@ experiment described for the MLflow UI."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from scalelab.contract.runs import (
@@ -22,6 +25,49 @@ if TYPE_CHECKING:
     from scalelab.orchestrator.spec import SweepSpec
 
 SETTLE_S = 0.5  # > the time from creating a run to seeing it in a search, with margin
+# A text longer than a tag (MLflow cuts tag values at 8,000 characters, silently) is kept as
+# <key>.chunks = n, <key>.0 ... <key>.<n-1> and <key>.sha256; one that fits stays <key> too.
+CHUNKS, DIGEST = ".chunks", ".sha256"
+
+
+class RecordDamaged(ValueError):
+    """A text recorded on the parent run is not whole (one line: which, and what to do)."""
+
+
+@dataclass(frozen=True)
+class RecordedSpec:
+    yaml: str | None  # the sweep file's text as submitted last; None: not recorded
+    path: str  # where the file was ("" when unknown)
+    overrides: list[str]  # the command line's KEY=VALUE settings
+
+
+def long_tag(key: str, text: str) -> dict[str, str]:
+    """The tags that record `text` under `key` whatever its length, with its digest."""
+    chunks = [text[i : i + MAX_TAG] for i in range(0, len(text), MAX_TAG)] or [""]
+    tags = {f"{key}{CHUNKS}": str(len(chunks)), f"{key}{DIGEST}": _digest(text)}
+    tags |= {f"{key}.{i}": chunk for i, chunk in enumerate(chunks)}
+    if len(chunks) == 1:
+        tags[key] = text  # readable as one tag in the UI, as before
+    return tags
+
+
+def read_long_tag(tags: dict[str, str], key: str) -> str | None:
+    """The text `long_tag` recorded (or an older scalelab's plain tag); None when neither
+    is there. Raises RecordDamaged when the chunks do not make the recorded digest."""
+    if f"{key}{CHUNKS}" not in tags:
+        return tags.get(key)
+    n = int(tags[f"{key}{CHUNKS}"])
+    text = "".join(tags.get(f"{key}.{i}", "") for i in range(n))
+    if _digest(text) != tags.get(f"{key}{DIGEST}"):
+        raise RecordDamaged(
+            f"the parent run's {key} is damaged ({n} parts that do not make the recorded "
+            "digest); submit the sweep file again"
+        )
+    return text
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class ParentRun(SweepStore):
@@ -85,12 +131,34 @@ class ParentRun(SweepStore):
     ) -> None:
         from mlflow.entities import RunTag
 
-        tags = {Tag.BACKEND: spec.backend.kind, Tag.OVERRIDES: overrides}
-        if spec_yaml and len(spec_yaml) <= MAX_TAG:
-            tags[Tag.SPEC_YAML] = spec_yaml
+        tags = {Tag.BACKEND: spec.backend.kind, **long_tag(Tag.OVERRIDES, overrides)}
+        if spec_yaml:
+            tags |= long_tag(Tag.SPEC_YAML, spec_yaml)
         if spec_path:
             tags[Tag.SPEC_PATH] = spec_path
-        self.client.log_batch(self.parent_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        items = [RunTag(k, v) for k, v in tags.items()]
+        for i in range(0, len(items), 100):  # log_batch takes 100 tags at most
+            self.client.log_batch(self.parent_id, tags=items[i : i + 100])
+        current = self.parent_tags()
+        for key in (Tag.OVERRIDES, Tag.SPEC_YAML):  # a whole copy of an older, shorter text
+            if key in current and key not in tags and f"{key}{CHUNKS}" in tags:
+                self.client.delete_tag(self.parent_id, key)
+
+    def recorded_spec(self) -> RecordedSpec:
+        """What `resume` reads back: the sweep file's text (None when none was recorded),
+        where it was, and the overrides. A text that does not match its recorded digest
+        raises RecordDamaged."""
+        tags = self.parent_tags()
+        overrides = read_long_tag(tags, Tag.OVERRIDES)
+        try:
+            parsed = json.loads(overrides) if overrides is not None else []
+        except ValueError:  # an older scalelab's tag, cut at 8,000 characters by MLflow
+            raise RecordDamaged(
+                f"sweep {self.sweep}: its recorded overrides are cut short ({len(overrides):,} "
+                "characters, recorded before long texts were split); submit the file again"
+            ) from None
+        return RecordedSpec(read_long_tag(tags, Tag.SPEC_YAML), tags.get(Tag.SPEC_PATH, ""),
+                            [str(o) for o in parsed])  # fmt: skip
 
     def finish_sweep(self, status: str) -> None:
         if self.parent_id:

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 
+import pytest
 from conftest import sweep_yaml
 
 from scalelab.orchestrator.expand import expand
@@ -167,3 +168,51 @@ def test_a_cancel_racing_a_trials_start_lands_on_its_live_run(work_home, sweep_n
     live = driver.records()[tid]
     assert touched == [live.run_id] and live.cancelled and live.status == "KILLED"
     assert driver.cancelled_run_ids() == {live.run_id}
+
+
+def _padded(name: str, seeds: int, length: int) -> str:
+    """The tiny sweep's YAML, padded with a comment to `length` characters."""
+    text = sweep_yaml(name, seeds=seeds)
+    return text + "#" + "x" * (length - len(text) - 2) + "\n"
+
+
+def test_resume_reads_the_yaml_of_the_last_submit_whatever_its_length(work_home, sweep_name):
+    """Issue 33, item 3: past 8,000 characters the YAML tag was not updated and `resume`
+    read the older one (grown from 1 to 3 seeds, it ran 1 of 3)."""
+    from scalelab.orchestrator import door
+
+    for seeds, length in ((1, 7_900), (3, 8_100), (2, 30_000), (1, 500)):
+        text = _padded(sweep_name, seeds, length)
+        spec, _ = parse_spec(text)
+        Ledger(spec.name).ensure_parent(spec, spec_yaml=text, spec_path="/gone/sweep.yaml")
+        again = door.recorded(sweep_name)
+        assert again.text == text and len(again.trials) == seeds and not again.notes
+    tags = door.find(sweep_name).parent_tags()
+    assert tags["scalelab.spec_yaml"] == text  # one that fits a tag reads as one in the UI
+
+
+def test_resume_reads_overrides_longer_than_a_tag(work_home, sweep_name):
+    """Issue 33, item 4: the overrides tag was cut at 8,000 characters, and every later
+    `resume` raised JSONDecodeError."""
+    import json
+
+    from scalelab.orchestrator import door
+
+    text = sweep_yaml(sweep_name, seeds=1)
+    overrides = ["description=" + "a long note " * 900]  # 10,800 characters
+    spec, _ = parse_spec(text, overrides=overrides)
+    Ledger(spec.name).ensure_parent(spec, spec_yaml=text, overrides=json.dumps(overrides))
+    again = door.recorded(sweep_name)
+    assert list(again.overrides) == overrides and again.spec.description == spec.description
+
+
+def test_a_damaged_record_is_refused_not_read(work_home, sweep_name):
+    from scalelab.orchestrator import door
+
+    text = _padded(sweep_name, 2, 20_000)
+    spec, _ = parse_spec(text)
+    ledger = Ledger(spec.name)
+    ledger.ensure_parent(spec, spec_yaml=text)
+    ledger.set_tags(ledger.parent_id, {"scalelab.spec_yaml.1": "x"})
+    with pytest.raises(door.SweepRefused, match="damaged .* submit the sweep file again"):
+        door.recorded(sweep_name)
