@@ -6,9 +6,10 @@ every trial of a sweep at `submit` and `--dry-run`, before any run is created, s
 whose trials cannot start is refused with `file:line: key: message` instead of failing
 trial by trial. Checks that need only the config are JobConfig validators (jobs/config.py).
 
-- `check_placement(job, world_size, device)`: the batch split across ranks and
-  micro-batches, the dtype the device supports (device None: not known yet), and the
-  gradient dtype the ZeRO stage supports (a limit of DeepSpeed 0.19, not of the config);
+- `check_placement(job, world_size, device)`: the budget (at least one whole batch, and
+  not beyond any real run), the batch split across ranks and micro-batches, the dtype the
+  device supports (device None: not known yet), and the gradient dtype the ZeRO stage
+  supports (a limit of DeepSpeed 0.19, not of the config);
 - `check_environment(job)`: what the data config reads (the source exists, the tokenizer
   loads and fits model.vocab_size, ...: jobs.data.trial.check_data).
 Each raises JobCheckError naming the key to change.
@@ -18,14 +19,37 @@ from __future__ import annotations
 
 import re
 
-from scalelab.jobs.config import JobCheckError, JobConfig
+from scalelab.jobs.budget import total_tokens
+from scalelab.jobs.config import MAX_TOKENS, JobCheckError, JobConfig
 from scalelab.jobs.training.ds_config import BatchPlan, plan_batch
 
 _SECTIONS = tuple(name for name in JobConfig.model_fields if name != "seed")
 _NAMED_KEY = re.compile(rf"\b((?:{'|'.join(_SECTIONS)})\.[A-Za-z_][A-Za-z0-9_]*)")
 
 
+def check_budget(job: JobConfig) -> None:
+    """A budget given in tokens per parameter or FLOPs resolves to at least one whole batch
+    and to no more tokens than MAX_TOKENS (`train.tokens` itself is bounded by its field)."""
+    t = job.train
+    keys = [k for k in ("tokens", "tokens_per_param", "flops") if getattr(t, k) is not None]
+    budget_key = f"train.{keys[0]}" if keys else "train.tokens"
+    tokens = total_tokens(job)
+    if tokens > MAX_TOKENS:
+        raise JobCheckError(
+            budget_key, f"{budget_key} makes {tokens:,} training tokens, more than any real "
+            f"run ({MAX_TOKENS:,}): a typo?"
+        )  # fmt: skip
+    if t.global_batch_tokens > tokens:
+        raise JobCheckError(
+            ("train.global_batch_tokens", budget_key),
+            f"train.global_batch_tokens={t.global_batch_tokens:,} is more than the trial's "
+            f"budget of {tokens:,} tokens ({budget_key}): not one whole step; lower the batch "
+            "or raise the budget",
+        )
+
+
 def check_placement(job: JobConfig, world_size: int, device: str | None) -> BatchPlan:
+    check_budget(job)
     if device is not None and job.train.dtype == "fp16" and not device.startswith("cuda"):
         raise JobCheckError(
             "train.dtype", "train.dtype='fp16' needs a GPU (refused on CPU); use bf16 or fp32"

@@ -104,15 +104,21 @@ class DataConfig(FrozenConfig):
     )
 
 
+# Past any real run (frontier runs: ~1e13 tokens in batches of ~1e7): a number beyond these
+# is a typo, refused before anything starts rather than when the job allocates it.
+MAX_TOKENS = 10**15
+MAX_BATCH_TOKENS = 10**9
+
+
 class TrainConfig(FrozenConfig):
     """The optimisation: budgets, batch, schedule, precision, logging cadence."""
 
     tokens: int | None = Field(
-        None, ge=1, description="training tokens; or give tokens_per_param or flops"
+        None, ge=1, le=MAX_TOKENS, description="training tokens; or give tokens_per_param or flops"
     )
     tokens_per_param: float | None = Field(None, gt=0)
     flops: float | None = Field(None, gt=0, description="training compute budget in FLOPs")
-    global_batch_tokens: int = Field(8192, ge=1)
+    global_batch_tokens: int = Field(8192, ge=1, le=MAX_BATCH_TOKENS)
     lr: float = Field(3e-4, gt=0)
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
     warmup_fraction: float = Field(0.05, ge=0, lt=1)

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from scalelab.jobs.budget import total_tokens
 from scalelab.jobs.config import JobCheckError, JobConfig
 from scalelab.models import catalog
 from scalelab.models.flops import count_params, train_flops_per_token
@@ -51,17 +52,6 @@ class Trial:
     axes: dict[str, Any] = field(default_factory=dict)  # what the axes set, for display
     # (dotted key, value, YAML key path) of each setting: where a later check's error points
     settings: tuple[Setting, ...] = field(default=(), repr=False, compare=False)
-
-
-def resolve_tokens(job: JobConfig, n_params: int | None = None) -> int:
-    """Training tokens of a job from whichever budget it gives (tokens, tokens/param, FLOPs)."""
-    train = job.train
-    if train.tokens is not None:
-        return train.tokens
-    if train.tokens_per_param is not None:
-        n = n_params if n_params is not None else count_params(job.model)
-        return int(train.tokens_per_param * n)
-    return int(train.flops // train_flops_per_token(job.model, job.data.seq_len))
 
 
 def _axes(spec: SweepSpec) -> list[list[list[Setting]]]:
@@ -271,7 +261,7 @@ def iter_trials(
                 train_flops_per_token(job.model, job.data.seq_len),
             )
         _, n_params, n_nonembed, flops_per_token = sizes[size_key]
-        tokens = resolve_tokens(job, n_params)
+        tokens = total_tokens(job, n_params)
         yield Trial(
             job=job,
             trial_id=trial_id,

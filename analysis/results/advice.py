@@ -150,9 +150,9 @@ def _priced(
     picks, `seeds` times each; None when a changed config is invalid (a width the variant
     cannot use)."""
     from scalelab.analysis.scaling.advice import Option
+    from scalelab.jobs.budget import total_tokens
     from scalelab.jobs.config import JobConfig
     from scalelab.models.flops import count_params, train_flops_per_token
-    from scalelab.orchestrator.expand import resolve_tokens
 
     seen: set[str] = set()
     new_flops, cost = [], 0.0
@@ -169,7 +169,7 @@ def _priced(
         except ValueError:
             return None
         n = count_params(job.model)
-        flops = resolve_tokens(job, n) * train_flops_per_token(job.model, job.data.seq_len)
+        flops = total_tokens(job, n) * train_flops_per_token(job.model, job.data.seq_len)
         cost += seeds * flops
         if variant == baseline:
             new_flops.append(flops)

@@ -196,10 +196,10 @@ def _fit_cells(rows: pa.Table, mask: np.ndarray, loss: str, law: str) -> Forecas
 def _size_targets(rows: pa.Table, size: str) -> list[Target]:
     """The variant's token budgets at `size`: its parameters, tokens and FLOPs from the
     trials' own configs with the size swapped (orchestrator.expand's resolution)."""
+    from scalelab.jobs.budget import total_tokens
     from scalelab.jobs.config import JobConfig
     from scalelab.models.flops import count_params, train_flops_per_token
     from scalelab.models.sizes import get_size
-    from scalelab.orchestrator.expand import resolve_tokens
 
     try:
         get_size(size)
@@ -223,7 +223,7 @@ def _size_targets(rows: pa.Table, size: str) -> list[Target]:
             why = "; ".join(why.splitlines())
             raise ResultsError(f"forecast: --target {size}: {why}") from None
         n = count_params(job.model)
-        tokens = resolve_tokens(job, n)
+        tokens = total_tokens(job, n)
         flops = tokens * train_flops_per_token(job.model, job.data.seq_len)
         seen[budget] = Target(f"{size} @ {tokens:.3g} tokens", n, tokens, flops)
     return sorted(seen.values(), key=lambda t: t.tokens)

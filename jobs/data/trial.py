@@ -119,7 +119,7 @@ def check_data(cfg: DataConfig, model: ModelConfig) -> Tokenizer | None:
 
 def train_windows(tokens: int, global_batch_tokens: int, seq_len: int) -> int:
     """Windows of seq_len + 1 tokens a trial of `tokens` training tokens reads: its steps
-    (jobs/training/optim.py's total_steps) x the sequences of one step."""
+    (jobs/budget.py's total_steps) x the sequences of one step."""
     return max(1, math.ceil(tokens / global_batch_tokens)) * (global_batch_tokens // seq_len)
 
 

@@ -1,4 +1,4 @@
-"""Token budget, learning-rate schedule and AdamW parameter groups."""
+"""Learning-rate schedule and AdamW parameter groups (the budget: jobs/budget.py)."""
 
 from __future__ import annotations
 
@@ -7,26 +7,10 @@ import math
 import torch
 from torch import nn
 
-from scalelab.jobs.config import JobConfig, TrainConfig
-from scalelab.models.flops import count_params, train_flops_per_token
+from scalelab.jobs.config import TrainConfig
 from scalelab.models.parametrization import lr_scale, parameter_roles
 
 NO_DECAY_ROLES = ("input", "vector")  # embeddings (and so the tied head), biases, norms, gains
-
-
-def total_tokens(job: JobConfig) -> int:
-    """The training budget in tokens: given, or tokens_per_param x N, or FLOPs / (FLOPs per
-    token) with N and FLOPs per token from models/flops.py at the data's sequence length."""
-    t = job.train
-    if t.tokens is not None:
-        return t.tokens
-    if t.tokens_per_param is not None:
-        return int(t.tokens_per_param * count_params(job.model))
-    return int(t.flops / train_flops_per_token(job.model, job.data.seq_len))
-
-
-def total_steps(job: JobConfig) -> int:
-    return max(1, math.ceil(total_tokens(job) / job.train.global_batch_tokens))
 
 
 def lr_at(step: int, steps: int, t: TrainConfig) -> float:

@@ -30,6 +30,7 @@ from scalelab.contract.outcome import Ending, exit_code
 from scalelab.contract.runs import EXPERIMENT_ENV, STANDALONE_EXPERIMENT, Metric, Status, Tag
 from scalelab.contract.workdir import IDENTITY_FILE, JOB_FILE, RESULT_FILE, trial_dir
 from scalelab.jobs import identity
+from scalelab.jobs.budget import total_steps, total_tokens
 from scalelab.jobs.checks import preflight
 from scalelab.jobs.config import JobConfig
 from scalelab.jobs.data.device_inputs import prefetched
@@ -48,7 +49,7 @@ from scalelab.jobs.training.accounting import device_peak_flops, mfu
 from scalelab.jobs.training.distributed import DistEnv
 from scalelab.jobs.training.ds_config import BatchPlan, deepspeed_config
 from scalelab.jobs.training.evaluate import evaluate, evaluate_early_exit
-from scalelab.jobs.training.optim import adamw, lr_at, set_lr, total_steps, total_tokens
+from scalelab.jobs.training.optim import adamw, lr_at, set_lr
 from scalelab.jobs.training.preemption import PreemptionFlag, PreemptionVote
 from scalelab.jobs.training.step_metrics import MetricWindow, Reduced
 from scalelab.models.flops import count_params, train_flops_per_token
