@@ -193,6 +193,13 @@ app.add_typer(data_app, name="data")
 
 
 def main() -> None:
+    for arg in sys.argv[1:]:
+        try:
+            arg.encode()
+        except UnicodeEncodeError:  # a byte that is not UTF-8 (Python's surrogate escape)
+            shown = ascii(arg if len(arg) <= 80 else arg[:80] + "...")
+            print(f"error: argument {shown} is not UTF-8 text", file=sys.stderr)
+            sys.exit(2)
     try:
         app()
     except KeyboardInterrupt:

@@ -96,6 +96,24 @@ STANDALONE_EXPERIMENT = "scalelab-train"  # a job started without a sweep
 EXPERIMENT_ENV = "SCALELAB_EXPERIMENT"
 
 
+# A sweep's name: the sweep file's `name`, a folder of the results tables, an experiment.
+SWEEP_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+SWEEP_NAME_MAX = 100
+
+
+def sweep_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a sweep's name; None when it can."""
+    import re
+
+    if len(name) > SWEEP_NAME_MAX or not re.fullmatch(SWEEP_NAME_PATTERN, name):
+        shown = name if len(name) <= 60 else name[:60] + "..."
+        return (
+            f"{shown!r} is not a sweep name (a letter or digit, then letters, digits, _ . -; "
+            f"at most {SWEEP_NAME_MAX} characters)"
+        )
+    return None
+
+
 def sweep_run_name(sweep: str) -> str:
     return f"sweep:{sweep}"
 

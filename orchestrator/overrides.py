@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scalelab.orchestrator.sweep_file import SourceMap, SpecError, load_yaml
+from scalelab.orchestrator.sweep_file import MAX_DEPTH, SourceMap, SpecError, load_yaml
 
 AXIS_SECTIONS = ("grid", "zip")
 
@@ -23,8 +23,11 @@ def parse_override(text: str, sections: set[str]) -> tuple[tuple[str, ...], Any]
     """'train.lr=3.0e-4' -> (('base', 'train', 'lr'), 0.0003)."""
     key, sep, raw = text.partition("=")
     key = key.strip()
+    shown = text if len(text) <= 120 else text[:120] + "..."
     if not sep or not key or any(not part for part in key.split(".")):
-        raise SpecError([f"override {text!r}: expected KEY=VALUE, e.g. train.lr=3.0e-4"])
+        raise SpecError([f"override {shown!r}: expected KEY=VALUE, e.g. train.lr=3.0e-4"])
+    if key.count(".") >= MAX_DEPTH:  # the file's own limit
+        raise SpecError([f"override {shown!r}: a key nested deeper than {MAX_DEPTH} levels"])
     head, *rest = key.split(".")
     if head in AXIS_SECTIONS and rest:
         path: tuple[str, ...] = (head, ".".join(rest))

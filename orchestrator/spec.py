@@ -30,6 +30,7 @@ from scalelab.contract.config import (
     format_config_error,
     sub_config_class,
 )
+from scalelab.contract.runs import SWEEP_NAME_MAX, SWEEP_NAME_PATTERN
 from scalelab.jobs.config import JobCheckError, JobConfig
 from scalelab.jobs.gpus import gpu_spec
 from scalelab.models import catalog
@@ -231,7 +232,7 @@ class EstimateConfig(FrozenConfig):
 class SweepSpec(FrozenConfig):
     """One sweep YAML."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)
+    name: str = Field(pattern=SWEEP_NAME_PATTERN, max_length=SWEEP_NAME_MAX)
     experiment: str | None = Field(
         None,
         min_length=1,

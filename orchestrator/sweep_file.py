@@ -231,6 +231,10 @@ def _yaml_problem(e: yaml.YAMLError, path: str) -> str:
 def load_yaml(text: str, path: str = "<sweep>") -> tuple[Any, SourceMap]:
     """Safe-load one YAML document within the limits; returns (data, source map)."""
     try:
+        text.encode()
+    except UnicodeEncodeError:  # a command line's byte that is not UTF-8 (surrogate escape)
+        raise SpecError([f"{path}: not UTF-8 text"]) from None
+    try:
         _check_events(text, path)
         loader = SweepLoader(text)
         try:

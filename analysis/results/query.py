@@ -60,6 +60,10 @@ def _parse(text: str) -> ast.Expression:
         return ast.parse(text.strip(), mode="eval")
     except SyntaxError as e:
         raise ResultsError(f"--where {text!r}: not a valid expression ({e.msg})") from None
+    except UnicodeEncodeError:  # a command line's byte that is not UTF-8 (surrogate escape)
+        raise ResultsError("--where: not UTF-8 text") from None
+    except ValueError as e:  # an integer of more than 4,300 digits
+        raise ResultsError(f"--where: {e}") from None
     except (RecursionError, MemoryError):
         raise ResultsError(TOO_DEEP) from None
 
@@ -111,14 +115,18 @@ def _field(node: ast.AST, text: str, columns: list[str]) -> pc.Expression:
 
 
 def _literal(node: ast.AST, text: str) -> Any:
-    if isinstance(node, ast.Constant) and isinstance(
-        node.value, (int, float, str, bool, type(None))
+    negative, literal = False, node
+    while isinstance(literal, ast.UnaryOp) and isinstance(literal.op, ast.USub):
+        negative, literal = not negative, literal.operand  # a loop: -(-(-1)) nests
+    if isinstance(literal, ast.Constant) and isinstance(
+        literal.value, (int, float, str, bool, type(None))
     ):
-        return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        value = _literal(node.operand, text)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return -value
+        value = literal.value
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if isinstance(value, int) and number and not -(2**63) <= value < 2**63:
+            raise ResultsError(f"--where: {value:.3g} is outside the 64-bit integer range")
+        if literal is node or number:
+            return -value if negative else value
     raise ResultsError(
         f"--where {text!r}: expected a literal (number, 'string', True/False/None), got "
         f"{ast.get_source_segment(text, node) or type(node).__name__!r}"

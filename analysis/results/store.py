@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scalelab.contract import workdir
+from scalelab.contract.runs import sweep_name_problem
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -38,7 +39,15 @@ def results_root(root: Path | None = None) -> Path:
 
 
 def sweep_dir(sweep: str, root: Path | None = None) -> Path:
-    return results_root(root) / sweep
+    return results_root(root) / _named(sweep)
+
+
+def _named(sweep: str) -> str:
+    """The sweep's name, which is part of a path here: ResultsError for one no sweep has."""
+    problem = sweep_name_problem(sweep)
+    if problem:
+        raise ResultsError(problem)
+    return sweep
 
 
 def table_dir(kind: str, root: Path | None = None) -> Path:
@@ -92,7 +101,7 @@ def write_table(kind: str, sweep: str, table: pa.Table, root: Path | None = None
 def partition_dir(kind: str, sweep: str, root: Path | None = None) -> Path:
     from urllib.parse import quote
 
-    return table_dir(kind, root) / f"sweep={quote(sweep, safe='')}"
+    return table_dir(kind, root) / f"sweep={quote(_named(sweep), safe='')}"
 
 
 def read_table(

@@ -44,6 +44,12 @@ def resolve_source(source: str) -> tuple[Kind, list[Path]]:
             raise ValueError(f"data.source {source!r}: no files match this pattern")
     else:
         path = Path(pattern)
+        try:
+            path.stat()
+        except FileNotFoundError:
+            pass  # said below, with what a source can be
+        except OSError as e:  # a name too long, a loop of links, a folder it cannot enter
+            raise ValueError(f"data.source {source!r}: {e.strerror}") from None
         if not path.exists():
             raise ValueError(
                 f"data.source {source!r}: no such file or folder (give a local "

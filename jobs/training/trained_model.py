@@ -37,15 +37,18 @@ class Located:
     job: JobConfig
 
 
+MAX_NAME = 255  # a file name's length limit: no trial id or folder name is longer
+
+
 def locate(target: str) -> Located:
     """A trial id (or a unique prefix) under $SCALELAB_HOME/trials, a trial folder, or one
     checkpoint folder of a trial (trials/<id>/ckpt/step<N>); a trial means its newest
     complete checkpoint."""
     path = Path(target).expanduser()
     tag_dir = None
-    if (path / checkpoint.MARKER).is_file():
+    if _is_file(path / checkpoint.MARKER):
         tag_dir, trial_dir = path, path.parent.parent
-    elif (path / JOB_FILE).is_file():
+    elif _is_file(path / JOB_FILE):
         trial_dir = path
     else:
         trial_dir = _trial_by_id(target)
@@ -60,10 +63,21 @@ def locate(target: str) -> Located:
     return Located(trial_dir, tag_dir, job)
 
 
+def _is_file(path: Path) -> bool:
+    """A file there; False also where the path cannot be a file (a name too long, ...)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def _trial_by_id(selector: str) -> Path:
     trials = scalelab_home() / "trials"
-    if "/" in selector or not selector:
-        raise TrialError(f"{selector}: not a trial folder (no {JOB_FILE}) or checkpoint folder")
+    if "/" in selector or not selector or len(selector) > MAX_NAME:
+        shown = selector if len(selector) <= 80 else selector[:80] + "..."
+        raise TrialError(
+            f"{shown}: not a trial id, trial folder (no {JOB_FILE}) or checkpoint folder"
+        )
     found = sorted(p for p in trials.glob(f"{selector}*") if (p / JOB_FILE).is_file())
     exact = [p for p in found if p.name == selector]
     if exact or len(found) == 1:

@@ -26,6 +26,8 @@ CASES = [
      "4: base.data.seq_len: data.seq_len=64 exceeds model.block_size=32"),
     ("a missing local data path", '"builtin:pydoc"', "/no/such/corpus.txt",
      "4: base.data.source: data.source '/no/such/corpus.txt': no such file or folder"),
+    ("a data.source path component over 255 characters (issue 33, item 6)", '"builtin:pydoc"',
+     '"/tmp/' + "a" * 300 + '/x.txt"', "4: base.data.source: data.source '/tmp/aaaa"),
     ("a vocabulary smaller than the tokenizer's", "vocab_size: 256", "vocab_size: 100",
      "3: base.model.vocab_size: tokenizer 'byte' has 256 tokens but model.vocab_size is 100"),
     ("a batch that is not whole sequences", "global_batch_tokens: 512", "global_batch_tokens: 500",
@@ -38,6 +40,14 @@ CASES = [
      "(train.global_batch_tokens / data.seq_len) does not divide across 3 ranks"),
     ("fp16 on CPU", "global_batch_tokens: 512}", "global_batch_tokens: 512, dtype: fp16}",
      "5: base.train.dtype: train.dtype='fp16' needs a GPU"),
+    ("a batch larger than the budget", "global_batch_tokens: 512", "global_batch_tokens: 8192",
+     "5: base.train.global_batch_tokens: train.global_batch_tokens=8,192 is more than the "
+     "trial's budget of 4,096 tokens"),
+    ("a batch beyond any run's (issue 33, item 5)", "global_batch_tokens: 512",
+     f"global_batch_tokens: {10**30}", "5: base.train.global_batch_tokens: Input should be "
+     "less than or equal to 1000000000"),
+    ("a budget beyond any run's", "tokens: 4096,", "flops: 1.0e+40,",
+     "5: base.train.flops: train.flops makes"),
     ("a grid value is blamed at its own line", "seed: 0\n", "seed: 0\ngrid:\n  model.block_size:"
      " [64, 32]\n", "8: grid.model.block_size[1]: data.seq_len=64 exceeds model.block_size=32"),
 ]  # fmt: skip
