@@ -17,6 +17,8 @@ the tool run code (safe loading only).
 from __future__ import annotations
 
 import codecs
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +46,24 @@ class SpecError(ValueError):
 
 
 def read_sweep(path: str | Path) -> str:
-    """The text of a sweep file (UTF-8, a leading byte-order mark allowed)."""
+    """The text of a sweep file (UTF-8, a leading byte-order mark allowed). Only a regular
+    file: a named pipe, a terminal or a device would block or never end. It is opened
+    without blocking and checked before it is read."""
     p = Path(path)
     try:
-        with p.open("rb") as f:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+        raise SpecError([f"{p}: cannot read: {getattr(e, 'strerror', None) or e}"]) from None
+    kind = os.fstat(fd).st_mode
+    if not stat.S_ISREG(kind):
+        os.close(fd)
+        what = "a folder" if stat.S_ISDIR(kind) else "not a regular file (a pipe, a device)"
+        raise SpecError([f"{p}: {what}; a sweep is a YAML file"])
+    with os.fdopen(fd, "rb") as f:
+        try:
             raw = f.read(MAX_FILE_BYTES + 1)
-    except OSError as e:
-        raise SpecError([f"{p}: cannot read: {e.strerror or e}"]) from None
+        except OSError as e:
+            raise SpecError([f"{p}: cannot read: {e.strerror or e}"]) from None
     if len(raw) > MAX_FILE_BYTES:
         raise SpecError(
             [f"{p}: larger than {MAX_FILE_BYTES:,} bytes; a sweep file is a page of YAML"]

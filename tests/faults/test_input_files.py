@@ -86,6 +86,22 @@ def test_a_hostile_yaml_is_refused_in_bounded_time(tmp_path, text, expected):
     assert line.startswith(str(path)) and expected in line, line
 
 
+@pytest.mark.parametrize("kind", ["fifo", "folder", "device"])
+def test_a_sweep_path_that_is_not_a_regular_file_is_refused_at_once(tmp_path, kind):
+    """Issue 33, item 7: a named pipe as the sweep file blocked `submit` forever."""
+    import os
+
+    path = {"fifo": tmp_path / "sweep.yaml", "folder": tmp_path, "device": "/dev/zero"}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    for command in (["submit", path, "--dry-run"], ["submit", path]):
+        with deadline(10):
+            result = scalelab(tmp_path / "home", *command)
+        line = one_line_error(result)
+        assert line.startswith(str(path)) and ("not a regular file" in line or "a folder" in line)
+    assert runs_in(tmp_path / "home") == 0
+
+
 def test_a_date_is_read_as_text(tmp_path):
     path = tmp_path / "sweep.yaml"
     path.write_text(SWEEP + "description: 2020-13-45\n")
