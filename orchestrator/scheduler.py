@@ -123,6 +123,10 @@ def run_sweep(
                 ledger.set_tags(rec.run_id, {Tag.CANCEL: "0"})
                 rec.tags[Tag.CANCEL] = "0"
             pending.append(_Live(trial, rec))
+    # a trial out of retries is not run again, but what its job could not send is (the
+    # spool of its last attempt, kept through an outage): as `status` and `sync` do
+    spent = [records[tid] for tid in out.skipped if records[tid].status == Status.FAILED]
+    delivery.send_owed(spent, ledger.uri)
     if not pending:  # nothing to run: the statuses just read are the sweep's
         _close_parent(ledger, out, {tid: rec.status for tid, rec in records.items()})
         return out

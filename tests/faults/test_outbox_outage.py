@@ -223,3 +223,40 @@ def test_a_later_driver_sends_the_spool_and_does_not_train_again(spooled_home, t
     after = {p: p.read_bytes() for p in trial_files if p.is_file()}
     assert after == before  # no checkpoint, curve point or result written: not trained again
     assert ledger.record(run_id).attempts == 0
+
+
+@pytest.mark.slow
+def test_a_resubmit_sends_the_spool_of_a_failed_trial_it_does_not_run_again(tmp_path, empty_store):
+    """Issue 33, item 8: a trial that failed (here: diverged) out of retries while its job
+    could not reach MLflow kept its points spooled through every later submit (0 of 74 in
+    MLflow, until `scalelab status` sent them)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    text = sweep_yaml("failed-spool", seeds=1).replace(
+        "log_interval: 1,", "log_interval: 1, lr: 1.0e+3,"
+    )
+    (tmp_path / "sweep.yaml").write_text(text)
+    spec, source = parse_spec(text)
+    (trial,) = expand(spec, source)
+    ledger = Ledger("failed-spool", tracking_uri=empty_store(home / "mlflow.db"))
+    run_id = ledger.sync(spec, [trial])[trial.trial_id].run_id
+    (tmp_path / "job.json").write_text(trial.job.model_dump_json())
+    job = subprocess.run(
+        [sys.executable, "-m", "scalelab.jobs.training.train", str(tmp_path / "job.json"), run_id],
+        env=_quick_finish(env(home, "http://127.0.0.1:9"), 1), capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert job.returncode == 1, job.stderr[-3000:]
+    assert _result(home, trial.trial_id)["diverged"] is True
+    # the driver of that attempt reached MLflow (its job did not) and recorded its end
+    ledger.started(ledger.record(run_id), 1)
+    ledger.set_status(run_id, "FAILED")
+    assert mlflow_points(ledger.uri, run_id) == {}
+
+    again = scalelab("submit", str(tmp_path / "sweep.yaml"), "--no-summary", home=home)
+    assert again.returncode == 0, again.stderr[-3000:]
+    sent = {k: [p for p in v if p[1] == p[1]] for k, v in mlflow_points(ledger.uri, run_id).items()}
+    assert sent == _expected(home, trial.trial_id) and sent["train/loss"]
+    rec = ledger.record(run_id)
+    assert rec.attempts == 1 and rec.status == "FAILED"  # not run again
+    assert rec.tags["scalelab.diverged"] == "1"  # the job's own tags arrived too
