@@ -27,6 +27,7 @@ from scalelab.jobs.config import JobConfig, load_recorded
 from scalelab.jobs.tracking.provenance import code_version, unflatten
 from scalelab.orchestrator.delivery import send_owed
 from scalelab.orchestrator.ledger import Ledger, TrialRecord
+from scalelab.orchestrator.ledger.claims import Liveness
 
 UNMATCHED = "unmatched"  # the rule tag of a run whose id neither rule reproduces
 _RANK = {Status.FINISHED: 0, Status.RUNNING: 1, Status.FAILED: 2, Status.KILLED: 2}
@@ -60,7 +61,7 @@ def needs_migration(ledger: Ledger, records: dict[str, TrialRecord] | None = Non
 def migrate_sweep(ledger: Ledger, dry_run: bool = False) -> MigrationReport:
     if ledger.find_parent() is None:
         raise MigrationRefused(f"no sweep named {ledger.sweep!r} in {ledger.uri}")
-    drivers = ledger.live_drivers(ledger.parent_tags())
+    drivers = _live_drivers(ledger)
     if drivers:
         raise MigrationRefused(
             f"sweep {ledger.sweep} has a live driver ({drivers[0]}); wait for it to end "
@@ -112,6 +113,16 @@ def migrate_sweep(ledger: Ledger, dry_run: bool = False) -> MigrationReport:
         if not dry_run:
             _rekey(ledger, winner, identity.identity_tree(job, semantics), new)
     return report
+
+
+def _live_drivers(ledger: Ledger) -> list[str]:
+    """The sweep's other live drivers, once none is unknown (a driver on another host whose
+    beat this process has not watched for a lease yet: orchestrator/ledger/claims.py)."""
+    while True:
+        live = ledger.live_drivers(ledger.parent_tags())
+        if all(state is Liveness.ALIVE for state in live.values()):
+            return list(live)
+        time.sleep(min(ledger.lease_s / 4, 5.0))
 
 
 def _recorded(rec: TrialRecord) -> tuple[JobConfig, int]:

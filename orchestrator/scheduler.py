@@ -28,7 +28,7 @@ from scalelab.jobs.tracking.outbox import Outbox
 from scalelab.orchestrator import delivery
 from scalelab.orchestrator.backends import make_backend
 from scalelab.orchestrator.expand import Trial
-from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable, TrialRecord
+from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable, Liveness, TrialRecord
 from scalelab.orchestrator.spec import SweepSpec
 
 MAX_ERROR_LINES = 20
@@ -223,9 +223,14 @@ def _claim(
         else:
             candidates.append(live)
     won = ledger.map(lambda live: ledger.claim(live.rec, parent_tags), candidates)
-    out.elsewhere.extend(
-        live.trial.trial_id for live, ok in zip(candidates, won, strict=True) if not ok
-    )
+    for live, ok in zip(candidates, won, strict=True):
+        if ok:
+            continue
+        if ledger.liveness(live.rec.claim[1], parent_tags) is Liveness.ALIVE:
+            out.elsewhere.append(live.trial.trial_id)  # its driver runs it
+        else:  # an owner not watched for a lease yet, or a claim race: look again soon
+            live.not_before = time.monotonic() + min(ledger.lease_s / 4, 5.0)
+            pending.append(live)
     return [live for live, ok in zip(candidates, won, strict=True) if ok]
 
 

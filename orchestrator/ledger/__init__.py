@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from scalelab.contract import workdir
 from scalelab.contract.runs import sweep_experiment
-from scalelab.orchestrator.ledger.claims import Claims, new_driver_id
+from scalelab.orchestrator.ledger.claims import Claims, Liveness, new_driver_id
 from scalelab.orchestrator.ledger.parent import ParentRun
 from scalelab.orchestrator.ledger.records import Records, TrialRecord
 from scalelab.orchestrator.ledger.store import (
@@ -31,6 +31,7 @@ __all__ = [
     "MAX_TAG",
     "Ledger",
     "LedgerUnavailable",
+    "Liveness",
     "TrialRecord",
     "check_reachable",
     "find_sweep",

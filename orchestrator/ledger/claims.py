@@ -1,8 +1,18 @@
 """Two drivers on one sweep never both launch a trial. A driver *claims* a trial by logging
 the param `scalelab.claim.<n>` = its id: MLflow params are write-once (a second, different
 value is rejected by the store, atomically), so exactly one driver wins epoch n. A claim
-lapses when its driver is gone: on this host its pid is dead, or its heartbeat (a tag on
-the parent run) is older than the lease; then the next epoch can be claimed."""
+lapses when its driver is gone, and only then can the next epoch be claimed.
+
+Whether a driver is gone is decided without comparing two hosts' clocks. Every driver beats
+(a tag on the parent run, rewritten every lease / 4). On the beat's own host its pid says
+it; elsewhere the reader watches the beat on its own monotonic clock: a beat that changed
+while it watched is a live driver, one unchanged for a whole lease a dead one, and one it
+has just seen for the first time is UNKNOWN until one of those happens (a lease at most).
+The beat's timestamp is read only to drop a beat older than STALE_S by the reader's clock:
+a skew below that changes nothing (before, a dead driver on a host whose clock ran ahead
+kept its trials for the skew plus a lease, and a live one whose clock ran behind by more
+than a lease lost them).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +21,8 @@ import os
 import socket
 import time
 import uuid
+from enum import Enum
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from scalelab.contract.runs import Param, Tag
@@ -18,6 +30,14 @@ from scalelab.orchestrator.ledger.store import SweepStore
 
 if TYPE_CHECKING:
     from scalelab.orchestrator.ledger.records import TrialRecord
+
+STALE_S = 3600.0  # a beat older than this by the reader's clock is a dead driver's
+
+
+class Liveness(Enum):
+    ALIVE = "alive"
+    DEAD = "dead"
+    UNKNOWN = "unknown"  # another host's beat, not watched for a lease yet
 
 
 def new_driver_id() -> str:
@@ -34,32 +54,30 @@ class Claims(SweepStore):
         host, pid, _ = self.driver_id.split(":")
         beat = json.dumps({"t": time.time(), "host": host, "pid": int(pid)})
         client = self.poll_client if poll else self.client
-        client.set_tag(self.parent_id, f"{Tag.DRIVER_PREFIX}{_tag_safe(self.driver_id)}", beat)
+        client.set_tag(self.parent_id, _beat_key(self.driver_id), beat)
+
+    def liveness(self, driver_id: str | None, parent_tags: dict[str, str]) -> Liveness:
+        if driver_id is None:
+            return Liveness.DEAD
+        if driver_id == self.driver_id:
+            return Liveness.ALIVE
+        key = _beat_key(driver_id)
+        raw = parent_tags.get(key)
+        return Liveness.DEAD if raw is None else self._beat_liveness(key, raw)
 
     def driver_alive(self, driver_id: str | None, parent_tags: dict[str, str]) -> bool:
-        if driver_id is None:
-            return False
-        if driver_id == self.driver_id:
-            return True
-        raw = parent_tags.get(f"{Tag.DRIVER_PREFIX}{_tag_safe(driver_id)}")
-        if raw is None:
-            return False
-        beat = json.loads(raw)
-        if beat["host"] == socket.gethostname() and not _pid_alive(beat["pid"]):
-            return False
-        return time.time() - beat["t"] < self.lease_s
+        """Not known to be gone (a driver not watched for a lease yet counts as alive)."""
+        return self.liveness(driver_id, parent_tags) is not Liveness.DEAD
 
-    def live_drivers(self, parent_tags: dict[str, str]) -> list[str]:
-        """The drivers of this sweep whose heartbeat is fresh (other than this one)."""
-        live = []
+    def live_drivers(self, parent_tags: dict[str, str]) -> dict[str, Liveness]:
+        """The drivers of this sweep other than this one that are not known to be gone."""
+        live = {}
         for key, raw in parent_tags.items():
-            if not key.startswith(Tag.DRIVER_PREFIX) or key.endswith(_tag_safe(self.driver_id)):
+            if not key.startswith(Tag.DRIVER_PREFIX) or key == _beat_key(self.driver_id):
                 continue
-            beat = json.loads(raw)
-            if beat["host"] == socket.gethostname() and not _pid_alive(beat["pid"]):
-                continue
-            if time.time() - beat["t"] < self.lease_s:
-                live.append(key.removeprefix(Tag.DRIVER_PREFIX))
+            state = self._beat_liveness(key, raw)
+            if state is not Liveness.DEAD:
+                live[key.removeprefix(Tag.DRIVER_PREFIX)] = state
         return live
 
     def claim(self, rec: TrialRecord, parent_tags: dict[str, str] | None = None) -> bool:
@@ -78,9 +96,35 @@ class Claims(SweepStore):
         rec.params[f"{Param.CLAIM_PREFIX}{epoch + 1}"] = self.driver_id
         return True
 
+    def _beat_liveness(self, key: str, raw: str) -> Liveness:
+        beat = json.loads(raw)
+        if beat["host"] == socket.gethostname():  # one clock: the pid, then the beat's age
+            if not _pid_alive(beat["pid"]):
+                return Liveness.DEAD
+            return Liveness.ALIVE if time.time() - beat["t"] < self.lease_s else Liveness.DEAD
+        now = time.monotonic()
+        seen = self._watched.get(key)
+        if seen is None:  # first sight: a beat from long ago, else not known yet
+            stale = time.time() - beat["t"] > STALE_S
+            state = Liveness.DEAD if stale else Liveness.UNKNOWN
+        elif seen[0] != raw:
+            state = Liveness.ALIVE  # it beat while this driver watched
+        elif now - seen[1] >= self.lease_s:
+            return Liveness.DEAD  # unchanged for a whole lease
+        else:
+            return seen[2]
+        self._watched[key] = (raw, now, state)
+        return state
 
-def _tag_safe(driver_id: str) -> str:
-    return driver_id.replace(":", "_")
+    @cached_property
+    def _watched(self) -> dict[str, tuple[str, float, Liveness]]:
+        """Beat key -> (the beat as last read, since when on this monotonic clock, what it
+        means until it changes or a lease passes)."""
+        return {}
+
+
+def _beat_key(driver_id: str) -> str:
+    return f"{Tag.DRIVER_PREFIX}{driver_id.replace(':', '_')}"
 
 
 def _pid_alive(pid: int) -> bool:

@@ -216,3 +216,56 @@ def test_a_damaged_record_is_refused_not_read(work_home, sweep_name):
     ledger.set_tags(ledger.parent_id, {"scalelab.spec_yaml.1": "x"})
     with pytest.raises(door.SweepRefused, match="damaged .* submit the sweep file again"):
         door.recorded(sweep_name)
+
+
+def _beat_from_another_host(ledger: Ledger, driver_id: str, clock_offset_s: float) -> None:
+    """The heartbeat a driver on another host writes, stamped by that host's clock."""
+    import json
+    import time
+
+    beat = json.dumps({"t": time.time() + clock_offset_s, "host": "another-host", "pid": 1})
+    ledger.client.set_tag(ledger.parent_id, "scalelab.driver." + driver_id.replace(":", "_"), beat)
+
+
+def _claimed_by_another_host(sweep_name: str, clock_offset_s: float):
+    spec, trials = _sweep(sweep_name, seeds=1)
+    ghost_id = "another-host:1:aaaaaa"
+    ghost = Ledger(spec.name, driver_id=ghost_id)
+    run_id = ghost.sync(spec, trials)[trials[0].trial_id].run_id
+    _beat_from_another_host(ghost, ghost_id, clock_offset_s)
+    assert ghost.claim(ghost.record(run_id))
+    reader = Ledger(spec.name, lease_s=1.5)
+    reader.find_parent()
+    return ghost, ghost_id, reader, run_id
+
+
+def test_a_dead_driver_on_a_host_whose_clock_runs_ahead_loses_its_claim_after_a_lease(
+    work_home, sweep_name
+):
+    """Issue 33, item 9: its trials were kept for the skew plus the lease (an hour here)."""
+    import time
+
+    from scalelab.orchestrator.ledger import Liveness
+
+    _, ghost_id, reader, run_id = _claimed_by_another_host(sweep_name, clock_offset_s=3000)
+    assert reader.liveness(ghost_id, reader.parent_tags()) is Liveness.UNKNOWN
+    assert not reader.claim(reader.record(run_id))  # not watched for a lease yet
+    time.sleep(1.6)  # a lease without a beat, on the reader's own clock
+    assert reader.liveness(ghost_id, reader.parent_tags()) is Liveness.DEAD
+    assert reader.claim(reader.record(run_id))
+
+
+def test_a_live_driver_on_a_host_whose_clock_runs_behind_keeps_its_claim(work_home, sweep_name):
+    """Its beats looked a lease old at once: before, another driver took its trials."""
+    import time
+
+    from scalelab.orchestrator.ledger import Liveness
+
+    ghost, ghost_id, reader, run_id = _claimed_by_another_host(sweep_name, clock_offset_s=-600)
+    for _ in range(4):  # it beats every lease / 4, as a driver does
+        assert not reader.claim(reader.record(run_id))
+        time.sleep(0.4)
+        _beat_from_another_host(ghost, ghost_id, clock_offset_s=-600)
+    assert reader.liveness(ghost_id, reader.parent_tags()) is Liveness.ALIVE
+    assert not reader.claim(reader.record(run_id))
+    assert reader.record(run_id).claim == (0, ghost_id)

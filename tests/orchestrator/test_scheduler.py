@@ -172,3 +172,24 @@ def test_a_cancel_during_launch_is_not_lost(ray_session, work_home, sweep_name, 
     assert out.killed == [trials[0].trial_id] and not out.finished
     assert set(Ledger(spec.name).statuses().values()) == {"KILLED"}
     assert all(calls(work_home, run) == 0 for run in _runs(spec).values())
+
+
+def test_a_trial_claimed_by_a_dead_driver_on_another_host_is_run_after_a_lease(
+    ray_session, work_home, sweep_name
+):
+    """Issue 33, item 9: the driver does not give the trial up as run elsewhere while it
+    cannot tell whether that driver lives (its host's clock is not this one's): it watches
+    the beat for a lease, then claims the trial and runs it."""
+    import json
+
+    spec, trials = _setup(sweep_name, seeds=1)
+    ghost = Ledger(spec.name, driver_id="another-host:1:bbbbbb")
+    rec = ghost.sync(spec, trials)[trials[0].trial_id]
+    beat = json.dumps({"t": time.time() + 3000, "host": "another-host", "pid": 1})  # ahead
+    ghost.client.set_tag(ghost.parent_id, "scalelab.driver.another-host_1_bbbbbb", beat)
+    assert ghost.claim(rec)
+    start = time.monotonic()
+    out = run_sweep(spec, trials, Ledger(spec.name, lease_s=2.0), job="jobs_for_tests:count")
+    assert out.finished == [trials[0].trial_id] and not out.elsewhere
+    assert time.monotonic() - start >= 2.0  # it watched the beat for a lease first
+    assert Ledger(spec.name).records()[trials[0].trial_id].claim[0] == 1
