@@ -241,8 +241,8 @@ class SweepSpec(FrozenConfig):
     )
     description: str = ""
     base: Base = Field(description="a (partial) JobConfig the axes fill in")
-    variants: list[Annotated[str, AfterValidator(catalog.canonical_variant)]] = Field(
-        default_factory=list, description="mechanism presets, e.g. dense, hadamard, budget+tsa"
+    variants: list[Annotated[str, AfterValidator(catalog.canonical_variant)]] | None = Field(
+        None, description="mechanism presets, e.g. dense, hadamard, budget+tsa"
     )
     grid: dict[AxisKey, AxisValues] = Field(
         default_factory=dict, description="dotted key -> values; the cartesian product"
@@ -285,7 +285,14 @@ class SweepSpec(FrozenConfig):
 
     @field_validator("variants")
     @classmethod
-    def _distinct_variants(cls, names: list[str]) -> list[str]:
+    def _distinct_variants(cls, names: list[str] | None) -> list[str] | None:
+        if names is None:
+            return None
+        if not names:  # given, and empty: an empty axis, which would have trained dense
+            raise ValueError(
+                "needs at least one variant (e.g. [dense, hadamard]); leave the key out to "
+                "train base's model"
+            )
         if len(set(names)) != len(names):
             raise ValueError(f"variants are repeated: {names}")
         return names
@@ -361,18 +368,28 @@ def parse_spec(
 
 
 def unknown_base_keys(data: dict[str, Any], source: SourceMap) -> list[str]:
-    """The unknown keys under `base`, found without the axes: reported with the sweep's
-    other errors, so a file's mistakes all show at once (the rest of base is checked per
-    trial, once the axes have filled it in: orchestrator/expand.py)."""
+    """The unknown keys under `base`, and bad values of base keys an axis sets (no trial
+    would ever validate them), found without the axes: reported with the sweep's other
+    errors, so a file's mistakes all show at once (the rest of base is checked per trial,
+    once the axes have filled it in: orchestrator/expand.py)."""
     base = data.get("base")
     if not isinstance(base, dict):
         return []
+    swept = {str(k) for section in ("grid", "zip") if isinstance(data.get(section), dict)
+             for k in data[section]}  # fmt: skip
+    if data.get("isoflop") is not None:
+        swept |= {"model.size", "train.flops"}
     try:
         JobConfig.model_validate(base)
     except ValidationError as e:
-        unknown = [i for i in e.errors() if i["type"] == "extra_forbidden"]
-        if unknown:
-            only = ValidationError.from_exception_data(e.title, unknown)
+        found = [
+            i
+            for i in e.errors()
+            if i["type"] == "extra_forbidden"
+            or (i["type"] != "missing" and ".".join(map(str, i["loc"][:2])) in swept)
+        ]
+        if found:
+            only = ValidationError.from_exception_data(e.title, found)
             return located_errors(only, source, lambda loc: ("base", *loc))
     return []
 

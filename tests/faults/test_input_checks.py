@@ -48,6 +48,10 @@ CASES = [
      "less than or equal to 1000000000"),
     ("a budget beyond any run's", "tokens: 4096,", "flops: 1.0e+40,",
      "5: base.train.flops: train.flops makes"),
+    ("an empty variants list (issue 33, item 10)", "seed: 0\n", "seed: 0\nvariants: []\n",
+     "7: variants: needs at least one variant"),
+    ("a bad base value an axis sets (issue 33, item 10)", "size: nano,", "size: -1,",
+     "3: base.model.size: Input should be a valid string"),
     ("a grid value is blamed at its own line", "seed: 0\n", "seed: 0\ngrid:\n  model.block_size:"
      " [64, 32]\n", "8: grid.model.block_size[1]: data.seq_len=64 exceeds model.block_size=32"),
 ]  # fmt: skip
