@@ -220,7 +220,7 @@ class Outbox:
                     if item["status"] == Status.RUNNING:
                         client.update_run(run_id, status=Status.RUNNING)
                     else:
-                        client.set_terminated(run_id, status=item["status"])
+                        tracking_store.set_terminal(client, run_id, item["status"])
                 except MlflowException as e:  # a refused transition must not block the rest
                     if e.error_code not in REJECTED_CODES:
                         raise

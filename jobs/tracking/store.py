@@ -30,6 +30,22 @@ _made: set[Path] = set()
 _made_lock = threading.Lock()
 
 
+def set_terminal(client: MlflowClient, run_id: str, status: str) -> None:
+    """End a run with `status`. A FINISHED run drops the error tag an earlier attempt left:
+    a run that finished carries no error (the attempts' logs keep what happened)."""
+    from mlflow.exceptions import MlflowException
+
+    from scalelab.contract.runs import Status, Tag
+
+    client.set_terminated(run_id, status=status)
+    if status == Status.FINISHED:
+        try:
+            client.delete_tag(run_id, Tag.ERROR)
+        except MlflowException as e:  # no such tag: nothing to drop
+            if e.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise
+
+
 class StoreError(RuntimeError):
     """The tracking store could not be created or used; the message is one line."""
 

@@ -149,7 +149,7 @@ class SweepStore:
 
     def set_status(self, run_id: str, status: str) -> None:
         if status in TERMINAL:
-            self.client.set_terminated(run_id, status=status)
+            tracking_store.set_terminal(self.client, run_id, status)
         else:
             self.client.update_run(run_id, status=status)
 
