@@ -174,8 +174,14 @@ def _write(path: Path, text: str) -> None:
 
 
 def _log(sweep: str, old: str, new: str) -> None:
+    """One line per re-keyed trial, once: a migration that stopped after writing it and is
+    run again does not write it twice."""
     path = workdir.results_dir() / sweep / workdir.MIGRATIONS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        logged = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if any(entry.get("old") == old and entry.get("new") == new for entry in logged):
+            return
     line = {"old": old, "new": new, "time": time.time(), "code_version": code_version()}
     with open(path, "a") as f:
         f.write(json.dumps(line) + "\n")

@@ -16,6 +16,7 @@ from scalelab.contract import workdir
 from scalelab.contract.runs import Role, Status, Tag
 from scalelab.jobs.config import JobConfig
 from scalelab.jobs.tracking.provenance import mlflow_params
+from scalelab.orchestrator import migrate
 from scalelab.orchestrator.expand import expand
 from scalelab.orchestrator.ledger import Ledger
 from scalelab.orchestrator.migrate import MigrationRefused, migrate_sweep, needs_migration
@@ -125,10 +126,14 @@ def test_an_interrupted_migration_completes(recorded_demo):
     plan = migrate_sweep(Ledger(ledger.sweep), dry_run=True)
     assert needs_migration(ledger) == 4  # a dry run changes nothing
     half = sorted(plan.rekeyed)[:2]
-    for old in half:  # stopped after renaming these folders, before any tag changed
+    for old in half:  # stopped after renaming these folders and logging them, before any tag
         os.rename(workdir.trial_dir(old), workdir.trial_dir(plan.rekeyed[old]))
+        migrate._log(ledger.sweep, old, plan.rekeyed[old])
     report = migrate_sweep(Ledger(ledger.sweep))
     assert report.rekeyed == plan.rekeyed
+    log = workdir.results_dir() / ledger.sweep / workdir.MIGRATIONS_FILE
+    pairs = [(e["old"], e["new"]) for e in map(json.loads, log.read_text().splitlines())]
+    assert sorted(pairs) == sorted(plan.rekeyed.items())  # each once (issue 33, item 10)
     assert set(Ledger(ledger.sweep).records()) == today
     for new in today:
         result = json.loads((workdir.trial_dir(new) / workdir.RESULT_FILE).read_text())
