@@ -124,11 +124,23 @@ def consolidated_weights(tag_dir: Path, zero_stage: int) -> dict[str, torch.Tens
 
 
 def load_model(located: Located, device: str = "cpu") -> torch.nn.Module:
-    """The trial's model in eval mode, fp32, with the checkpoint's weights."""
+    """The trial's model in eval mode, fp32, with the checkpoint's weights. The checkpoint
+    is verified and read, and its tensors' shapes checked against the config's model built
+    on the meta device (no memory, no time), before the model is built: a job.json that does
+    not describe its checkpoint is refused at once, not after building a large model."""
     from scalelab.models.build import build
 
-    model = build(located.job.model)
     weights = consolidated_weights(located.tag_dir, located.job.deepspeed.zero_stage)
+    shapes = {k: tuple(v.shape) for k, v in build(located.job.model, "meta").state_dict().items()}
+    found = {k: tuple(v.shape) for k, v in weights.items()}
+    if found != shapes:
+        wrong = sorted(set(found) ^ set(shapes)) or [k for k in shapes if shapes[k] != found[k]]
+        raise TrialError(
+            f"checkpoint {located.tag_dir} does not fit the model of {JOB_FILE}: "
+            f"{len(wrong)} tensor(s) differ, first {wrong[0]!r} "
+            f"(checkpoint {found.get(wrong[0])}, config {shapes.get(wrong[0])})"
+        )
+    model = build(located.job.model)
     try:
         model.load_state_dict(weights, strict=True)
     except RuntimeError as e:

@@ -79,3 +79,29 @@ def test_a_checkpoint_that_would_run_code_is_not_unpickled(trial_copy, tmp_path,
     expected = "would call posix.system" if re_record else "were written"
     _assert_one_error_line(result, expected)
     assert not sentinel.exists()
+
+
+def test_a_config_that_does_not_describe_its_checkpoint_is_refused_before_building(
+    trial_copy, monkeypatch
+):
+    """Issue 33, item 10: a job.json tampered to 124M built the 124M model (70 s) before the
+    checkpoint's nano weights were found not to fit. The shapes are compared on the meta
+    device first: no model is built."""
+    import json
+
+    from scalelab.models import build as build_module
+
+    job = json.loads((trial_copy.dir / "job.json").read_text())
+    job["model"] |= {"size": "124M", "n_layer": 12, "d_model": 768, "n_head": 12}
+    (trial_copy.dir / "job.json").write_text(json.dumps(job))
+    built = []
+    real_build = build_module.build
+
+    def build(cfg, device=None):
+        built.append(str(device))
+        return real_build(cfg, device)
+
+    monkeypatch.setattr(build_module, "build", build)
+    result = _generate(str(trial_copy.dir), "--prompt", "x")
+    _assert_one_error_line(result, "does not fit the model of job.json")
+    assert built == ["meta"], built  # shapes only, never the 124M model itself
