@@ -108,6 +108,9 @@ def save(engine: Any, env: DistEnv, ckpt_dir: Path, state: dict[str, Any], keep:
         tmp.replace(tag_dir / MARKER)
         for old in complete_checkpoints(ckpt_dir)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
+        for unmarked in ckpt_dir.glob("step*"):  # a save that never completed: unusable
+            if unmarked.is_dir() and not (unmarked / MARKER).exists():
+                shutil.rmtree(unmarked, ignore_errors=True)
     barrier(env)
     return tag_dir
 

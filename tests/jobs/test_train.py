@@ -146,6 +146,20 @@ def test_a_preemption_inside_a_log_window_logs_the_whole_windows_mean(
         assert [v for _, v in resumed] == pytest.approx([v for _, v in straight], rel=1e-6)
 
 
+def test_a_save_removes_checkpoint_folders_that_never_completed(home, mlflow_uri, tiny_job):
+    """Issue 33, item 10: a folder of a save cut short (no COMPLETE marker) stayed forever,
+    with its shards; no resume can use it."""
+    job = tiny_job(train__checkpoint_interval=4)
+    ckpt = home / "trials" / job.trial_id / "ckpt"
+    for step in (2, 99):  # one below the next save, one above it (a longer earlier run)
+        (ckpt / f"step{step:08d}").mkdir(parents=True)
+        (ckpt / f"step{step:08d}" / "mp_rank_00_model_states.pt").write_bytes(b"cut short")
+    assert run(job).status == "FINISHED"
+    assert sorted(p.name for p in ckpt.iterdir() if p.name.startswith("step")) == [
+        "step00000004", "step00000008"
+    ]  # fmt: skip
+
+
 @pytest.mark.slow
 def test_kill_and_resume_is_bit_exact(home, mlflow_uri, tiny_job, curve, tmp_path, monkeypatch):
     """SIGTERM mid-run -> checkpoint + exit 75; the resumed run's losses equal an
