@@ -18,7 +18,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -235,7 +235,6 @@ class _Trainer:
             self.tracker.set_tag(Tag.ERROR, f"{type(e).__name__}: {e}"[:5000])
             self.tracker.finish(Status.FAILED)
             raise
-        self.tracker.finish(None if status == Status.PREEMPTED else status)
         result = TrainResult(
             status=status,
             reason=reason,
@@ -253,11 +252,19 @@ class _Trainer:
             metrics_pending=self.tracker.pending(),
             diverged=self.diverged,
         )
+        # result.json first: a run MLflow shows ended has its result (the final status
+        # reaches MLflow inside finish()); then again, with what the spool still holds
+        self._write_result(result)
+        self.tracker.finish(None if status == Status.PREEMPTED else status)
+        result = replace(result, metrics_pending=self.tracker.pending())
+        self._write_result(result)
+        return result
+
+    def _write_result(self, result: TrainResult) -> None:
         if self.env.is_main:
             tmp = self.dir / (RESULT_FILE + ".tmp")
             tmp.write_text(json.dumps(asdict(result), indent=2))
             tmp.replace(self.dir / RESULT_FILE)
-        return result
 
     def _loop(self, state: dict[str, Any], flag: PreemptionFlag) -> tuple:
         """Steps until the budget. Nothing is read back from the device except at sync steps

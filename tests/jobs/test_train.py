@@ -146,6 +146,28 @@ def test_a_preemption_inside_a_log_window_logs_the_whole_windows_mean(
         assert [v for _, v in resumed] == pytest.approx([v for _, v in straight], rel=1e-6)
 
 
+def test_result_json_exists_before_the_run_can_turn_finished(
+    home, mlflow_uri, tiny_job, monkeypatch
+):
+    """Issue 33, item 10: the run could be FINISHED in MLflow a moment before result.json
+    existed (a reader in between saw an ended run without its result). The final status is
+    spooled and sent by Tracker.finish: result.json, final, is there when it is called."""
+    from scalelab.jobs.tracking.tracker import Tracker
+
+    job = tiny_job()
+    result_file = home / "trials" / job.trial_id / RESULT_FILE
+    seen = []
+    real_finish = Tracker.finish
+
+    def finish(self, status, timeout_s=None):
+        seen.append((status, json.loads(result_file.read_text())["status"]))
+        return real_finish(self, status, timeout_s)
+
+    monkeypatch.setattr(Tracker, "finish", finish)
+    assert run(job).status == "FINISHED"
+    assert seen == [("FINISHED", "FINISHED")]
+
+
 def test_a_save_removes_checkpoint_folders_that_never_completed(home, mlflow_uri, tiny_job):
     """Issue 33, item 10: a folder of a save cut short (no COMPLETE marker) stayed forever,
     with its shards; no resume can use it."""
