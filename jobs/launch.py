@@ -51,15 +51,22 @@ def outcome_of(result: Any) -> dict[str, Any]:
     }
 
 
-def launch(job_ref: JobRef, job_json: str, run_id: str | None, ranks: int = 1) -> dict[str, Any]:
+def launch(
+    job_ref: JobRef,
+    job_json: str,
+    run_id: str | None,
+    ranks: int = 1,
+    artifact_uri: str = "",
+) -> dict[str, Any]:
     """The body of one trial wherever it runs: rebuild the JobConfig, call the job (in
     `ranks` processes under torchrun when the trial has several), its output captured in
-    the trial's log and attached to its run (jobs/tracking/trial_logs.py)."""
+    the trial's log and attached to its run (jobs/tracking/trial_logs.py; `artifact_uri`:
+    the run's, when the driver knows it)."""
     from scalelab.jobs.config import JobConfig
     from scalelab.jobs.tracking.trial_logs import captured
 
     job = JobConfig.model_validate_json(job_json)
-    with captured(job.trial_id, run_id, job.model_dump_json(indent=2)):  # trials/<id>/logs/
+    with captured(job.trial_id, run_id, job.model_dump_json(indent=2), artifact_uri):
         if ranks > 1:
             if job_ref != DEFAULT_JOB:
                 raise ValueError(f"several ranks per trial need the training job, not {job_ref!r}")

@@ -163,7 +163,7 @@ def run_sweep(
                         import ray  # only after start(), which imports Ray in single-node mode
                     _launch(ledger, backend, to_train, inflight)
             for tid, run_id in sends.poll():
-                ledger.set_status(run_id, Status.FINISHED)  # its spool is empty now
+                ledger.set_status(run_id, Status.FINISHED, clear_error=True)  # spool sent
                 trained_in = (delivery.trained(tid) or {}).get("run_id")
                 (out.finished if trained_in in (None, run_id) else out.reused).append(tid)
             if not inflight:
@@ -290,7 +290,7 @@ def _settle(
         outbox = Outbox(workdir.trial_dir(tid), run_id)
         spooled = outbox.pending() or outcome.get("metrics_pending") or 0
         if not spooled:
-            ledger.set_status(run_id, Status.FINISHED)
+            ledger.set_status(run_id, Status.FINISHED, clear_error=live.rec.attempts > 1)
             out.finished.append(tid)
         elif outbox.exists():  # MLflow was unreachable when the job ended: send the rest
             sends.add(tid, run_id)

@@ -30,15 +30,16 @@ _made: set[Path] = set()
 _made_lock = threading.Lock()
 
 
-def set_terminal(client: MlflowClient, run_id: str, status: str) -> None:
+def set_terminal(client: MlflowClient, run_id: str, status: str, clear_error: bool = True) -> None:
     """End a run with `status`. A FINISHED run drops the error tag an earlier attempt left:
-    a run that finished carries no error (the attempts' logs keep what happened)."""
+    a run that finished carries no error (the attempts' logs keep what happened);
+    `clear_error=False` when none can have one (a trial's first attempt: one request less)."""
     from mlflow.exceptions import MlflowException
 
     from scalelab.contract.runs import Status, Tag
 
     client.set_terminated(run_id, status=status)
-    if status == Status.FINISHED:
+    if status == Status.FINISHED and clear_error:
         try:
             client.delete_tag(run_id, Tag.ERROR)
         except MlflowException as e:  # no such tag: nothing to drop

@@ -23,9 +23,12 @@ from scalelab.jobs.environ import scoped_environ
 
 
 @contextmanager
-def captured(trial_id: str, run_id: str | None, job_json: str) -> Iterator[Path]:
-    """Send this process's stdout and stderr (and its children's) to the trial's log while
-    the block runs; write job.json first, attach the files to `run_id` at the end."""
+def captured(
+    trial_id: str, run_id: str | None, job_json: str, artifact_uri: str = ""
+) -> Iterator[Path]:
+    """Send this process's stdout and stderr (and its children's) to the trial's log
+    (trials/<id>/logs/) while the block runs; write job.json first, attach the files to
+    `run_id` at the end."""
     folder = trial_dir(trial_id)
     log = trial_log(trial_id)
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -54,16 +57,21 @@ def captured(trial_id: str, run_id: str | None, job_json: str) -> Iterator[Path]
             for fd in saved:
                 os.close(fd)
             if run_id:
-                attach(trial_id, run_id)
+                attach(trial_id, run_id, artifact_uri)
 
 
-def attach(trial_id: str, run_id: str) -> None:
+def attach(trial_id: str, run_id: str, artifact_uri: str = "") -> None:
     """job.json and logs/ as the run's artifacts. Best effort: a tracking store that cannot
-    be reached now costs the attachment, never the trial (the files stay in its folder)."""
+    be reached now costs the attachment, never the trial (the files stay in its folder).
+    A run whose artifacts are a folder this machine sees (`artifact_uri` file:...) gets
+    them copied there, as MLflow's local artifact store does, without importing MLflow (a
+    Ray worker of a short trial spent seconds on that import alone)."""
     from scalelab.jobs.tracking import store as tracking_store
     from scalelab.jobs.tracking.tracker import fail_fast_environ
 
     folder = trial_dir(trial_id)
+    if _copied(folder, artifact_uri):
+        return
     try:
         with scoped_environ(fail_fast_environ()):
             client = tracking_store.client()
@@ -72,6 +80,26 @@ def attach(trial_id: str, run_id: str) -> None:
             client.log_artifacts(run_id, str(folder / LOGS_DIR), LOGS_DIR)
     except Exception as e:  # noqa: BLE001 - whatever the store raised, the trial's outcome stands
         print(f"scalelab: the trial's logs were not attached to run {run_id}: {e}", file=sys.stderr)
+
+
+def _copied(folder: Path, artifact_uri: str) -> bool:
+    """Copy job.json and logs/ into a local artifact folder; False when it is not one this
+    machine can write (then MLflow uploads them)."""
+    import shutil
+    from urllib.parse import unquote, urlparse
+
+    where = urlparse(artifact_uri)
+    if where.scheme != "file" or where.netloc not in ("", "localhost"):
+        return False
+    target = Path(unquote(where.path))
+    try:
+        (target / LOGS_DIR).mkdir(parents=True, exist_ok=True)
+        if (folder / JOB_FILE).exists():
+            shutil.copy2(folder / JOB_FILE, target / JOB_FILE)
+        shutil.copytree(folder / LOGS_DIR, target / LOGS_DIR, dirs_exist_ok=True)
+    except OSError:
+        return False
+    return True
 
 
 def tail(trial_id: str, lines: int = 20, end: int | None = None) -> str:

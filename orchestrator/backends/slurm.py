@@ -97,10 +97,12 @@ class SlurmTrial:
     preempted (after its checkpoint); Checkpointable, so a signal that comes while the trial
     is not in its training loop is handled by submitit, which requeues it unchanged."""
 
-    def __call__(self, job_ref: JobRef, job_json: str, run_id: str | None) -> dict[str, Any]:
+    def __call__(
+        self, job_ref: JobRef, job_json: str, run_id: str | None, artifact_uri: str = ""
+    ) -> dict[str, Any]:
         from scalelab.orchestrator.backends.requeue import requeue_in_place
 
-        outcome = launch(job_ref, job_json, run_id)
+        outcome = launch(job_ref, job_json, run_id, artifact_uri=artifact_uri)
         if outcome["status"] == Status.PREEMPTED and requeue_in_place():
             raise SystemExit(EXIT_REQUEUE)  # no result file: watchers wait for the requeued run
         return outcome
@@ -202,8 +204,10 @@ class SlurmBackend(Backend):
             for start in range(0, len(fresh), chunk):
                 group = fresh[start : start + chunk]
                 args = [
-                    (self.job, items[i][0].job.model_dump_json(), items[i][1].run_id) for i in group
-                ]
+                    (self.job, items[i][0].job.model_dump_json(), items[i][1].run_id,
+                     items[i][1].artifact_uri)
+                    for i in group
+                ]  # fmt: skip
                 if len(group) > 1:
                     with ex.batch():
                         jobs = [ex.submit(SlurmTrial(), *a) for a in args]

@@ -46,6 +46,7 @@ class TrialRecord:
     end_time: int = 0  # ms; 0 while it has not ended
     metrics: dict[str, float] = field(default_factory=dict)  # each metric's latest value
     name: str = ""
+    artifact_uri: str = ""  # where the run's artifacts go (its trial attaches its logs there)
 
     @property
     def attempts(self) -> int:
@@ -82,6 +83,7 @@ def record_of(run: Any) -> TrialRecord:
         end_time=run.info.end_time or 0,
         metrics=dict(run.data.metrics),
         name=run.info.run_name or "",
+        artifact_uri=run.info.artifact_uri or "",
     )
 
 

@@ -147,9 +147,10 @@ class SweepStore:
 
         self.client.log_batch(run_id, tags=[RunTag(k, v[:MAX_TAG]) for k, v in tags.items()])
 
-    def set_status(self, run_id: str, status: str) -> None:
+    def set_status(self, run_id: str, status: str, clear_error: bool = False) -> None:
+        """`clear_error`: a FINISHED run that may carry an earlier attempt's error tag."""
         if status in TERMINAL:
-            tracking_store.set_terminal(self.client, run_id, status)
+            tracking_store.set_terminal(self.client, run_id, status, clear_error)
         else:
             self.client.update_run(run_id, status=status)
 
