@@ -151,28 +151,37 @@ def test_a_driver_sends_what_an_outage_held_back_then_marks_finished(tmp_path, e
         server.stop()
 
 
-@pytest.fixture(scope="module")
-def spooled_home(tmp_path_factory, empty_store) -> tuple[Path, str, str]:
-    """A work directory whose one trial trained to the end while its job could not reach
-    MLflow (a closed port): everything it logged waits in the run's spool. Returns
-    (home, trial id, run id); the sweep's ledger is the home's sqlite store."""
-    root = tmp_path_factory.mktemp("spooled")
+def _trained_unreachable(root: Path, name: str, text: str, empty_store) -> tuple:
+    """Record the one-trial sweep `text` in root/home's sqlite store, then train its trial
+    with MLflow unreachable (a closed port): everything the job logs waits in the run's
+    spool. Returns (home, trial, ledger, run id, the job's exit code)."""
     home = root / "home"
     home.mkdir()
-    text = sweep_yaml("spooled", seeds=1)
     (root / "sweep.yaml").write_text(text)
     spec, source = parse_spec(text)
     (trial,) = expand(spec, source)
-    ledger = Ledger("spooled", tracking_uri=empty_store(home / "mlflow.db"))
+    ledger = Ledger(name, tracking_uri=empty_store(home / "mlflow.db"))
     run_id = ledger.sync(spec, [trial])[trial.trial_id].run_id
     (root / "job.json").write_text(trial.job.model_dump_json())
     job = subprocess.run(
         [sys.executable, "-m", "scalelab.jobs.training.train", str(root / "job.json"), run_id],
-        env=_quick_finish(env(home, "http://127.0.0.1:9"), 1), capture_output=True, text=True, timeout=600,
+        env=_quick_finish(env(home, "http://127.0.0.1:9"), 1), capture_output=True, text=True,
+        timeout=600,
     )  # fmt: skip
-    assert job.returncode == 0, job.stderr[-3000:]
-    assert ledger.client.get_run(run_id).info.status == "SCHEDULED"  # MLflow saw nothing
-    assert mlflow_points(ledger.uri, run_id) == {}
+    assert mlflow_points(ledger.uri, run_id) == {}, job.stderr[-3000:]  # MLflow saw nothing
+    return home, trial, ledger, run_id, job.returncode
+
+
+@pytest.fixture(scope="module")
+def spooled_home(tmp_path_factory, empty_store) -> tuple[Path, str, str]:
+    """A work directory whose one trial trained to the end while its job could not reach
+    MLflow: everything it logged waits in the run's spool. Returns (home, trial id, run
+    id); the sweep's ledger is the home's sqlite store."""
+    root = tmp_path_factory.mktemp("spooled")
+    text = sweep_yaml("spooled", seeds=1)
+    home, trial, ledger, run_id, code = _trained_unreachable(root, "spooled", text, empty_store)
+    assert code == 0
+    assert ledger.client.get_run(run_id).info.status == "SCHEDULED"
     return home, trial.trial_id, run_id
 
 
@@ -230,28 +239,17 @@ def test_a_resubmit_sends_the_spool_of_a_failed_trial_it_does_not_run_again(tmp_
     """Issue 33, item 8: a trial that failed (here: diverged) out of retries while its job
     could not reach MLflow kept its points spooled through every later submit (0 of 74 in
     MLflow, until `scalelab status` sent them)."""
-    home = tmp_path / "home"
-    home.mkdir()
     text = sweep_yaml("failed-spool", seeds=1).replace(
         "log_interval: 1,", "log_interval: 1, lr: 1.0e+3,"
     )
-    (tmp_path / "sweep.yaml").write_text(text)
-    spec, source = parse_spec(text)
-    (trial,) = expand(spec, source)
-    ledger = Ledger("failed-spool", tracking_uri=empty_store(home / "mlflow.db"))
-    run_id = ledger.sync(spec, [trial])[trial.trial_id].run_id
-    (tmp_path / "job.json").write_text(trial.job.model_dump_json())
-    job = subprocess.run(
-        [sys.executable, "-m", "scalelab.jobs.training.train", str(tmp_path / "job.json"), run_id],
-        env=_quick_finish(env(home, "http://127.0.0.1:9"), 1), capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert job.returncode == 1, job.stderr[-3000:]
+    home, trial, ledger, run_id, code = _trained_unreachable(
+        tmp_path, "failed-spool", text, empty_store
+    )
+    assert code == 1
     assert _result(home, trial.trial_id)["diverged"] is True
     # the driver of that attempt reached MLflow (its job did not) and recorded its end
     ledger.started(ledger.record(run_id), 1)
     ledger.set_status(run_id, "FAILED")
-    assert mlflow_points(ledger.uri, run_id) == {}
 
     again = scalelab("submit", str(tmp_path / "sweep.yaml"), "--no-summary", home=home)
     assert again.returncode == 0, again.stderr[-3000:]
