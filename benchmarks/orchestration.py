@@ -90,6 +90,27 @@ def bench_schedule(n: int) -> tuple[float, float]:
     return t_run / n, t_sync / n
 
 
+def bench_ray_alone(n: int, window: int = 64) -> float:
+    """Seconds per task for Ray itself running `n` empty tasks of the trials' shape (0.01
+    CPU), at most `window` in flight: the floor under the driver loop's per-trial cost."""
+    import ray
+
+    from scalelab.orchestrator.backends.base import ray_init
+
+    ray_init("local", embedded=True)
+    task = ray.remote(noop).options(num_cpus=0.01, max_retries=0, name="empty-task")
+    ray.get(task.remote(None))  # a worker up, as the sweep's first trial has one
+    t0 = time.perf_counter()
+    inflight, started = [], 0
+    while started < n or inflight:
+        while started < n and len(inflight) < window:
+            inflight.append(task.remote(None))
+            started += 1
+        done, inflight = ray.wait(inflight, num_returns=1)
+        ray.get(done)
+    return (time.perf_counter() - t0) / n
+
+
 def bench_resubmit(n: int) -> tuple[float, int]:
     """(seconds to re-submit an all-FINISHED sweep, runs created by it)."""
     from scalelab.orchestrator.expand import expand
@@ -138,6 +159,15 @@ def main() -> None:
         (
             f"  create {args.sched:,} SCHEDULED runs (in sync)",
             f"{sync * 1e3:.1f} ms/trial",
+            "-",
+            float("nan"),
+        )
+    )
+    alone = bench_ray_alone(args.sched)
+    rows.append(
+        (
+            f"  Ray alone: {args.sched:,} empty tasks, 64 in flight",
+            f"{alone * 1e3:.1f} ms/task",
             "-",
             float("nan"),
         )

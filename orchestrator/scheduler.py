@@ -54,12 +54,16 @@ class SweepOutcome:
         return not self.failed
 
 
+LOOKS_PER_LEASE = 4  # how often a trial claimed by a driver not known to live is looked at
+
+
 @dataclass
 class _Live:
     trial: Trial
     rec: TrialRecord
     not_before: float = 0.0  # retry backoff
     requeued: bool = False  # preempted: the next launch is not a new attempt
+    lost_claims: int = 0  # claims lost to an owner not known to live (a new one each lease)
 
 
 def _error_text(exc: BaseException) -> str:
@@ -211,6 +215,10 @@ def _claim(
 ) -> list[_Live]:
     parent_tags = ledger.parent_tags()
     fresh = ledger.records_of([live.rec.run_id for live in ready])  # others may have moved on
+    if any(live.rec.run_id not in fresh for live in ready):  # a placeholder another driver
+        by_trial = ledger.records()  # replaced by its first launch's run (start_run)
+        fresh |= {live.rec.run_id: by_trial[live.trial.trial_id] for live in ready
+                  if live.rec.run_id not in fresh and live.trial.trial_id in by_trial}  # fmt: skip
     candidates = []
     for live in ready:
         pending.remove(live)
@@ -226,10 +234,12 @@ def _claim(
     for live, ok in zip(candidates, won, strict=True):
         if ok:
             continue
-        if ledger.liveness(live.rec.claim[1], parent_tags) is Liveness.ALIVE:
-            out.elsewhere.append(live.trial.trial_id)  # its driver runs it
+        live.lost_claims += 1
+        owner_lives = ledger.liveness(live.rec.claim[1], parent_tags) is Liveness.ALIVE
+        if owner_lives or live.lost_claims > LOOKS_PER_LEASE * 3:
+            out.elsewhere.append(live.trial.trial_id)  # its driver runs it (a resubmit looks again)
         else:  # an owner not watched for a lease yet, or a claim race: look again soon
-            live.not_before = time.monotonic() + min(ledger.lease_s / 4, 5.0)
+            live.not_before = time.monotonic() + ledger.lease_s / LOOKS_PER_LEASE
             pending.append(live)
     return [live for live, ok in zip(candidates, won, strict=True) if ok]
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
+import pytest
 from conftest import calls, sweep_yaml
 
 from scalelab.orchestrator.expand import expand
@@ -194,3 +196,33 @@ def test_a_trial_claimed_by_a_dead_driver_on_another_host_is_run_after_a_lease(
     assert out.finished == [trials[0].trial_id] and not out.elsewhere
     assert time.monotonic() - start >= 2.0  # it watched the beat for a lease first
     assert Ledger(spec.name).records()[trials[0].trial_id].claim[0] == 1
+
+
+CRASH_MARKS = ("SIGABRT", "Aborted", "Mutex corrupt", "UnlockSlow", "Check failed", "SIGSEGV")
+
+
+def _crash_lines(session_logs) -> list[str]:
+    """Lines of the Ray session's logs that say a process crashed."""
+    found = []
+    for path in session_logs.glob("*"):
+        if path.is_file() and path.suffix in (".err", ".out", ".log"):
+            text = path.read_text(errors="replace")
+            found += [f"{path.name}: {line}" for line in text.splitlines()
+                      if any(mark in line for mark in CRASH_MARKS)]  # fmt: skip
+    return found
+
+
+@pytest.mark.slow
+def test_hundreds_of_noop_trials_finish_and_no_worker_crashes(ray_session, work_home, sweep_name):
+    """Issue 33, item 11: scheduling 1,000 no-op trials, 3 then 1 trial workers died with
+    SIGABRT ("Mutex corrupt", absl). 300 here, 64 at once as in the benchmark: every trial
+    finishes, and no log of the Ray session says a process crashed."""
+    import ray
+
+    backend = "{concurrency: 64, max_retries: 0, cpus_per_trial: 0.01}"
+    spec, trials = _setup(sweep_name, seeds=300, first_seed=20_000, backend=backend)
+    out = run_sweep(spec, trials, Ledger(spec.name), job="jobs_for_tests:noop")
+    assert len(out.finished) == 300 and not out.failed
+    logs = Path(ray._private.worker._global_node.get_session_dir_path()) / "logs"
+    assert logs.is_dir() and any(logs.glob("worker-*"))  # the right logs: the trials' workers
+    assert not _crash_lines(logs)
