@@ -21,13 +21,17 @@ class BackendError(RuntimeError):
     """A backend cannot be used (not reachable, not installed); nothing was submitted."""
 
 
-def ray_init(address: str, *, embedded: bool) -> bool:
+def ray_init(address: str, *, embedded: bool, workers: int | None = None) -> bool:
     """Connect to (or start) Ray once per process, quietly and without telemetry; True when
     this call connected (so the caller should disconnect when done, with `ray_shutdown`).
 
     A cluster started here (embedded, address 'local') listens on 127.0.0.1 only, requires a
     token and ends with this process (orchestrator.backends.embedded). Joining a cluster
-    changes nothing of it: not its address, not its authentication."""
+    changes nothing of it: not its address, not its authentication. `workers`: how many
+    idle worker processes a cluster started here keeps (the sweep's concurrency) instead
+    of ending them after 10 s idle and starting new ones: Ray 2.60's workers sometimes abort
+    as they end idle ("Mutex corrupt", absl; docs/benchmarks.md, orchestration), and each
+    start costs a new interpreter."""
     from scalelab.orchestrator.backends.embedded import (
         SINGLE_NODE,
         driver_pythonpath,
@@ -53,6 +57,8 @@ def ray_init(address: str, *, embedded: bool) -> bool:
         kwargs["runtime_env"] = {"env_vars": env}
     if embedded:
         kwargs.update(include_dashboard=False, logging_level="WARNING")
+    if starts and workers:
+        kwargs["_system_config"] = {"num_workers_soft_limit": workers}
     session = driver_session() if starts else None
     if session:
         kwargs["_temp_dir"] = str(session.temp_dir)

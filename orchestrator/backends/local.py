@@ -16,4 +16,5 @@ class LocalBackend(Backend):
     kind = "local"
 
     def start(self) -> None:
-        self.owns_ray = ray_init(os.environ.get("RAY_ADDRESS") or "local", embedded=True)
+        address = os.environ.get("RAY_ADDRESS") or "local"
+        self.owns_ray = ray_init(address, embedded=True, workers=self.cfg.concurrency)

@@ -146,7 +146,8 @@ class SlurmBackend(Backend):
 
     def start(self) -> None:
         check_slurm()
-        self.owns_ray = ray_init("local", embedded=True)  # only the watchers run in Ray
+        # only the watchers run in Ray, one per trial in flight
+        self.owns_ray = ray_init("local", embedded=True, workers=self.cfg.concurrency)
         self.folder = str(workdir.scalelab_home() / "slurm" / self.ledger.sweep / "%j")
 
     def _executor(self) -> Any:

@@ -201,9 +201,16 @@ class Records(SweepStore):
         started = [RunTag(Tag.STARTED_MS, str(now_ms)), RunTag(Tag.QUEUED_S, queued_s)]
         self.client.log_batch(run_id, params=batches[-1], tags=started)
         self.client.delete_run(rec.run_id)
+        tags = {**rec.tags, Tag.STARTED_MS: str(now_ms), Tag.QUEUED_S: queued_s}
         if self.client.get_run(rec.run_id).data.tags.get(Tag.CANCEL) == "1":
             self.client.log_batch(run_id, tags=[RunTag(Tag.CANCEL, "1")])
-        return self.record(run_id)  # a cancel may have come to this run already
+            tags[Tag.CANCEL] = "1"
+        # what was just written (a cancel that comes to this run later is the cancel poll's)
+        return TrialRecord(
+            run_id=run_id, trial_id=rec.trial_id, status=Status.SCHEDULED, tags=tags,
+            params=dict(rec.params), start_time=now_ms, name=rec.name,
+            artifact_uri=run.info.artifact_uri or "",
+        )  # fmt: skip
 
     def request_cancel(self, trial_ids: list[str] | None = None) -> list[str]:
         """Mark trials cancelled; SCHEDULED ones become KILLED at once. Returns run ids."""

@@ -41,7 +41,7 @@ def ray_session(work_home: Path):
     # says so (models.mechanism.registered).
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SCALELAB_MECHANISMS", "rezero_mechanism")
-        ray_init("local", embedded=True)
+        ray_init("local", embedded=True, workers=64)  # as a sweep of concurrency 64 would
     import ray
 
     yield ray
