@@ -76,7 +76,7 @@ def bench_schedule(n: int) -> tuple[float, float]:
     from scalelab.orchestrator.scheduler import run_sweep
     from scalelab.orchestrator.spec import parse_spec
 
-    ray_init("local", embedded=True)
+    ray_init("local", embedded=True, workers=64)  # the sweep's concurrency, as LocalBackend does
     spec, source = parse_spec(_simple_yaml("sched", n))
     trials = expand(spec, source, max_trials=n)
     ledger = Ledger(spec.name)
@@ -97,7 +97,7 @@ def bench_ray_alone(n: int, window: int = 64) -> float:
 
     from scalelab.orchestrator.backends.base import ray_init
 
-    ray_init("local", embedded=True)
+    ray_init("local", embedded=True, workers=64)  # the sweep's concurrency, as LocalBackend does
     task = ray.remote(noop).options(num_cpus=0.01, max_retries=0, name="empty-task")
     ray.get(task.remote(None))  # a worker up, as the sweep's first trial has one
     t0 = time.perf_counter()
