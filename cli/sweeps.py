@@ -8,7 +8,7 @@ door's calls, not here.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -87,10 +87,15 @@ class _ExpandBar:
 
 def _load(path: Path, max_trials: int, overrides: list[str]) -> door.Sweep:
     """Read, validate, expand and check a sweep file (exit 2 on any problem)."""
+    return _expanded(lambda bar: door.load(path, overrides, max_trials, bar))
+
+
+def _expanded(load: Callable[[_ExpandBar], door.Sweep]) -> door.Sweep:
+    """`load(bar)`: a sweep, expanded with a progress bar when big, its errors one line."""
     bar, sweep = _ExpandBar(), None
     try:
         with door_errors():
-            sweep = door.load(path, overrides, max_trials, bar)
+            sweep = load(bar)
     finally:
         bar.close(sweep)
     return sweep
@@ -315,12 +320,7 @@ def resume(
     max_trials: int = MAX_TRIALS,
 ) -> None:
     """Drive a sweep again from its YAML and overrides recorded in MLflow (unfinished trials)."""
-    bar, loaded = _ExpandBar(), None
-    try:
-        with door_errors():
-            loaded = door.recorded(sweep, max_trials, bar)
-    finally:
-        bar.close(loaded)
+    loaded = _expanded(lambda bar: door.recorded(sweep, max_trials, bar))
     for note in loaded.notes:
         err.print(f"note: {note}", highlight=False)
     if not _drive(loaded, job).ok:

@@ -264,6 +264,13 @@ def _recorded_state(spec: SweepSpec) -> tuple[dict[str, str], int]:
     return {tid: rec.status for tid, rec in records.items()}, needs_migration(ledger, records)
 
 
+def _refuse_what_plan_refuses(sweep: Sweep, ignore_fit: bool) -> None:
+    """A submit (run or detach) runs the dry-run's checks: SweepRefused when `plan` says no."""
+    why = plan(sweep).refusal(ignore_fit)
+    if why:
+        raise SweepRefused(why)
+
+
 class Watcher(Protocol):
     """What a caller of `run` hears while the sweep runs (the CLI's progress bar and lines,
     the live figure on the parent run)."""
@@ -304,9 +311,7 @@ def run(
     from scalelab.orchestrator.scheduler import run_sweep
     from scalelab.orchestrator.trial_status import failures
 
-    why = plan(sweep).refusal(ignore_fit)
-    if why:
-        raise SweepRefused(why)
+    _refuse_what_plan_refuses(sweep, ignore_fit)
     spec = sweep.spec
     try:
         preflight(spec.backend)
@@ -340,9 +345,7 @@ def detach(sweep: Sweep, *, job: str = DEFAULT_JOB, ignore_fit: bool = False) ->
     Refuses what `plan` refuses."""
     from scalelab.orchestrator.detach import submit_detached
 
-    why = plan(sweep).refusal(ignore_fit)
-    if why:
-        raise SweepRefused(why)
+    _refuse_what_plan_refuses(sweep, ignore_fit)
     if not sweep.path:
         raise SweepRefused(f"sweep {sweep.name}: detaching needs its YAML file")
     try:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scalelab.contract import workdir
+from scalelab.contract.runs import Status, Tag
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -35,8 +36,6 @@ def set_terminal(client: MlflowClient, run_id: str, status: str, clear_error: bo
     a run that finished carries no error (the attempts' logs keep what happened);
     `clear_error=False` when none can have one (a trial's first attempt: one request less)."""
     from mlflow.exceptions import MlflowException
-
-    from scalelab.contract.runs import Status, Tag
 
     client.set_terminated(run_id, status=status)
     if status == Status.FINISHED and clear_error:
