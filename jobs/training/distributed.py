@@ -76,6 +76,7 @@ def read_environment() -> DistEnv:
     the rendezvous variables torch.distributed's env:// method and DeepSpeed expect)."""
     env = os.environ
     before = set(env)
+    peer = None  # another node of the job, where the launcher names them
     cuda = torch.cuda.is_available()
     if dist.is_available() and dist.is_initialized():
         rank, world = dist.get_rank(), dist.get_world_size()
@@ -89,6 +90,7 @@ def read_environment() -> DistEnv:
         launcher, owns = "env", True
     elif "SLURM_PROCID" in env and "SLURM_NTASKS" in env and "SLURM_JOB_ID" in env:
         tde = _slurm_rendezvous()
+        peer = _peer_node()
         rank, world = tde.rank, tde.world_size
         local, local_world = tde.local_rank, tde.local_world_size
         launcher, owns = "slurm", True
@@ -109,12 +111,14 @@ def read_environment() -> DistEnv:
         env.setdefault("NCCL_SOCKET_IFNAME", lo)
     elif world > local_world and "GLOO_SOCKET_IFNAME" not in env:
         # several nodes: gloo (the preemption vote's group; all of a CPU job) would listen on
-        # the address the host name resolves to, which need not reach the first node
-        if iface := route_interface(env["MASTER_ADDR"]):
+        # the address the host name resolves to, which need not reach the other nodes (on
+        # the first node, often 127.0.1.1): the interface that routes to another node
+        toward = peer or env["MASTER_ADDR"]
+        if iface := route_interface(toward):
             env["GLOO_SOCKET_IFNAME"] = iface
-        if rank == 0 or local == 0:
+        if local == 0:
             print(f"[scalelab] rank {rank}: gloo on interface {iface or 'of the host name'} "
-                  f"(routes to MASTER_ADDR {env['MASTER_ADDR']})", file=sys.stderr)  # fmt: skip
+                  f"(routes to {toward})", file=sys.stderr)  # fmt: skip
     device = devices.rank_device(local, local_world) if cuda else "cpu"
     for key, value in (
         ("RANK", rank),
@@ -151,6 +155,17 @@ def _slurm_rendezvous() -> Any:
         print(f"[scalelab] MASTER_ADDR={inherited} from the submitting environment replaced "
               f"by the job's first node {tde.master_addr}", file=sys.stderr)  # fmt: skip
     return tde.export(set_cuda_visible_devices=False, overwrite=True)
+
+
+def _peer_node() -> str | None:
+    """Another node of this SLURM job: the first, or from the first node the second."""
+    import submitit
+
+    job = submitit.JobEnvironment()
+    names = job.hostnames
+    if len(names) < 2:
+        return None
+    return names[1] if job.node == 0 else names[0]
 
 
 def _loopback_interface() -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -136,3 +137,19 @@ def test_bootstrap_for_cuda_on_a_login_node_without_a_driver_picks_the_default_b
     assert "no NVIDIA driver answers here" in made.stderr
     cpu = _which_torch({"PATH": str(bare), **python})  # auto without a driver: the CPU build
     assert cpu.stdout.strip().startswith("torch==2.13.0+cpu ")
+
+
+def test_gloo_s_interface_is_the_one_that_routes_to_the_other_node():
+    """Several nodes: gloo listens on the interface holding the address this machine reaches
+    the other node from (jobs/training/distributed.py), told apart here by this machine's
+    own addresses, each reached through its interface."""
+    import psutil
+
+    from scalelab.jobs.training.distributed import route_interface
+
+    assert route_interface("127.0.0.1") == "lo"
+    assert route_interface("no-such-node.invalid") is None
+    for name, addresses in psutil.net_if_addrs().items():
+        for a in addresses:
+            if a.family == socket.AF_INET and not a.address.startswith("127."):
+                assert route_interface(a.address) == name

@@ -5,6 +5,8 @@ file-backed tracking store from other machines is refused at submit, said by --d
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import calls, sweep_yaml
 from typer.testing import CliRunner
@@ -85,4 +87,4 @@ def test_a_slurm_sweep_on_sqlite_is_refused_at_submit_and_dry_run_says_so(
         dry.exit_code == 0 and "a submit would refuse this sweep: the tracking store" in dry.stderr
     )
     plan = runner.invoke(app, ["submit", str(path), "--dry-run", "--json"], env=env)
-    assert "is a file" in plan.stdout  # "tracking_refused"
+    assert "is a file" in json.loads(plan.output)["tracking_refused"]
