@@ -206,7 +206,8 @@ def submit(
 def _show_plan(loaded: door.Sweep, as_json: bool) -> None:
     """The plan, as a table or JSON; a sweep that a submit would refuse for a reason the plan
     does not show in its rows (trials under an older identity rule) exits 2 as the submit
-    would. Trials that do not fit are in the rows and their fix is printed."""
+    would. Trials that do not fit are in the rows and their fix is printed; a tracking store
+    the trials may not write is said on stderr (in JSON: under "tracking_refused")."""
     with door_errors(submitting=True):
         plan = door.plan(loaded)
     if as_json:
@@ -218,7 +219,10 @@ def _show_plan(loaded: door.Sweep, as_json: bool) -> None:
         for command in plan.prepare:  # data that trials would otherwise prepare
             out.print(f"prepare the data first (or the first trial does): {command}",
                       soft_wrap=True, highlight=False)  # fmt: skip
-    why = plan.refusal(ignore_fit=True)
+    if plan.tracking and not as_json:  # a submit refuses it; the plan is still worth reading
+        err.print(f"a submit would refuse this sweep: {plan.tracking}", soft_wrap=True,
+                  highlight=False, markup=False)  # fmt: skip
+    why = plan.refusal(ignore_fit=True, ignore_tracking=True)
     if why:
         raise fail(why)
 

@@ -15,3 +15,13 @@ _EXIT_CODES = {Status.FINISHED: 0, Status.FAILED: 1, Status.PREEMPTED: EXIT_REQU
 def exit_code(status: str) -> int:
     """The process exit code of a job that ended with `status`."""
     return _EXIT_CODES[status]
+
+
+# EX_CONFIG (sysexits.h): the node cannot run the trial as placed (no CUDA, too few GPUs).
+# Deterministic on that node and software: the scheduler does not retry it blindly.
+EXIT_REFUSED = 78
+
+
+class EnvironmentRefused(ValueError):
+    """The node or its software cannot run the trial as its placement asks; the message
+    names what was found and what to change. Raised before any process group or run."""

@@ -12,7 +12,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from scalelab.contract.outcome import EXIT_REFUSED, EnvironmentRefused
+from scalelab.contract.placement import DeviceAsk
 from scalelab.contract.runs import Status
+from scalelab.jobs.environ import scoped_environ
 
 DEFAULT_JOB = "scalelab.jobs.training.train:run"
 JobRef = str | Callable[..., Any]  # a job body, or 'module:function' (the CLI's --job hook)
@@ -39,16 +42,28 @@ def resolve_job(ref: JobRef) -> Callable[..., Any]:
 def outcome_of(result: Any) -> dict[str, Any]:
     """A job's return value (TrainResult, dict, None) -> {'status', 'reason',
     'metrics_pending' (MLflow writes the job left spooled in its trial folder), 'diverged'
-    (a FAILED trial whose loss diverged: deterministic, so it is not retried)}."""
+    (a FAILED trial whose loss diverged: deterministic, so it is not retried), 'refused'
+    (its node cannot run it as placed: not retried either)}."""
     if result is None:
-        return {"status": Status.FINISHED, "reason": None, "metrics_pending": 0, "diverged": False}
+        return {"status": Status.FINISHED, "reason": None, "metrics_pending": 0,
+                "diverged": False, "refused": False}  # fmt: skip
     get = result.get if isinstance(result, dict) else lambda k, d: getattr(result, k, d)
     return {
         "status": get("status", Status.FINISHED),
         "reason": get("reason", None),
         "metrics_pending": get("metrics_pending", 0),
         "diverged": bool(get("diverged", False)),
+        "refused": bool(get("refused", False)),
     }
+
+
+def refused(reason: str) -> dict[str, Any]:
+    """The outcome of a trial its node refused (EnvironmentRefused), said in its log too
+    (file descriptor 2: the trial's log while `captured`, whoever replaced sys.stderr)."""
+    sys.stderr.flush()
+    os.write(2, f"[scalelab] refused: {reason}\n".encode())
+    return {"status": Status.FAILED, "reason": reason, "metrics_pending": 0,
+            "diverged": False, "refused": True}  # fmt: skip
 
 
 def launch(
@@ -57,21 +72,32 @@ def launch(
     run_id: str | None,
     ranks: int = 1,
     artifact_uri: str = "",
+    ask: DeviceAsk | None = None,
 ) -> dict[str, Any]:
     """The body of one trial wherever it runs: rebuild the JobConfig, call the job (in
     `ranks` processes under torchrun when the trial has several), its output captured in
     the trial's log and attached to its run (jobs/tracking/trial_logs.py; `artifact_uri`:
-    the run's, when the driver knows it)."""
+    the run's, when the driver knows it). `ask`: the devices its placement gives it, which
+    the job checks it has (contract/placement.py); a node that has not is refused."""
     from scalelab.jobs.config import JobConfig
     from scalelab.jobs.tracking.trial_logs import captured
 
     job = JobConfig.model_validate_json(job_json)
-    with captured(job.trial_id, run_id, job.model_dump_json(indent=2), artifact_uri):
-        if ranks > 1:
-            if job_ref != DEFAULT_JOB:
-                raise ValueError(f"several ranks per trial need the training job, not {job_ref!r}")
-            return run_ranks(job, run_id, ranks)
-        return outcome_of(resolve_job(job_ref)(job, run_id))
+    placement = (ask or DeviceAsk()).environ()
+    with (
+        captured(job.trial_id, run_id, job.model_dump_json(indent=2), artifact_uri),
+        scoped_environ(placement),  # the job's ranks inherit it; a reused worker forgets it
+    ):
+        try:
+            if ranks > 1:
+                if job_ref != DEFAULT_JOB:
+                    raise ValueError(
+                        f"several ranks per trial need the training job, not {job_ref!r}"
+                    )
+                return run_ranks(job, run_id, ranks)
+            return outcome_of(resolve_job(job_ref)(job, run_id))
+        except EnvironmentRefused as e:
+            return refused(str(e))
 
 
 def run_ranks(job: Any, run_id: str | None, ranks: int) -> dict[str, Any]:
@@ -83,8 +109,10 @@ def run_ranks(job: Any, run_id: str | None, ranks: int) -> dict[str, Any]:
     import time
 
     from scalelab.contract.workdir import RESULT_FILE, trial_dir
+    from scalelab.jobs.training.devices import check_node
     from scalelab.jobs.training.local_ranks import run_local_ranks
 
+    check_node(ranks)  # before any rank starts: a node that cannot hold them all refuses
     result_path = trial_dir(job.trial_id) / RESULT_FILE
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
@@ -101,4 +129,6 @@ def run_ranks(job: Any, run_id: str | None, ranks: int) -> dict[str, Any]:
         code = run_local_ranks(cmd, ranks)
     if result_path.exists() and result_path.stat().st_mtime >= started:
         return outcome_of(json.loads(result_path.read_text()))
+    if code == EXIT_REFUSED:
+        return refused(f"{ranks} ranks: one refused its node (exit {code}; why: the trial's log)")
     return {"status": Status.FAILED, "reason": f"{ranks} ranks: one exited with code {code}"}

@@ -194,15 +194,20 @@ class SweepPlan:
     unfit: tuple[str, ...]  # a line per trial that does not fit its GPUs, with the fix
     prepare: tuple[str, ...]  # `scalelab data prepare` commands the plan's text needs
     unmigrated: int  # trials recorded under an older identity rule
+    tracking: str | None = None  # why the trials may not write this tracking store
 
     @property
     def live(self) -> list[PlannedTrial]:
         """The trials a submit would run (not FINISHED)."""
         return [p for p in self.trials if p.status != Status.FINISHED]
 
-    def refusal(self, ignore_fit: bool = False) -> str | None:
-        """Why a submit of this plan would submit nothing; None when it would run."""
+    def refusal(self, ignore_fit: bool = False, ignore_tracking: bool = False) -> str | None:
+        """Why a submit of this plan would submit nothing; None when it would run. A dry-run
+        shows the trials that do not fit and the tracking store's refusal as lines of the
+        plan (`ignore_fit`, `ignore_tracking`)."""
         name = self.sweep.name
+        if self.tracking and not ignore_tracking:
+            return f"sweep {name}: {self.tracking} (nothing submitted)"
         if self.unmigrated:
             return (
                 f"sweep {name} has {self.unmigrated} trials recorded under an older identity "
@@ -217,13 +222,16 @@ class SweepPlan:
 
     def as_dict(self) -> dict[str, Any]:
         trials = [p.as_dict() for p in self.trials]
-        return {"sweep": self.sweep.name, "placement": self.placement, "trials": trials}
+        return {"sweep": self.sweep.name, "placement": self.placement, "trials": trials,
+                "tracking_refused": self.tracking}  # fmt: skip
 
 
 def plan(sweep: Sweep) -> SweepPlan:
     """What a submit would do, creating nothing: each trial's cost, memory and time on the
     sweep's placement, its data, its recorded state; and what would stop the submit."""
+    from scalelab.contract.workdir import tracking_uri
     from scalelab.orchestrator.data_plan import data_plan
+    from scalelab.orchestrator.tracking_store import tracking_refusal
     from scalelab.orchestrator.trial_names import run_names, swept_settings
 
     spec, trials = sweep.spec, list(sweep.trials)
@@ -247,7 +255,10 @@ def plan(sweep: Sweep) -> SweepPlan:
         for t, p, d in zip(trials, plans, data, strict=True)
     )
     unfit = tuple(unfit_lines(trials, plans))
-    return SweepPlan(sweep, planned, placement_summary(spec), unfit, tuple(prepare), unmigrated)
+    tracking = tracking_refusal(spec.backend, tracking_uri())
+    return SweepPlan(
+        sweep, planned, placement_summary(spec), unfit, tuple(prepare), unmigrated, tracking
+    )
 
 
 def _recorded_state(spec: SweepSpec) -> tuple[dict[str, str], int]:

@@ -5,7 +5,9 @@ Smallest training compute first, so the scaling picture fills in early; at most
 `retry_backoff_s * 2**(attempt-1)` seconds up to `max_retries` times, then the trial is
 FAILED with the error as the `scalelab.error` tag; a trial whose loss diverged is FAILED at
 once and tagged `scalelab.diverged` (the same trial diverges again: retrying only burns
-compute), and a later submit skips it like one out of retries; a PREEMPTED trial is requeued under
+compute), and a later submit skips it like one out of retries; a trial its node refused
+(no CUDA, too few GPUs: jobs/training/devices.py) is FAILED at once too, tagged
+`scalelab.refused`, without using up an attempt, so a submit after the fix runs it; a PREEMPTED trial is requeued under
 the same run id without using up a retry (a trial gets its run at its first launch,
 `Ledger.start_run`, and keeps it); `scalelab cancel` is honoured within a poll.
 A trial whose training is done (its `result.json`) is never trained again: the driver
@@ -126,6 +128,9 @@ def run_sweep(
             if rec.cancelled:  # re-submitting a cancelled trial runs it again
                 ledger.set_tags(rec.run_id, {Tag.CANCEL: "0"})
                 rec.tags[Tag.CANCEL] = "0"
+            if rec.tags.get(Tag.REFUSED) == "1":  # refused by its node last time: try again
+                ledger.set_tags(rec.run_id, {Tag.REFUSED: "0"})
+                rec.tags[Tag.REFUSED] = "0"
             pending.append(_Live(trial, rec))
     # a trial out of retries is not run again, but what its job could not send is (the
     # spool of its last attempt, kept through an outage): as `status` and `sync` do
@@ -300,7 +305,8 @@ def _settle(
         outbox = Outbox(workdir.trial_dir(tid), run_id)
         spooled = outbox.pending() or outcome.get("metrics_pending") or 0
         if not spooled:
-            ledger.set_status(run_id, Status.FINISHED, clear_error=live.rec.attempts > 1)
+            earlier_error = live.rec.attempts > 1 or Tag.ERROR in live.rec.tags
+            ledger.set_status(run_id, Status.FINISHED, clear_error=earlier_error)
             out.finished.append(tid)
         elif outbox.exists():  # MLflow was unreachable when the job ended: send the rest
             sends.add(tid, run_id)
@@ -314,6 +320,12 @@ def _settle(
     elif status == Status.KILLED:
         ledger.set_status(run_id, Status.KILLED)
         out.killed.append(tid)
+    elif outcome.get("refused"):  # the same node and software refuse it again: no retry
+        error = f"{outcome.get('reason')} (not retried: fix the nodes' environment, submit again)"
+        tags = {Tag.ERROR: error, Tag.REFUSED: "1", Tag.ATTEMPTS: str(live.rec.attempts - 1)}
+        ledger.set_tags(run_id, tags)
+        ledger.set_status(run_id, Status.FAILED)
+        out.failed.append(tid)
     elif outcome.get("diverged"):
         error = str(outcome.get("reason") or "diverged")
         ledger.set_tags(run_id, {Tag.ERROR: error, Tag.DIVERGED: "1"})

@@ -30,6 +30,7 @@ from scalelab.contract.config import (
     format_config_error,
     sub_config_class,
 )
+from scalelab.contract.placement import DeviceAsk
 from scalelab.contract.runs import SWEEP_NAME_MAX, SWEEP_NAME_PATTERN
 from scalelab.jobs.config import JobCheckError, JobConfig
 from scalelab.jobs.gpus import gpu_spec
@@ -166,6 +167,13 @@ class BackendConfig(FrozenConfig):
         "with their rendezvous on 127.0.0.1 (DeepSpeed shards across them); default: one per "
         "GPU, else 1",
     )
+    allow_file_tracking: bool = Field(
+        False,
+        description="slurm, or ray with a cluster address: let the trials write a "
+        "file-backed tracking store (sqlite, file:). Only where every job runs on the "
+        "driver's machine: several machines writing one sqlite file lock it up or corrupt "
+        "it (docs/running-on-slurm.md, 'The tracking store on a cluster')",
+    )
     max_retries: int = Field(2, ge=0, description="re-runs of a FAILED trial")
     retry_backoff_s: float = Field(5.0, ge=0, description="first retry delay; doubles")
     slurm: SlurmOptions | None = None
@@ -193,6 +201,16 @@ class BackendConfig(FrozenConfig):
         if self.kind == "slurm":
             return None
         return "cuda" if self.gpus_per_trial > 0 else "cpu"
+
+    @property
+    def device_ask(self) -> DeviceAsk:
+        """What a trial's job must find on its node (contract/placement.py): under SLURM the
+        node's GPUs (`gpus_per_node`, or any GPU where only `gpu` names one); on Ray the
+        GPUs the task is given (Ray hides the others), named by `gpu` only when it asks some."""
+        if self.kind == "slurm" and self.slurm is not None:
+            return DeviceAsk(self.slurm.gpus_per_node, self.gpu)
+        gpus = math.ceil(self.gpus_per_trial)
+        return DeviceAsk(gpus, self.gpu if gpus else None)
 
     @model_validator(mode="after")
     def _options_match_kind(self) -> BackendConfig:

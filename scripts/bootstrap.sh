@@ -2,8 +2,15 @@
 # Create (or refresh) the project's virtual environment at .venv with the tested package set.
 #
 #   SCALELAB_TORCH=auto|cpu|cuda   which torch build to install (auto: cuda when an NVIDIA
-#                                  driver answers nvidia-smi, else cpu)
+#                                  driver answers nvidia-smi, else cpu). cuda on a node
+#                                  without a driver (a login node) installs DEFAULT_BUILD
+#                                  of jobs/cuda_builds.py (cu128), for the compute nodes
+#   SCALELAB_CUDA=cu126|cu128|...  the CUDA build of torch (default: the newest that the
+#                                  driver nvidia-smi reports runs: jobs/cuda_builds.py)
+#   SCALELAB_TORCH_INDEX=URL       PyTorch's wheel index (default download.pytorch.org/whl)
 #   SCALELAB_PYTHON=python3        interpreter used to create the venv
+#
+#   scripts/bootstrap.sh --which-torch   print the torch it would install, change nothing
 #
 # It is idempotent: a stamp file records the inputs it was built from, so a second call
 # returns at once unless pyproject.toml or the constraints changed.
@@ -24,14 +31,24 @@ if [ "$flavour" = auto ]; then
   fi
 fi
 case "$flavour" in cpu|cuda) ;; *) echo "SCALELAB_TORCH must be auto, cpu or cuda (got '$flavour')" >&2; exit 2;; esac
+# The CUDA build the node's driver can load: a plain PyPI torch is built for the newest
+# CUDA, which an older driver cannot run (torch then sees no GPU and a job would train on
+# the CPU, were it not refused: jobs/training/devices.py).
+build=cpu
+[ "$flavour" = cuda ] && { build=$("$PY" jobs/cuda_builds.py) || exit 2; }
+index="${SCALELAB_TORCH_INDEX:-https://download.pytorch.org/whl}/$build"
+if [ "${1:-}" = --which-torch ]; then
+  echo "torch==${TORCH_VERSION}+$build from $index"
+  exit 0
+fi
 
 stamp="$VENV/.scalelab-stamp"
-want="$flavour $(cat pyproject.toml "$CONSTRAINTS" scripts/bootstrap.sh | sha256sum | cut -c1-16)"
+want="$build $(cat pyproject.toml "$CONSTRAINTS" scripts/bootstrap.sh jobs/cuda_builds.py | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$VENV/bin/scalelab" ]; then
   exit 0
 fi
 
-echo "==> setting up $VENV (torch $TORCH_VERSION, $flavour build); this takes a few minutes, once"
+echo "==> setting up $VENV (torch $TORCH_VERSION, $build build); this takes a few minutes, once"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 log="$VENV/bootstrap.log"
 : > "$log"
@@ -57,21 +74,17 @@ run() {
 }
 run "$VENV/bin/python" -m pip --quiet --disable-pip-version-check install "uv==$UV_VERSION"
 
-# torch first: the CPU wheel is tagged +cpu. Try the configured wheel folder, then pip with
-# its own configuration (mirrors), then PyTorch's CPU index. A plain PyPI torch is the CUDA
-# build. setuptools and wheel: DeepSpeed's build.
+# torch first: the wheel is tagged with its build (+cpu, +cu128). Try the configured wheel
+# folder, then pip with its own configuration (mirrors), then PyTorch's index for the build.
+# setuptools and wheel: DeepSpeed's build.
 echo "==> torch"
 build_tools=(setuptools wheel)
-if [ "$flavour" = cpu ]; then
-  "${uv[@]}" "${links[@]}" "torch==${TORCH_VERSION}+cpu" "${build_tools[@]}" >>"$log" 2>&1 \
-    || "$VENV/bin/python" -m pip --quiet --disable-pip-version-check install \
-      "torch==${TORCH_VERSION}+cpu" "${build_tools[@]}" >>"$log" 2>&1 \
-    || run "${uv[@]}" --index-url https://download.pytorch.org/whl/cpu \
-      --extra-index-url https://pypi.org/simple --index-strategy unsafe-best-match \
-      "torch==${TORCH_VERSION}+cpu" "${build_tools[@]}"
-else
-  run "${uv[@]}" "torch==${TORCH_VERSION}" "${build_tools[@]}"
-fi
+"${uv[@]}" "${links[@]}" "torch==${TORCH_VERSION}+$build" "${build_tools[@]}" >>"$log" 2>&1 \
+  || "$VENV/bin/python" -m pip --quiet --disable-pip-version-check install \
+    "torch==${TORCH_VERSION}+$build" "${build_tools[@]}" >>"$log" 2>&1 \
+  || run "${uv[@]}" --index-url "$index" \
+    --extra-index-url https://pypi.org/simple --index-strategy unsafe-best-match \
+    "torch==${TORCH_VERSION}+$build" "${build_tools[@]}"
 
 # The rest, pinned to the tested set; torch stays as installed above. On CUDA machines torch
 # brings the triton it was built against, so triton is left unpinned there.

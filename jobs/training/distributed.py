@@ -6,7 +6,8 @@ Launchers understood (checked in this order):
   as is and left for its owner to destroy;
 - torchrun and the `deepspeed` launcher: RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR;
 - submitit / SLURM (SLURM_PROCID, SLURM_NTASKS, ...): submitit's
-  TorchDistributedEnvironment exports the rendezvous variables;
+  TorchDistributedEnvironment gives the rendezvous (the job's first node, a port drawn from
+  the job id unless MASTER_PORT is set), exported over what the job inherited;
 - a Ray Train worker that has not initialised torch.distributed: its train context;
 - nothing: one process, rendezvous on 127.0.0.1 and a free port.
 """
@@ -17,9 +18,12 @@ import os
 import socket
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from scalelab.jobs.training import devices
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ def read_environment() -> DistEnv:
     the rendezvous variables torch.distributed's env:// method and DeepSpeed expect)."""
     env = os.environ
     before = set(env)
+    peer = None  # another node of the job, where the launcher names them
     cuda = torch.cuda.is_available()
     if dist.is_available() and dist.is_initialized():
         rank, world = dist.get_rank(), dist.get_world_size()
@@ -84,9 +89,8 @@ def read_environment() -> DistEnv:
         local_world = int(env.get("LOCAL_WORLD_SIZE", world))
         launcher, owns = "env", True
     elif "SLURM_PROCID" in env and "SLURM_NTASKS" in env and "SLURM_JOB_ID" in env:
-        from submitit.helpers import TorchDistributedEnvironment
-
-        tde = TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+        tde = _slurm_rendezvous()
+        peer = _peer_node()
         rank, world = tde.rank, tde.world_size
         local, local_world = tde.local_rank, tde.local_world_size
         launcher, owns = "slurm", True
@@ -105,14 +109,25 @@ def read_environment() -> DistEnv:
         # gloo and NCCL listen on the address the host name resolves to, often the network's
         env.setdefault("GLOO_SOCKET_IFNAME", lo)
         env.setdefault("NCCL_SOCKET_IFNAME", lo)
+    elif world > local_world and "GLOO_SOCKET_IFNAME" not in env:
+        # several nodes: gloo (the preemption vote's group; all of a CPU job) would listen on
+        # the address the host name resolves to, which need not reach the other nodes (on
+        # the first node, often 127.0.1.1): the interface that routes to another node
+        toward = peer or env["MASTER_ADDR"]
+        if iface := route_interface(toward):
+            env["GLOO_SOCKET_IFNAME"] = iface
+        if local == 0:
+            print(f"[scalelab] rank {rank}: gloo on interface {iface or 'of the host name'} "
+                  f"(routes to {toward})", file=sys.stderr)  # fmt: skip
+    device = devices.rank_device(local, local_world) if cuda else "cpu"
     for key, value in (
         ("RANK", rank),
         ("WORLD_SIZE", world),
-        ("LOCAL_RANK", local),
+        # DeepSpeed reads LOCAL_RANK as the rank's CUDA device: 0 where a task sees one GPU
+        ("LOCAL_RANK", device.partition(":")[2] or local),
         ("LOCAL_WORLD_SIZE", local_world),
     ):
         env[key] = str(value)  # DeepSpeed looks for these (else it tries mpi4py)
-    device = f"cuda:{local}" if cuda else "cpu"
     return DistEnv(
         rank=rank,
         world_size=world,
@@ -127,22 +142,59 @@ def read_environment() -> DistEnv:
     )
 
 
+def _slurm_rendezvous() -> Any:
+    """submitit's view of the SLURM job, its variables exported. What the job inherited
+    from the submitting shell (sbatch passes the environment on) is replaced: an inherited
+    MASTER_ADDR names the submitting host, not the job's first node (submitit refuses to
+    export over it); an inherited MASTER_PORT is kept, as submitit reads it."""
+    from submitit.helpers import TorchDistributedEnvironment
+
+    tde = TorchDistributedEnvironment()
+    inherited = os.environ.get("MASTER_ADDR")
+    if inherited not in (None, tde.master_addr):
+        print(f"[scalelab] MASTER_ADDR={inherited} from the submitting environment replaced "
+              f"by the job's first node {tde.master_addr}", file=sys.stderr)  # fmt: skip
+    return tde.export(set_cuda_visible_devices=False, overwrite=True)
+
+
+def _peer_node() -> str | None:
+    """Another node of this SLURM job: the first, or from the first node the second."""
+    import submitit
+
+    job = submitit.JobEnvironment()
+    names = job.hostnames
+    if len(names) < 2:
+        return None
+    return names[1] if job.node == 0 else names[0]
+
+
 def _loopback_interface() -> str | None:
     names = [name for _, name in socket.if_nameindex()]
     return next((n for n in ("lo", "lo0") if n in names), None)
 
 
+def route_interface(host: str) -> str | None:
+    """The network interface this machine reaches `host` through (the one holding the source
+    address the kernel picks for it); None when it cannot be told."""
+    import psutil
+
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(address)  # UDP: no packet is sent, only the route is looked up
+            source = probe.getsockname()[0]
+    except OSError:
+        return None
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.address.split("%")[0] == source for a in addresses):
+            return name
+    return None
+
+
 def check_devices(env: DistEnv) -> None:
-    """Refuse more ranks per node than devices (before any rendezvous can hang)."""
-    if env.device.startswith("cuda"):
-        have, kind = torch.cuda.device_count(), "CUDA devices"
-    else:
-        have, kind = os.cpu_count() or 1, "CPU cores"
-    if env.local_world_size > have:
-        raise ValueError(
-            f"{env.local_world_size} ranks on this node but only {have} {kind}; "
-            f"start at most {have} processes per node"
-        )
+    """Refuse a node without the devices the trial's placement asked for, and more ranks per
+    node than devices (jobs/training/devices.py; before any rendezvous can hang)."""
+    devices.check_devices(env.device, env.local_rank, env.local_world_size)
 
 
 def init(env: DistEnv) -> None:
@@ -157,7 +209,7 @@ def init(env: DistEnv) -> None:
             torch.set_num_threads(1)
         _skip_shm_comm_build()
     else:
-        torch.cuda.set_device(env.local_rank)
+        torch.cuda.set_device(env.device)
     if env.owns_process_group and not dist.is_initialized():
         # A world of one has no one to meet: an in-process store, not env://'s TCPStore,
         # which listens on every interface whatever MASTER_ADDR says.

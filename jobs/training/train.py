@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from scalelab.contract import runs
-from scalelab.contract.outcome import Ending, exit_code
+from scalelab.contract.outcome import EXIT_REFUSED, Ending, EnvironmentRefused, exit_code
 from scalelab.contract.runs import EXPERIMENT_ENV, STANDALONE_EXPERIMENT, Metric, Status, Tag
 from scalelab.contract.workdir import IDENTITY_FILE, JOB_FILE, RESULT_FILE, trial_dir
 from scalelab.jobs import identity
@@ -403,9 +403,14 @@ def load_job(path: str | Path) -> JobConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m scalelab.jobs.training.train CONFIG [RUN_ID]` under any launcher; exit 75 = requeue me."""
+    """`python -m scalelab.jobs.training.train CONFIG [RUN_ID]` under any launcher; exit 75 =
+    requeue me, 78 = this node cannot run the trial as placed (jobs/training/devices.py)."""
     argv = sys.argv[1:] if argv is None else argv
-    result = run(load_job(argv[0]), argv[1] if len(argv) > 1 else None)
+    try:
+        result = run(load_job(argv[0]), argv[1] if len(argv) > 1 else None)
+    except EnvironmentRefused as e:
+        print(f"[scalelab] refused: {e}", file=sys.stderr)
+        return EXIT_REFUSED
     print(json.dumps(asdict(result)))
     return exit_code(result.status)
 

@@ -116,8 +116,9 @@ class Backend:
         out = []
         for trial, rec in items:
             ref = task.remote(
-                self.job, trial.job.model_dump_json(), rec.run_id, self.cfg.ranks, rec.artifact_uri
-            )
+                self.job, trial.job.model_dump_json(), rec.run_id, self.cfg.ranks,
+                rec.artifact_uri, self.cfg.device_ask,
+            )  # fmt: skip
             out.append((ref, f"ray:{ref.task_id().hex()}"))
         return out
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from scalelab.contract import workdir
 from scalelab.contract.outcome import EXIT_REQUEUE
+from scalelab.contract.placement import DeviceAsk
 from scalelab.contract.runs import Status, Tag, job_ref
 from scalelab.jobs.launch import JobRef, launch
 from scalelab.orchestrator.backends.base import Backend, BackendError, ray_init
@@ -98,11 +99,16 @@ class SlurmTrial:
     is not in its training loop is handled by submitit, which requeues it unchanged."""
 
     def __call__(
-        self, job_ref: JobRef, job_json: str, run_id: str | None, artifact_uri: str = ""
+        self,
+        job_ref: JobRef,
+        job_json: str,
+        run_id: str | None,
+        artifact_uri: str = "",
+        ask: DeviceAsk | None = None,
     ) -> dict[str, Any]:
         from scalelab.orchestrator.backends.requeue import requeue_in_place
 
-        outcome = launch(job_ref, job_json, run_id, artifact_uri=artifact_uri)
+        outcome = launch(job_ref, job_json, run_id, artifact_uri=artifact_uri, ask=ask)
         if outcome["status"] == Status.PREEMPTED and requeue_in_place():
             raise SystemExit(EXIT_REQUEUE)  # no result file: watchers wait for the requeued run
         return outcome
@@ -206,7 +212,7 @@ class SlurmBackend(Backend):
                 group = fresh[start : start + chunk]
                 args = [
                     (self.job, items[i][0].job.model_dump_json(), items[i][1].run_id,
-                     items[i][1].artifact_uri)
+                     items[i][1].artifact_uri, self.cfg.device_ask)
                     for i in group
                 ]  # fmt: skip
                 if len(group) > 1:

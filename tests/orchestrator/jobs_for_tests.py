@@ -127,3 +127,11 @@ def curve(job: JobConfig, run_id: str | None = None) -> dict:
     points = [MlflowMetric(Metric.VAL_LOSS_AT_GFLOP, 5.0 / s, now, s) for s in (1, 2, 4)]
     client.log_batch(run_id, metrics=points)
     return {"status": "FINISHED"}
+
+
+def refuses(job: JobConfig, run_id: str | None = None) -> dict:
+    """Refused by its node, as the training job refuses one without the GPUs it was asked."""
+    from scalelab.contract.outcome import EnvironmentRefused
+
+    _record(job, run_id)
+    raise EnvironmentRefused(f"no GPU for seed {job.seed}")

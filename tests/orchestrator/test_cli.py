@@ -59,7 +59,8 @@ def test_two_errors_in_a_sweep_file_both_reported_exit_2(tmp_path, work_home):
 
 @pytest.mark.slow
 def test_slurm_not_reachable_submits_nothing(tmp_path, work_home, sweep_name):
-    path = _write(tmp_path, sweep_yaml(sweep_name, backend="{kind: slurm}"))
+    backend = "{kind: slurm, allow_file_tracking: true}"  # past the tracking store's check
+    path = _write(tmp_path, sweep_yaml(sweep_name, backend=backend))
     env = {"SLURM_CONF": str(tmp_path / "no-such-slurm.conf")}
     result = runner.invoke(app, ["submit", str(path)], env=env)
     assert result.exit_code == 2 and "SLURM is not reachable" in result.stderr

@@ -70,6 +70,30 @@ def test_a_slurm_trial_s_output_is_in_its_log_and_on_its_run(
     assert "logs/trial.log" in {a.path for a in client.list_artifacts(run_id, "logs")}
 
 
+def test_a_trial_asked_for_a_gpu_is_refused_by_the_cpu_node_not_retried(
+    slurm_cluster, ray_session, work_home, sweep_name, monkeypatch
+):
+    """The training job on a node without CUDA, submitted from a shell that has MASTER_ADDR
+    and MASTER_PORT (sbatch passes them on; submitit refused to export over them): refused
+    at its device check, naming what it found, once (max_retries: 2)."""
+    monkeypatch.setenv("MASTER_ADDR", "192.0.2.1")  # TEST-NET: the submitting host's, say
+    monkeypatch.setenv("MASTER_PORT", "29555")
+    backend = (
+        "{kind: slurm, gpu: H100 SXM, concurrency: 1, max_retries: 2, retry_backoff_s: 0.1, "
+        f"slurm: {{partition: {slurm_cluster.partition}, time_min: 5, poll_s: 1}}}}"
+    )
+    spec, source = parse_spec(sweep_yaml(sweep_name, seeds=1, first_seed=7600, backend=backend))
+    (trial,) = expand(spec, source)
+    out = run_sweep(spec, [trial], Ledger(spec.name))
+    assert out.failed == [trial.trial_id], out
+    rec = Ledger(spec.name).records()[trial.trial_id]
+    assert rec.tags[Tag.REFUSED] == "1", rec.tags.get(Tag.ERROR)
+    assert "the trial's placement asks for a H100 SXM but this torch" in rec.tags[Tag.ERROR]
+    assert _sbatch_count(f"scalelab-{sweep_name}") == 1  # not retried
+    log = workdir.trial_log(trial.trial_id).read_text()
+    assert "MASTER_ADDR=192.0.2.1 from the submitting environment replaced" in log
+
+
 def _sbatch_count(job_name: str) -> int:
     """How many SLURM jobs were ever submitted under this name (accounting, not the queue)."""
     res = subprocess.run(
@@ -83,9 +107,9 @@ def test_a_restarted_driver_reattaches_to_the_running_slurm_job(
     slurm_cluster, ray_session, work_home, sweep_name, tmp_path, monkeypatch
 ):
     backend = (
-        "{kind: slurm, concurrency: 1, max_retries: 0, "
+        "{kind: slurm, concurrency: 1, max_retries: 0, allow_file_tracking: true, "
         f"slurm: {{partition: {slurm_cluster.partition}, time_min: 5, poll_s: 1}}}}"
-    )
+    )  # one machine: the sqlite store may stay (orchestrator/tracking_store.py)
     path = tmp_path / "sweep.yaml"
     path.write_text(sweep_yaml(sweep_name, seeds=1, backend=backend))
     env = {

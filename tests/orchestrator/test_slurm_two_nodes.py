@@ -8,6 +8,7 @@ import subprocess
 import pytest
 from mlflow import MlflowClient
 
+from scalelab.contract import workdir
 from scalelab.contract.runs import Tag
 from scalelab.contract.workdir import tracking_uri
 from scalelab.orchestrator.expand import expand
@@ -49,3 +50,8 @@ backend: {{kind: slurm, concurrency: 1, max_retries: 0,
     assert run.data.tags[Tag.WORLD_SIZE] == "2"
     history = MlflowClient(tracking_uri()).get_metric_history(rec.run_id, "train/loss")
     assert sorted(m.step for m in history) == [4, 8]
+    # each node's gloo (the preemption vote) on the interface that reaches the first node:
+    # both "nodes" are names of 127.0.0.1 here (jobs/training/distributed.py, route_interface)
+    log = workdir.trial_log(trial.trial_id).read_text()
+    assert "rank 0: gloo on interface lo (routes to " in log, log
+    assert "rank 1: gloo on interface lo (routes to " in log, log

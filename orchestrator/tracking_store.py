@@ -1,0 +1,49 @@
+"""Whether the sweep's trials may write the tracking store they would write (torch-free).
+
+The default store is a sqlite file (`$SCALELAB_HOME/mlflow.db`). On SLURM, and on a Ray
+cluster of other machines, rank 0 of every running trial writes it from its own node while
+the driver writes it from the login node: sqlite over a shared filesystem (NFS, Lustre,
+GPFS) has no locking that holds across hosts, so writes stall on "database is locked" or
+corrupt the file. Such a sweep is refused at submit (and by --dry-run), with the command
+that starts a tracking server; `backend.allow_file_tracking: true` keeps the file where
+every job runs on the driver's machine (a one-machine SLURM such as the test cluster).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlparse
+
+from scalelab.orchestrator.spec import BackendConfig
+
+FILE_SCHEMES = {"sqlite", "file", ""}  # MLflow's file-backed stores ('' : a plain path)
+SERVER_PORT = 5000
+
+
+def file_backed(uri: str) -> bool:
+    scheme = urlparse(uri).scheme
+    return scheme in FILE_SCHEMES or len(scheme) == 1  # 'C:' of a Windows path
+
+
+def writers_elsewhere(backend: BackendConfig) -> str | None:
+    """Who writes the store from other machines, in words; None when only this one does."""
+    if backend.kind == "slurm":
+        return "the SLURM jobs write it from their compute nodes"
+    if backend.kind == "ray" and backend.address != "local":
+        return f"the trials write it from the nodes of the Ray cluster at {backend.address}"
+    return None
+
+
+def tracking_refusal(backend: BackendConfig, uri: str) -> str | None:
+    """Why this backend may not write the tracking store `uri`; None when it may."""
+    who = writers_elsewhere(backend)
+    if who is None or not file_backed(uri) or backend.allow_file_tracking:
+        return None
+    return (
+        f"the tracking store {uri} is a file, and {who} while the driver writes it here: "
+        "sqlite on a shared filesystem, written from several machines, locks up or corrupts. "
+        "Serve it from one machine and point the sweep at the server:\n"
+        f"  mlflow server --backend-store-uri {uri} --host 127.0.0.1 --port {SERVER_PORT}\n"
+        "then export MLFLOW_TRACKING_URI with the address the nodes reach it at (behind TLS "
+        "and a login: docs/running-on-slurm.md, 'The tracking store on a cluster') and submit "
+        "again; or, where every job runs on this machine, set backend.allow_file_tracking: true"
+    )
