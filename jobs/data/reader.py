@@ -113,10 +113,16 @@ class TokenWindows:
         return self.n_train if split == "train" else self.n_val
 
     def get(self, split: str, indices: np.ndarray) -> Batch:
-        tokens = self.split[split]
-        w = np.stack([tokens.read(int(j) * self.seq_len, self.seq_len + 1) for j in indices])
-        w = w.astype(np.int64)
-        return Batch(w[:, :-1], w[:, 1:])
+        """Windows `indices` as (x, y), each its own C-contiguous int64 array: the shards'
+        tokens are widened straight into them (views of one window array would be strided,
+        and a strided array is copied again on its way to a pinned buffer)."""
+        tokens, L = self.split[split], self.seq_len
+        x = np.empty((len(indices), L), dtype=np.int64)
+        y = np.empty((len(indices), L), dtype=np.int64)
+        for row, j in enumerate(indices):
+            w = tokens.read(int(j) * L, L + 1)
+            x[row], y[row] = w[:-1], w[1:]
+        return Batch(x, y)
 
 
 class Samples(Protocol):

@@ -278,7 +278,7 @@ class _Trainer:
         log = state.setdefault("log_window", _new_log_window())
         timed_steps, log_t = 0, time.perf_counter()  # this process's steps, for tokens/s
         final_val = state.get("last_val")
-        inputs = prefetched(self._micro_batches(state["step"]), env.device)
+        inputs = prefetched(self._micro_batches(state["step"]), env.device, ahead=accum)
         window = MetricWindow(accum, state["step"])
         vote = PreemptionVote(env)
         while state["step"] < self.steps:
