@@ -97,8 +97,12 @@ def logs(
         None, "--timeout", min=0, help="With --follow: stop after this many seconds."
     ),
     lines: int = typer.Option(40, "--lines", "-n", help="How many of its last lines."),
+    rank: int = typer.Option(
+        0, "--rank", min=0, help="Another rank's log, of a trial of several ranks (0: the trial's)."
+    ),
 ) -> None:
-    """Print a trial's log (stdout and stderr of every attempt); without TRIAL, list them."""
+    """Print a trial's log (stdout and stderr of every attempt, rank 0's); without TRIAL,
+    list them."""
     from scalelab.contract.workdir import trial_log
     from scalelab.jobs.tracking.trial_logs import follow as follow_log
     from scalelab.jobs.tracking.trial_logs import tail
@@ -119,11 +123,13 @@ def logs(
             f"{trial!r} names {len(chosen)} trials of sweep {sweep}" + (f": {ids}" if ids else "")
         )
     rec = chosen[0]
-    path = trial_log(rec.trial_id)
+    path = trial_log(rec.trial_id, rank)
     if not path.exists():
-        raise fail(f"no log at {path} (the trial has not run on this machine)")
+        others = sorted(p.name for p in path.parent.glob("*.log")) if path.parent.exists() else []
+        where = f"; it has {', '.join(others)}" if rank and others else ""
+        raise fail(f"no log at {path} (the trial has not run on this machine{where})")
     offset = path.stat().st_size
-    sys.stdout.write(tail(rec.trial_id, lines, end=offset) + "\n")
+    sys.stdout.write(tail(rec.trial_id, lines, end=offset, rank=rank) + "\n")
     sys.stdout.flush()
     if not follow:
         return

@@ -5,7 +5,7 @@ $SCALELAB_HOME (default ./scalelab-runs)
   artifacts/              MLflow artifacts
   trials/<trial_id>/      job.json, identity.json, ckpt/, curves.jsonl, result.json,
                           outbox/<run_id>/, logs/ (trial.log: every attempt's stdout and
-                          stderr; traceback.txt)
+                          stderr, rank 0's; rank<r>.log: rank r's; traceback.txt)
   data/                   token shards, one folder per (source, tokenizer), shared by
                           every trial ($SCALELAB_DATA moves it, e.g. to a cluster filesystem)
   results/<sweep>/        Parquet tables, plots, reports, migrations.jsonl
@@ -23,6 +23,7 @@ IDENTITY_FILE = "identity.json"  # the canonical identity tree the trial id hash
 MIGRATIONS_FILE = "migrations.jsonl"  # results/<sweep>/: trial ids re-keyed by migrate
 LOGS_DIR = "logs"  # what the trial printed (jobs/tracking/trial_logs.py)
 TRIAL_LOG = "trial.log"  # every attempt's stdout and stderr, appended, a header per attempt
+# (rank 0's; rank r > 0 of a trial of several ranks appends to logs/rank<r>.log)
 TRACEBACK_FILE = "traceback.txt"  # the last failed attempt's Python traceback
 
 
@@ -48,8 +49,10 @@ def trial_dir(trial_id: str) -> Path:
     return scalelab_home() / "trials" / trial_id
 
 
-def trial_log(trial_id: str) -> Path:
-    return trial_dir(trial_id) / LOGS_DIR / TRIAL_LOG
+def trial_log(trial_id: str, rank: int = 0) -> Path:
+    """The trial's log (rank 0's), or rank `rank`'s."""
+    name = TRIAL_LOG if rank == 0 else f"rank{rank}.log"
+    return trial_dir(trial_id) / LOGS_DIR / name
 
 
 def data_dir() -> Path:

@@ -199,6 +199,22 @@ class DeepSpeedConfig(FrozenConfig):
     )
     offload_optimizer: bool = False
     activation_checkpointing: bool = False
+    # Gradient buckets and communication (docs/running-on-slurm.md, "Gradient memory and
+    # communication"); jobs/training/ds_config.py writes them, orchestrator/memory.py counts them.
+    overlap_comm: bool = Field(
+        True,
+        description="ZeRO-1/2 without BF16_Optimizer, and ZeRO-3: reduce gradient buckets "
+        "while the backward pass runs (zero_optimization.overlap_comm; ZeRO-1/2 then keep "
+        "two buckets instead of one). BF16_Optimizer reduces after the backward pass anyway",
+    )
+    reduce_bucket_size: int | None = Field(
+        None,
+        ge=1,
+        description="elements per gradient-reduction bucket (zero_optimization."
+        "reduce_bucket_size; None: DeepSpeed's 5e8). ZeRO-1/2 without BF16_Optimizer keep one "
+        "(two with overlap_comm) during the backward pass, ZeRO-3 one for the whole run; "
+        "BF16_Optimizer ignores it (fixed 5e8-element all-reduce pieces)",
+    )
     extra: dict[str, Any] = Field(
         default_factory=dict, description="raw DeepSpeed keys, merged last"
     )

@@ -103,12 +103,15 @@ def launch(
 def run_ranks(job: Any, run_id: str | None, ranks: int) -> dict[str, Any]:
     """`ranks` processes of `python -m scalelab.jobs.training.train` (one per GPU, or gloo ranks on CPU),
     started as torchrun would but with the rendezvous on 127.0.0.1 (jobs/training/local_ranks.py);
-    DeepSpeed shards across them. The outcome comes from the result file the job writes last."""
+    DeepSpeed shards across them. Rank 0 prints where this process does (the trial's log,
+    under `launch`), rank r > 0 into logs/rank<r>.log (jobs/tracking/trial_logs.py). The
+    outcome comes from the result file the job writes last."""
     import json
     import tempfile
     import time
 
     from scalelab.contract.workdir import RESULT_FILE, trial_dir
+    from scalelab.jobs.tracking.trial_logs import open_log
     from scalelab.jobs.training.devices import check_node
     from scalelab.jobs.training.local_ranks import run_local_ranks
 
@@ -126,7 +129,12 @@ def run_ranks(job: Any, run_id: str | None, ranks: int) -> dict[str, Any]:
             config,
             *([run_id] if run_id else []),
         ]
-        code = run_local_ranks(cmd, ranks)
+        logs = [open_log(job.trial_id, r, run_id) for r in range(1, ranks)]
+        try:
+            code = run_local_ranks(cmd, ranks, outputs=[None, *logs])
+        finally:
+            for f in logs:
+                f.close()
     if result_path.exists() and result_path.stat().st_mtime >= started:
         return outcome_of(json.loads(result_path.read_text()))
     if code == EXIT_REFUSED:

@@ -5,7 +5,11 @@ loaded when its config is).
 Conventions (Kaplan et al. 2020; Hoffmann et al. 2022, App. F):
 - a multiply-add is 2 FLOPs; layer norms, biases, GELU and softmax are not counted;
 - attention scores and the weighted sum over values count the full T x T matrix
-  (2 * T * d each per token), as SDPA computes it and as torch's FlopCounterMode counts it;
+  (2 * T * d each per token), as SDPA computes it and as torch's FlopCounterMode counts it.
+  This is the compute budget's and the scaling fits' convention (train_flops_per_token;
+  trial ids and budgets depend on it). A causal model's query t attends to t + 1 keys,
+  (T + 1) / 2 on average, which is what a causal kernel (flash attention) executes:
+  train_flops_per_token_causal counts that, for the MFU a GPU achieves (perf/mfu_causal);
 - training = forward + backward = 3x the forward FLOPs. The Hadamard mixing counts the
   staged transform as executed (kernels.sizes.transform_flops: a few dense +-1 blocks of
   order <= 64, 2*d*sum(orders) per token rather than the ideal d*log2(d) additions); its
@@ -20,7 +24,14 @@ from __future__ import annotations
 from scalelab.models.config import ModelConfig
 from scalelab.models.mechanism import ActiveFractions, Component, FlopCount, Seam
 
-__all__ = ["ActiveFractions", "FlopCount", "count_params", "forward_flops_per_token"]
+__all__ = [
+    "ActiveFractions",
+    "FlopCount",
+    "count_params",
+    "forward_flops_per_token",
+    "train_flops_per_token",
+    "train_flops_per_token_causal",
+]
 
 
 def count_params(cfg: ModelConfig, non_embedding: bool = False) -> int:
@@ -67,3 +78,14 @@ def train_flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> float
     """Training FLOPs per token (forward + backward) of soft training: every part runs."""
     fwd = forward_flops_per_token(cfg, seq_len)
     return 3 * fwd.total
+
+
+def train_flops_per_token_causal(cfg: ModelConfig, seq_len: int | None = None) -> float:
+    """train_flops_per_token with attention counted over the causal triangle: query t of T
+    attends to t + 1 keys, so the scores and the weighted sum cost (T + 1) / (2 T) of the
+    full T x T count. An encoder (model.causal False) attends to all T: the full count."""
+    fwd = forward_flops_per_token(cfg, seq_len)
+    if not cfg.causal:
+        return 3 * fwd.total
+    T = seq_len or cfg.block_size
+    return 3 * (fwd.total - fwd.attention_context * (T - 1) / (2 * T))

@@ -20,7 +20,14 @@ b_p: bytes of the model dtype; b_g: of the gradient-accumulation dtype (DeepSpee
 micro-batch into a gradient partition, so it needs what ZeRO-2 needs; with bf16 and fp32
 accumulation it becomes DeepSpeed's BF16_Optimizer, which keeps the full gradient in fp32
 and each parameter's bf16 gradient beside it (it zeroes them after the step, never frees
-them: b_p Psi more, found by the acceptance check's training steps).
+them: b_p Psi more, found by the acceptance check's training steps), unless
+`bf16.immediate_grad_update` adds each bf16 gradient into the fp32 buffer as backward
+produces it and frees it (jobs/training/ds_config.py always sets it). BF16_Optimizer ignores
+`reduce_bucket_size` and `overlap_comm`: after the last micro-batch's backward pass it
+all-reduces its fp32 gradient buffers (one per optimizer parameter group), a group alone in
+place, groups below DeepSpeed's fixed 5e8 elements together through a flat copy: counted
+as a transient of b_g min(Psi, 5e8) (an upper bound: a 5.6B model's groups are each past
+5e8, reduced in place).
 ZeRO-3 keeps tensors smaller than `stage3_param_persistence_threshold` whole on every rank.
 Optimizer offload moves the master copy, the moments and a fp32 gradient partition to host
 RAM. DeepSpeed's gradient buckets (`reduce_bucket_size` elements, two with `overlap_comm`)
@@ -68,6 +75,8 @@ MASTER = 4  # fp32 master copy of the weights
 DS_REDUCE_BUCKET = 500_000_000
 DS_PREFETCH_BUCKET = 50_000_000
 DS_PERSISTENCE_THRESHOLD = 100_000
+# deepspeed/runtime/engine.py's MEMORY_OPT_ALLREDUCE_SIZE: BF16_Optimizer's all-reduce pieces
+DS_ALLREDUCE_PIECE = 500_000_000
 
 # A process that imports torch + DeepSpeed and holds a CUDA context: host RAM per rank
 # before any model is built (an assumption, not measured here: there is no GPU).
@@ -115,6 +124,7 @@ class ZeroSettings:
     grad_bytes: int  # the gradient-accumulation dtype
     comm_bytes: int  # the communication dtype (ZeRO-3's gradient bucket is in it)
     offload_optimizer: bool
+    immediate_grad_update: bool  # BF16_Optimizer frees each bf16 gradient once added
     reduce_bucket_size: int
     overlap_comm: bool
     contiguous_gradients: bool
@@ -137,6 +147,7 @@ class ZeroSettings:
             grad_bytes=DTYPE_BYTES[accum],
             comm_bytes=DTYPE_BYTES[_dtype_name(comm)],
             offload_optimizer=offload and stage > 0,  # stage 0 has no ZeRO optimizer to offload
+            immediate_grad_update=bool(ds.get("bf16", {}).get("immediate_grad_update", False)),
             reduce_bucket_size=int(zero.get("reduce_bucket_size", DS_REDUCE_BUCKET)),
             overlap_comm=bool(zero.get("overlap_comm", stage == 3)),
             contiguous_gradients=bool(zero.get("contiguous_gradients", True)),
@@ -157,7 +168,8 @@ def _dtype_name(name: object) -> str:
 @dataclass(frozen=True)
 class ModelStates:
     """Bytes per rank. `params`, `grads`, `optimizer` and `buffers` are on the GPU;
-    `host` is what optimizer offload keeps in host RAM; `step_transient` exists only
+    `host` is what optimizer offload keeps in host RAM; `step_transient` exists only after the
+    backward pass (BF16_Optimizer's all-reduce copy) or
     during the optimizer step, `gathered` (ZeRO-3) only during forward and backward."""
 
     params: int
@@ -196,7 +208,7 @@ def model_state_bytes(sizes: list[int], z: ZeroSettings, world: int) -> ModelSta
             step_transient=4 * psi if mixed else 0,  # fp32 .grad copies (unfused optimizer)
             gathered=0,
         )
-    full_grads = False
+    full_grads, reduce_copy = False, 0
     if z.stage == 3:
         # every tensor has its partition; the small ones are also kept whole on every rank
         params = bp * (part + sum(s for s in sizes if s < z.persistence_threshold))
@@ -211,8 +223,10 @@ def model_state_bytes(sizes: list[int], z: ZeroSettings, world: int) -> ModelSta
         bf16_optimizer = full_grads and bp == 2 and bg == 4 and not z.offload_optimizer
         params = bp * psi
         grads = bg * (psi if full_grads else part)
-        if bf16_optimizer:  # it also keeps each parameter's bf16 .grad (zeroed, never freed)
-            grads += bp * psi
+        if bf16_optimizer and not z.immediate_grad_update:
+            grads += bp * psi  # each parameter's bf16 .grad too (zeroed, never freed)
+        if bf16_optimizer:  # the all-reduce's flat copy after the backward pass
+            reduce_copy = bg * min(psi, DS_ALLREDUCE_PIECE)
         gathered = 0
         bucket_bytes = bg if full_grads else bp
         copies = 2 if z.overlap_comm else 1  # allocated for each backward pass
@@ -245,7 +259,9 @@ def model_state_bytes(sizes: list[int], z: ZeroSettings, world: int) -> ModelSta
         buckets=buckets,
         staging=0,
         host=0,
-        step_transient=4 * part if bg < 4 else 0,  # the gradient partition converted to fp32
+        # the gradient partition converted to fp32; BF16_Optimizer's all-reduce copy (neither
+        # overlaps the activations' peak: both come after the backward pass)
+        step_transient=max(4 * part if bg < 4 else 0, reduce_copy),
         gathered=gathered,
     )
 

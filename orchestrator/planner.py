@@ -107,7 +107,7 @@ class TrialPlan:
     buffers_bytes: int  # DeepSpeed's gradient buckets and staging buffers
     activations_bytes: int  # one micro-batch, at the start of the backward pass
     gathered_bytes: int  # ZeRO-3: parameters gathered for the layers being computed
-    step_transient_bytes: int  # during the optimizer step only
+    step_transient_bytes: int  # after the backward pass or during the optimizer step only
     peak_gpu_bytes: int
     usable_gpu_bytes: int | None  # the GPU's memory less the headroom; None: unknown
     offloaded_bytes: int  # per rank, in host RAM (optimizer offload)

@@ -113,10 +113,12 @@ class TokenWindows:
         return self.n_train if split == "train" else self.n_val
 
     def get(self, split: str, indices: np.ndarray) -> Batch:
-        tokens = self.split[split]
-        w = np.stack([tokens.read(int(j) * self.seq_len, self.seq_len + 1) for j in indices])
-        w = w.astype(np.int64)
-        return Batch(w[:, :-1], w[:, 1:])
+        """Windows `indices` as (x, y), each its own C-contiguous int64 array, widened from
+        the stacked windows' two overlapping views (views of one int64 window array would
+        be strided, and a strided array is copied again on its way to a pinned buffer)."""
+        tokens, L = self.split[split], self.seq_len
+        w = np.stack([tokens.read(int(j) * L, L + 1) for j in indices])
+        return Batch(w[:, :-1].astype(np.int64, order="C"), w[:, 1:].astype(np.int64, order="C"))
 
 
 class Samples(Protocol):

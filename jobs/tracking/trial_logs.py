@@ -1,9 +1,14 @@
 """What a trial printed, kept in its folder and attached to its MLflow run, whatever the
 backend: `trials/<trial_id>/logs/trial.log` gets every attempt's stdout and stderr (file
-descriptors 1 and 2, so DeepSpeed's, torch's and the ranks' child processes' output too),
-after a header line per attempt; a failed attempt also leaves its Python traceback in
-`logs/traceback.txt`. When the attempt ends, `job.json` and `logs/` are attached to the
-run as artifacts, so the MLflow UI shows them on the trial's Artifacts tab.
+descriptors 1 and 2, so DeepSpeed's, torch's and child processes' output too), after a
+header line per attempt; a failed attempt also leaves its Python traceback in
+`logs/traceback.txt`. That is rank 0's log: in a trial of several ranks, rank r > 0 writes
+`logs/rank<r>.log` (and `traceback-rank<r>.txt`), whether the ranks are this machine's
+child processes (jobs/launch.py) or a SLURM job's tasks, each of which runs `captured`
+itself: 64 tasks appending to one file on a shared filesystem interleave and can lose
+lines. When the attempt ends, rank 0 attaches `job.json` and `logs/` to the run as
+artifacts, once, so the MLflow UI shows them on the trial's Artifacts tab (a SLURM task of
+another rank still running then has its log attached as far as it got).
 """
 
 from __future__ import annotations
@@ -17,27 +22,49 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from scalelab.contract.workdir import JOB_FILE, LOGS_DIR, TRACEBACK_FILE, trial_dir, trial_log
 from scalelab.jobs.environ import scoped_environ
+
+
+def launcher_rank() -> int:
+    """This process's rank in its trial as its launcher set it, before any process group
+    exists (the variables jobs/training/distributed.py reads): RANK, a SLURM task's
+    SLURM_PROCID, else 0."""
+    env = os.environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return int(env["RANK"])
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and "SLURM_JOB_ID" in env:
+        return int(env["SLURM_PROCID"])
+    return 0
+
+
+def open_log(trial_id: str, rank: int, run_id: str | None) -> BinaryIO:
+    """Rank `rank`'s log of the trial, opened for appending after this attempt's header."""
+    log = trial_log(trial_id, rank)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sink = open(log, "ab", buffering=0)  # noqa: SIM115 - the caller closes it
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    where = f"on {socket.gethostname()} pid {os.getpid()}" + (f" rank {rank}" if rank else "")
+    sink.write(f"==== {stamp} run {run_id} {where}\n".encode())
+    return sink
 
 
 @contextmanager
 def captured(
     trial_id: str, run_id: str | None, job_json: str, artifact_uri: str = ""
 ) -> Iterator[Path]:
-    """Send this process's stdout and stderr (and its children's) to the trial's log
-    (trials/<id>/logs/) while the block runs; write job.json first, attach the files to
-    `run_id` at the end."""
-    folder = trial_dir(trial_id)
-    log = trial_log(trial_id)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    (folder / JOB_FILE).write_text(job_json)
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-    with open(log, "ab", buffering=0) as sink:
-        sink.write(
-            f"==== {stamp} run {run_id} on {socket.gethostname()} pid {os.getpid()}\n".encode()
-        )
+    """Send this process's stdout and stderr (and its children's) to its rank's log
+    (trials/<id>/logs/) while the block runs; rank 0 writes job.json first and attaches
+    the files to `run_id` at the end."""
+    folder, rank = trial_dir(trial_id), launcher_rank()
+    log = trial_log(trial_id, rank)
+    if rank == 0:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        (folder / JOB_FILE).write_text(job_json)
+    failed = TRACEBACK_FILE if rank == 0 else f"traceback-rank{rank}.txt"
+    with open_log(trial_id, rank, run_id) as sink:
         sys.stdout.flush()
         sys.stderr.flush()
         saved = os.dup(1), os.dup(2)
@@ -46,7 +73,7 @@ def captured(
         try:
             yield log
         except BaseException:
-            (log.parent / TRACEBACK_FILE).write_text(traceback.format_exc())
+            (log.parent / failed).write_text(traceback.format_exc())
             traceback.print_exc()  # into the log too, where it happened
             raise
         finally:
@@ -56,7 +83,7 @@ def captured(
             os.dup2(saved[1], 2)
             for fd in saved:
                 os.close(fd)
-            if run_id:
+            if run_id and rank == 0:
                 attach(trial_id, run_id, artifact_uri)
 
 
@@ -102,10 +129,10 @@ def _copied(folder: Path, artifact_uri: str) -> bool:
     return True
 
 
-def tail(trial_id: str, lines: int = 20, end: int | None = None) -> str:
-    """The last `lines` lines of the trial's log before byte `end` (default: its end; ''
-    when it has none)."""
-    log = trial_log(trial_id)
+def tail(trial_id: str, lines: int = 20, end: int | None = None, rank: int = 0) -> str:
+    """The last `lines` lines of the trial's log (or rank `rank`'s) before byte `end`
+    (default: its end; '' when it has none)."""
+    log = trial_log(trial_id, rank)
     if not log.exists():
         return ""
     end = log.stat().st_size if end is None else end

@@ -58,10 +58,25 @@ def deepspeed_config(job: JobConfig, plan: BatchPlan, device: str) -> dict[str, 
     BF16_Optimizer's fp32 gradient buffer, or each parameter's fp32 `grad_accum` with
     offload; ZeRO-2/3: fp32 gradient partitions) and refuses it at stage 0
     (jobs/checks.py). Reduction scatters gradients in the communication dtype, so that is
-    set too. `overlap_comm` lets ZeRO reduce gradient buckets while the backward pass runs.
+    set too. `overlap_comm` lets ZeRO reduce gradient buckets while the backward pass runs;
+    `reduce_bucket_size` decides their size (orchestrator/memory.py counts them).
+
+    BF16_Optimizer runs with `immediate_grad_update`: each bf16 gradient is added into the
+    fp32 buffer as the backward pass produces it and freed. Without it the bf16 gradients
+    are added after each backward pass and zeroed before the next by DeepSpeed's backward
+    prologue, which it hooks onto the tensors the model returns, found only inside tuples,
+    lists and dicts: not in this project's ModelOutput, so the gradients were never zeroed
+    and each micro-batch's were added again with every later one of the step (issue 26;
+    tests/jobs/test_gradient_settings.py). It also keeps 2 bytes per parameter less.
     `deepspeed.extra` cannot change any of the numerics (JobConfig refuses it)."""
     ds, t = job.deepspeed, job.train
-    zero: dict[str, Any] = {"stage": ds.zero_stage, "overlap_comm": True}
+    zero: dict[str, Any] = {"stage": ds.zero_stage, "overlap_comm": ds.overlap_comm}
+    if ds.reduce_bucket_size is not None:
+        zero["reduce_bucket_size"] = ds.reduce_bucket_size
+    bf16_optimizer = (  # what DeepSpeed's engine picks (_do_optimizer_sanity_check)
+        t.dtype == "bf16" and t.grad_accum_dtype == "fp32" and ds.zero_stage == 1
+        and not ds.offload_optimizer
+    )  # fmt: skip
     if ds.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": device != "cpu"}
     cfg: dict[str, Any] = {
@@ -70,7 +85,8 @@ def deepspeed_config(job: JobConfig, plan: BatchPlan, device: str) -> dict[str, 
         "gradient_accumulation_steps": plan.accum,
         "gradient_clipping": t.grad_clip,
         "zero_optimization": zero,
-        "bf16": {"enabled": t.dtype == "bf16"},
+        "bf16": {"enabled": t.dtype == "bf16"}
+        | ({"immediate_grad_update": True} if bf16_optimizer else {}),
         "fp16": {"enabled": t.dtype == "fp16", "initial_scale_power": 12},
         # the optimizer is torch's AdamW (DeepSpeed's Adam JIT-compiles for 70-100 s)
         "zero_allow_untested_optimizer": True,

@@ -18,6 +18,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import IO
 
 LOOPBACK = "127.0.0.1"
 STOP_GRACE_S = 30.0  # a rank told to stop writes its checkpoint first (jobs/training/checkpoint.py)
@@ -41,10 +42,13 @@ def rank_environment(rank: int, ranks: int, port: int) -> dict[str, str]:
     return env
 
 
-def run_local_ranks(command: Sequence[str], ranks: int) -> int:
+def run_local_ranks(
+    command: Sequence[str], ranks: int, outputs: Sequence[IO[bytes] | None] = ()
+) -> int:
     """Run `command` as `ranks` processes of one process group; the first non-zero exit
-    code (the others are stopped), else 0. SIGTERM / SIGINT to this process are passed on
-    to every rank (a preempted trial checkpoints and exits 75)."""
+    code (the others are stopped), else 0. Rank r's stdout and stderr go to `outputs[r]`
+    (None or missing: this process's). SIGTERM / SIGINT to this process are passed on to
+    every rank (a preempted trial checkpoints and exits 75)."""
     import torch.distributed as dist
 
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -57,8 +61,12 @@ def run_local_ranks(command: Sequence[str], ranks: int) -> int:
         LOOPBACK, port, ranks, is_master=True, master_listen_fd=listener.detach(),
         wait_for_workers=False, timeout=timedelta(minutes=30),
     )  # fmt: skip
-    procs = [subprocess.Popen(list(command), env=rank_environment(r, ranks, port))
-             for r in range(ranks)]  # fmt: skip
+    sinks = [outputs[r] if r < len(outputs) else None for r in range(ranks)]
+    procs = [
+        subprocess.Popen(list(command), env=rank_environment(r, ranks, port), stdout=sink,
+                         stderr=None if sink is None else subprocess.STDOUT)
+        for r, sink in enumerate(sinks)
+    ]  # fmt: skip
     previous = _forward_signals(procs)
     try:
         return _wait(procs)

@@ -45,14 +45,14 @@ from scalelab.jobs.data.trial import (
 from scalelab.jobs.tracking.provenance import code_version, mlflow_params
 from scalelab.jobs.tracking.tracker import Tracker
 from scalelab.jobs.training import checkpoint, distributed, universal
-from scalelab.jobs.training.accounting import device_peak_flops, mfu
+from scalelab.jobs.training.accounting import device_peak_flops, mfu_metrics
 from scalelab.jobs.training.distributed import DistEnv
 from scalelab.jobs.training.ds_config import BatchPlan, deepspeed_config
 from scalelab.jobs.training.evaluate import evaluate, evaluate_early_exit
 from scalelab.jobs.training.optim import adamw, lr_at, set_lr
 from scalelab.jobs.training.preemption import PreemptionFlag, PreemptionVote
 from scalelab.jobs.training.step_metrics import MetricWindow, Reduced
-from scalelab.models.flops import count_params, train_flops_per_token
+from scalelab.models.flops import count_params, train_flops_per_token, train_flops_per_token_causal
 
 DS_CONFIG_FILE = "deepspeed.json"
 COMPUTE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -115,6 +115,7 @@ class _Trainer:
         self.steps = total_steps(job)
         self.step_tokens = job.train.global_batch_tokens
         self.flops_per_token = train_flops_per_token(job.model, job.data.seq_len)
+        self.causal_flops_per_token = train_flops_per_token_causal(job.model, job.data.seq_len)
         self.n_params = count_params(job.model)
         self.n_nonembed = count_params(job.model, non_embedding=True)
         self.tracker = Tracker(self.dir, enabled=env.is_main)
@@ -278,7 +279,7 @@ class _Trainer:
         log = state.setdefault("log_window", _new_log_window())
         timed_steps, log_t = 0, time.perf_counter()  # this process's steps, for tokens/s
         final_val = state.get("last_val")
-        inputs = prefetched(self._micro_batches(state["step"]), env.device)
+        inputs = prefetched(self._micro_batches(state["step"]), env.device, ahead=accum)
         window = MetricWindow(accum, state["step"])
         vote = PreemptionVote(env)
         while state["step"] < self.steps:
@@ -328,8 +329,9 @@ class _Trainer:
                     "compute/tokens": state["tokens"],
                     "perf/tokens_per_s": tok_s,
                 }
-                if (u := mfu(tok_s * self.flops_per_token, env.world_size, peak)) is not None:
-                    point["perf/mfu"] = u
+                point |= mfu_metrics(
+                    tok_s, self.flops_per_token, self.causal_flops_per_token, env.world_size, peak
+                )
                 self.tracker.log(done, state["tokens"], state["flops"], point)
                 log = state["log_window"] = _new_log_window()
                 timed_steps, log_t = 0, time.perf_counter()

@@ -68,3 +68,6 @@ def test_a_two_rank_trial_listens_on_loopback_only(tmp_path: Path, monkeypatch, 
     ]
     assert len(ranks_seen) >= 2 and listening, "no ranks or sockets seen: a vacuous check"
     assert not off_loopback(listening), off_loopback(listening)
+    # rank 1 printed into its own log (issue 26, item 8), rank 0 where its parent does
+    rank1 = tmp_path / "home" / "trials" / job.trial_id / "logs" / "rank1.log"
+    assert rank1.read_text().splitlines()[0].endswith(" rank 1")

@@ -8,7 +8,11 @@ from torch.utils.flop_counter import FlopCounterMode
 from scalelab.models import catalog
 from scalelab.models.build import build
 from scalelab.models.config import ModelConfig
-from scalelab.models.flops import forward_flops_per_token, train_flops_per_token
+from scalelab.models.flops import (
+    forward_flops_per_token,
+    train_flops_per_token,
+    train_flops_per_token_causal,
+)
 
 
 def measured_flops(cfg: ModelConfig, B: int, T: int, backward: bool = False) -> int:
@@ -125,3 +129,31 @@ def test_budget_inference_flops_match_flop_counter_at_a_known_k(task, k):
     attention = budget_inference_flops(cfg, [d[0] for d in decisions], T, [d[1] for d in decisions])
     parts = fwd.attention_qkv + fwd.attention_context + fwd.output_mixing + fwd.mechanisms
     assert attention == pytest.approx(parts * B * T, rel=1e-9)
+
+
+@pytest.mark.parametrize("variant", ["dense", "hadamard"])
+def test_causal_count_takes_the_attention_triangle_and_nothing_else(variant):
+    """Issue 26, item 6d: MFU counted every query against all T keys. Query t attends to
+    t + 1 of them; summed here token by token, apart from models/flops.py's formula."""
+    T = 48
+    cfg = ModelConfig(size="nano", vocab_size=256, block_size=64, attn_out=variant)
+    d, L = cfg.d_model, cfg.n_layer
+    full, causal = train_flops_per_token(cfg, T), train_flops_per_token_causal(cfg, T)
+    per_query = [4 * d * (t + 1) for t in range(T)]  # scores + weighted sum over t + 1 keys
+    saved = 3 * L * (4 * d * T - sum(per_query) / T)  # x3: forward + backward
+    assert full - causal == pytest.approx(saved, rel=1e-12)
+    assert full == 3 * forward_flops_per_token(cfg, T).total  # the budget's count unchanged
+    encoder = ModelConfig(size="nano", vocab_size=256, block_size=64, task="classify", n_classes=2)
+    assert train_flops_per_token_causal(encoder, T) == train_flops_per_token(encoder, T)
+
+
+def test_mfu_is_logged_in_both_conventions_and_named_by_them():
+    from scalelab.jobs.training.accounting import mfu_metrics
+
+    cfg = ModelConfig(size="nano", vocab_size=256, block_size=64)
+    full, causal = train_flops_per_token(cfg, 64), train_flops_per_token_causal(cfg, 64)
+    m = mfu_metrics(1e6, full, causal, world_size=2, peak=1e12)
+    assert m["perf/mfu"] == pytest.approx(1e6 * full / 2e12)
+    assert m["perf/mfu_causal"] == pytest.approx(1e6 * causal / 2e12)
+    assert m["perf/mfu_causal"] < m["perf/mfu"]
+    assert mfu_metrics(1e6, full, causal, world_size=2, peak=None) == {}  # a CPU: none

@@ -98,8 +98,12 @@ def test_model_state_bytes_per_rank_match_deepspeed_engines(ranks, tmp_path, mon
 
 
 def test_zero_settings_defaults_are_deepspeeds():
+    from deepspeed.runtime.engine import MEMORY_OPT_ALLREDUCE_SIZE
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 
+    from scalelab.orchestrator.memory import DS_ALLREDUCE_PIECE
+
+    assert DS_ALLREDUCE_PIECE == MEMORY_OPT_ALLREDUCE_SIZE  # BF16_Optimizer's all-reduce pieces
     for stage in (1, 3):
         theirs = DeepSpeedZeroConfig(stage=stage)
         ours = ZeroSettings.from_ds_config({"zero_optimization": {"stage": stage}})

@@ -128,6 +128,23 @@ def test_logs_follow_prints_what_is_appended_and_exits_when_the_trial_ends(work_
     assert rest == "the last words\n" and f"{trial.trial_id} ended: FINISHED" in errors
 
 
+def test_logs_shows_rank_0s_log_and_another_ranks_on_request(work_home, sweep_name):
+    """Issue 26, item 8: each rank of a trial of several has its own log; `logs` shows the
+    trial's (rank 0's) and, with --rank, another rank's."""
+    spec, source = parse_spec(sweep_yaml(sweep_name, seeds=1, first_seed=7500))
+    (trial,) = expand(spec, source)
+    Ledger(spec.name).sync(spec, [trial])
+    trial_log(trial.trial_id).parent.mkdir(parents=True, exist_ok=True)
+    trial_log(trial.trial_id).write_text("rank 0 speaking\n")
+    trial_log(trial.trial_id, 1).write_text("rank 1 speaking\n")
+    shown = runner.invoke(app, ["logs", sweep_name, trial.trial_id[:8]])
+    assert shown.exit_code == 0 and shown.stdout == "rank 0 speaking\n"
+    other = runner.invoke(app, ["logs", sweep_name, trial.trial_id[:8], "--rank", "1"])
+    assert other.exit_code == 0 and other.stdout == "rank 1 speaking\n"
+    missing = runner.invoke(app, ["logs", sweep_name, trial.trial_id[:8], "--rank", "5"])
+    assert missing.exit_code != 0 and "rank1.log" in missing.output
+
+
 def test_follow_stops_at_its_bound_while_the_trial_runs(tmp_path):
     log = tmp_path / "trial.log"
     log.write_text("old\nnew ✓\n")
