@@ -145,6 +145,12 @@ class TrainConfig(FrozenConfig):
     eval_interval: Annotated[int, NotIdentity] = Field(100, ge=1)
     checkpoint_interval: Annotated[int, NotIdentity] = Field(200, ge=1)
     keep_checkpoints: Annotated[int, NotIdentity] = Field(2, ge=1)
+    async_checkpoint: Annotated[bool, NotIdentity] = Field(
+        False,
+        description="write checkpoints on a background thread: the step waits only for the "
+        "state's copy to host memory; the checkpoint counts once written, flushed and "
+        "digested (jobs/training/async_save.py). Placement, not in the trial id",
+    )
     divergence_factor: float = Field(
         4.0, gt=1, description="stop if loss exceeds this x its running min"
     )
@@ -199,6 +205,15 @@ class DeepSpeedConfig(FrozenConfig):
     )
     offload_optimizer: bool = False
     activation_checkpointing: bool = False
+    dist_timeout_minutes: float = Field(
+        30.0,
+        gt=0,
+        le=24 * 60,
+        description="how long a collective waits for a slow rank before the job fails "
+        "(torch's default: 10 min under NCCL). 30 covers the longest one-sided waits of the "
+        "5.6B ladder rung on 64 GPUs: a synchronous checkpoint and a universal-checkpoint "
+        "load after a rank-count change (docs/training.md, 'Checkpoints')",
+    )
     extra: dict[str, Any] = Field(
         default_factory=dict, description="raw DeepSpeed keys, merged last"
     )
