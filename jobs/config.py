@@ -3,8 +3,8 @@
 A trial is a fully resolved `JobConfig`. Its science fields (model, data, train, seed)
 define the trial's identity (jobs/identity.py); fields marked `NotIdentity` do not: the
 cadence of logs, evaluations and checkpoints, `deepspeed` (how the same computation is laid
-out on devices), `data.tokenizer_file` (where a vocabulary is) and `train.compile` (how the
-same computation is executed).
+out on devices), `data.tokenizer_file` (where a vocabulary is), `train.compile` (how the
+same computation is executed) and `train.async_checkpoint` (how checkpoints are written).
 """
 
 from __future__ import annotations

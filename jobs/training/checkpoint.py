@@ -2,18 +2,20 @@
 trusted, and set aside when they cannot be.
 
 Saving: every rank saves its shard through `engine.save_checkpoint` and its RNG states (as
-tensors, jobs.training.rng_state); after a barrier the ranks digest the folder's files between them
-(jobs.training.checksums) and rank 0 writes `<tag>/COMPLETE` last: the sizes and SHA-256 of every
-file, the world size, and the loop state (step, data position, tokens, the MLflow run id).
-A folder without that marker (a save cut short by a kill) is never a candidate. The newest
-`keep` complete checkpoints are kept.
+tensors, jobs.training.rng_state); after a barrier the ranks digest the folder's files
+between them (jobs.training.checksums) and rank 0 writes `<tag>/COMPLETE` last: the sizes
+and SHA-256 of every file, the world size, and the loop state (step, data position, tokens,
+the MLflow run id). With train.async_checkpoint the same happens on background threads that
+meet through files (jobs.training.async_save). A folder without that marker (a save cut
+short by a kill) is never a candidate. The newest `keep` complete checkpoints are kept.
 
 Resuming (`resume`), newest candidate first: the files are compared with the marker before
 any is opened (the ranks share the work), then loaded with every `torch.load` restricted to
-weights (jobs.training.safe_load), through a universal checkpoint when the rank count changed
-(jobs.training.universal). A candidate that fails either step is moved to `ckpt/rejected/<tag>/`
-with the reason in its `REJECTED` file (so it is never tried again) and the next older one
-is tried. The ranks agree on every verdict, so they all load the same checkpoint.
+weights (jobs.training.safe_load), through a universal checkpoint when the rank count
+changed (jobs.training.universal; made by `prepare_resume` before the process group
+starts). A candidate that fails either step is moved to `ckpt/rejected/<tag>/` with the
+reason in its `REJECTED` file (so it is never tried again) and the next older one is tried.
+The ranks agree on every verdict, so they all load the same checkpoint.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ it as one file per parameter and state (fp32 weight, Adam moments), which DeepSp
 into any world size when its config says `checkpoint.load_universal`. The converter needs
 `universal_checkpoint_info` in the saved model state; `record_info` makes the engine save
 it with every checkpoint.
+
+`convert` runs the converter as a process of its own with pools of workers, before the
+process group starts (jobs.training.checkpoint.prepare_resume), and records a finished
+conversion last, so a retry keeps it (docs/training.md, 'Checkpoints and preemption').
 """
 
 from __future__ import annotations

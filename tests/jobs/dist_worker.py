@@ -39,3 +39,25 @@ def train_alone(spec_path: str) -> None:
     if os.environ["RANK"] == "0":
         with open(spec["out"], "w") as f:
             json.dump([result], f)
+
+
+def late_rank(out_path: str, timeout_minutes: str) -> None:
+    """Rank 0 waits in a barrier for rank 1, which is 6 s late; rank 0 records how the
+    wait ended (the process group's timeout is `timeout_minutes`)."""
+    import time
+
+    from scalelab.jobs.training import distributed
+
+    env = distributed.read_environment()
+    distributed.init(env, float(timeout_minutes))
+    if env.rank == 1:
+        time.sleep(6)
+        return
+    t0 = time.monotonic()
+    try:
+        dist.barrier()
+        outcome = "met"
+    except RuntimeError as e:
+        outcome = f"{type(e).__name__}: {e}"
+    with open(out_path, "w") as f:
+        json.dump({"outcome": outcome, "waited_s": time.monotonic() - t0}, f)
