@@ -96,6 +96,7 @@ class BackgroundWriter:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._tag_dir: Path | None = None
+        self._abandoned = threading.Event()
 
     def start(self, env: DistEnv, tag_dir: Path, files: Files,
               commit: Callable[[dict[str, dict]], None]) -> None:  # fmt: skip
@@ -105,6 +106,16 @@ class BackgroundWriter:
         self._thread = threading.Thread(target=self._run, args=(env, tag_dir, files, commit),
                                         name="checkpoint-writer", daemon=True)  # fmt: skip
         self._thread.start()
+
+    def abandon(self) -> None:
+        """Stop the save in flight without marking it (training failed: another rank's
+        records may never come); its folder stays unmarked, never a candidate."""
+        self._abandoned.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._error = None
+        self._abandoned.clear()
 
     def wait(self) -> None:
         if self._thread is not None:
@@ -120,6 +131,7 @@ class BackgroundWriter:
             names = []
             while files:
                 path, state = files.pop(0)  # its host copy is freed once written
+                self._go_on()
                 _write(path, state)
                 names.append(path.name)
             threads = checksums.hash_threads(env.local_world_size)
@@ -137,12 +149,19 @@ class BackgroundWriter:
             if time.monotonic() > deadline:
                 missing = [p.name for p in records if not p.exists()]
                 raise TimeoutError(f"{', '.join(missing)} not written in {self.timeout_s:.0f} s")
+            self._go_on()
             time.sleep(0.2)
+        self._go_on()
         files: dict[str, dict] = {}
         for path in records:
             files |= json.loads(path.read_text())
             path.unlink()  # merged: the marker records the files, not this
         return files
+
+
+    def _go_on(self) -> None:
+        if self._abandoned.is_set():
+            raise RuntimeError("abandoned")
 
 
 def _write(path: Path, state: Any) -> None:

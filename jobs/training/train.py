@@ -238,6 +238,8 @@ class _Trainer:
                 self.writer.wait()  # the last checkpoint is on disk before the result says so
             final_metrics = self._final_evaluation(state) if status == Status.FINISHED else {}
         except BaseException as e:
+            if self.writer is not None:
+                self.writer.abandon()  # unmarked, so never resumed; the older ones stay
             self.tracker.set_tag(Tag.ERROR, f"{type(e).__name__}: {e}"[:5000])
             self.tracker.finish(Status.FAILED)
             raise

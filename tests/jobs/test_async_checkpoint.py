@@ -5,6 +5,7 @@ waits for every rank's files; and a trial checkpointed that way resumes bit for 
 import json
 import shutil
 import threading
+import time
 
 import pytest
 import torch
@@ -57,6 +58,26 @@ def test_the_marker_waits_for_every_ranks_files(tmp_path):
     assert DIGESTS.format(rank=1) in str(failed.value.__cause__)
     assert not (tag_dir / checkpoint.MARKER).exists()
     assert checkpoint.latest(ckpt) is None
+
+
+def test_a_save_abandoned_when_training_fails_is_never_marked(tmp_path):
+    """Rank 0 of 2 waiting for its partner's records when training fails: abandon() ends
+    the wait at once (not after the process group's timeout) and leaves no marker."""
+    ckpt = tmp_path / "ckpt"
+    tag_dir = ckpt / "step00000001"
+    tag_dir.mkdir(parents=True)
+    writer = BackgroundWriter(timeout_s=600)
+    commit = lambda files: checkpoint.commit(ckpt, tag_dir, 2, files, {"step": 1}, keep=2)  # noqa: E731
+    writer.start(_env(0, 2), tag_dir, [(tag_dir / "model.pt", {"w": torch.ones(2)})], commit)
+    deadline = time.monotonic() + 60
+    while not (tag_dir / DIGESTS.format(rank=0)).exists():  # its own files are written
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    writer.abandon()
+    assert time.monotonic() - t0 < 5
+    assert not (tag_dir / checkpoint.MARKER).exists()
+    writer.wait()  # nothing is raised for an abandoned save
 
 
 @pytest.mark.slow
