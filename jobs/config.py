@@ -3,8 +3,8 @@
 A trial is a fully resolved `JobConfig`. Its science fields (model, data, train, seed)
 define the trial's identity (jobs/identity.py); fields marked `NotIdentity` do not: the
 cadence of logs, evaluations and checkpoints, `deepspeed` (how the same computation is laid
-out on devices), `data.tokenizer_file` (where a vocabulary is) and `train.compile` (how the
-same computation is executed).
+out on devices), `data.tokenizer_file` (where a vocabulary is), `train.compile` (how the
+same computation is executed) and `train.async_checkpoint` (how checkpoints are written).
 """
 
 from __future__ import annotations
@@ -145,6 +145,12 @@ class TrainConfig(FrozenConfig):
     eval_interval: Annotated[int, NotIdentity] = Field(100, ge=1)
     checkpoint_interval: Annotated[int, NotIdentity] = Field(200, ge=1)
     keep_checkpoints: Annotated[int, NotIdentity] = Field(2, ge=1)
+    async_checkpoint: Annotated[bool, NotIdentity] = Field(
+        False,
+        description="write checkpoints on a background thread: the step waits only for the "
+        "state's copy to host memory; the checkpoint counts once written, flushed and "
+        "digested (jobs/training/async_save.py). Placement, not in the trial id",
+    )
     divergence_factor: float = Field(
         4.0, gt=1, description="stop if loss exceeds this x its running min"
     )
@@ -214,6 +220,15 @@ class DeepSpeedConfig(FrozenConfig):
         "reduce_bucket_size; None: DeepSpeed's 5e8). ZeRO-1/2 without BF16_Optimizer keep one "
         "(two with overlap_comm) during the backward pass, ZeRO-3 one for the whole run; "
         "BF16_Optimizer ignores it (fixed 5e8-element all-reduce pieces)",
+    )
+    dist_timeout_minutes: float = Field(
+        30.0,
+        gt=0,
+        le=24 * 60,
+        description="how long a collective waits for a slow rank before the job fails "
+        "(torch's default: 10 min under NCCL). 30 covers the longest one-sided waits of the "
+        "5.6B ladder rung on 64 GPUs: a synchronous checkpoint and a universal-checkpoint "
+        "load after a rank-count change (docs/training.md, 'Checkpoints')",
     )
     extra: dict[str, Any] = Field(
         default_factory=dict, description="raw DeepSpeed keys, merged last"

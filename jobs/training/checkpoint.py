@@ -2,26 +2,32 @@
 trusted, and set aside when they cannot be.
 
 Saving: every rank saves its shard through `engine.save_checkpoint` and its RNG states (as
-tensors, jobs.training.rng_state); after a barrier the ranks digest the folder's files between them
-(jobs.training.checksums) and rank 0 writes `<tag>/COMPLETE` last: the sizes and SHA-256 of every
-file, the world size, and the loop state (step, data position, tokens, the MLflow run id).
-A folder without that marker (a save cut short by a kill) is never a candidate. The newest
-`keep` complete checkpoints are kept.
+tensors, jobs.training.rng_state); after a barrier the ranks digest the folder's files
+between them (jobs.training.checksums) and rank 0 writes `<tag>/COMPLETE` last: the sizes
+and SHA-256 of every file, the world size, and the loop state (step, data position, tokens,
+the MLflow run id). With train.async_checkpoint the same happens on background threads that
+meet through files (jobs.training.async_save). A folder without that marker (a save cut
+short by a kill) is never a candidate. The newest `keep` complete checkpoints are kept.
 
 Resuming (`resume`), newest candidate first: the files are compared with the marker before
 any is opened (the ranks share the work), then loaded with every `torch.load` restricted to
-weights (jobs.training.safe_load), through a universal checkpoint when the rank count changed
-(jobs.training.universal). A candidate that fails either step is moved to `ckpt/rejected/<tag>/`
-with the reason in its `REJECTED` file (so it is never tried again) and the next older one
-is tried. The ranks agree on every verdict, so they all load the same checkpoint.
+weights (jobs.training.safe_load), through a universal checkpoint when the rank count
+changed (jobs.training.universal; made by `prepare_resume` before the process group
+starts). A candidate that fails either step is moved to `ckpt/rejected/<tag>/` with the
+reason in its `REJECTED` file (so it is never tried again) and the next older one is tried.
+The ranks agree on every verdict, so they all load the same checkpoint.
 """
 
 from __future__ import annotations
 
+import copy
+import fcntl
 import logging
 import shutil
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -29,13 +35,14 @@ import torch
 import torch.distributed as dist
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from scalelab.jobs.training import checksums, rng_state, safe_load, universal
+from scalelab.jobs.training import async_save, checksums, rng_state, safe_load, universal
+from scalelab.jobs.training.async_save import BackgroundWriter
 from scalelab.jobs.training.distributed import DistEnv, barrier
 
 MARKER = "COMPLETE"
 REJECTED_DIR = "rejected"  # checkpoints set aside, each with the reason in REASON_FILE
 REASON_FILE = "REJECTED"
-UNIVERSAL_DIR = "universal"  # a conversion for another rank count, removed once loaded
+CONVERSION_LOCK = "universal.lock"  # held by the one process converting (prepare_resume)
 log = logging.getLogger(__name__)
 
 FileName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")]
@@ -89,30 +96,108 @@ def read_state(tag_dir: Path) -> dict[str, Any]:
 
 
 # -- saving -----------------------------------------------------------------------------
-def save(engine: Any, env: DistEnv, ckpt_dir: Path, state: dict[str, Any], keep: int) -> Path:
-    """Save engine + RNG + loop `state` (must hold 'step'); returns the tag folder."""
+def save(engine: Any, env: DistEnv, ckpt_dir: Path, state: dict[str, Any], keep: int,
+         writer: BackgroundWriter | None = None) -> Path:  # fmt: skip
+    """Save engine + RNG + loop `state` (must hold 'step'); returns the tag folder. With a
+    `writer` (train.async_checkpoint) the state is copied to host memory here and written,
+    digested and marked complete by the writer's thread while training goes on."""
     tag = _tag(state["step"])
     tag_dir = ckpt_dir / tag
+    if writer is not None:
+        writer.wait()  # one save in flight: its folder is never taken for an abandoned one
     if env.is_main:  # a step saved again starts from an empty folder: no stale shard stays
         shutil.rmtree(tag_dir, ignore_errors=True)
     barrier(env)
+    if writer is not None:
+        with async_save.snapshots(engine) as files:
+            engine.save_checkpoint(str(ckpt_dir), tag=tag, save_latest=False)
+        files.append((tag_dir / f"rng_rank{env.rank}.pt", rng_state.capture()))
+        done = partial(commit, ckpt_dir, tag_dir, env.world_size, state=copy.deepcopy(state),
+                       keep=keep)  # fmt: skip
+        writer.start(env, tag_dir, files, done)
+        return tag_dir
     engine.save_checkpoint(str(ckpt_dir), tag=tag, save_latest=False)
     torch.save(rng_state.capture(), tag_dir / f"rng_rank{env.rank}.pt")
     barrier(env)
-    names = sorted(p.name for p in tag_dir.iterdir() if p.is_file())
-    files = _merged(env, checksums.digests(tag_dir, names[env.rank :: env.world_size]))
+    sizes = {p.name: p.stat().st_size for p in tag_dir.iterdir() if p.is_file()}
+    mine = checksums.share(sizes, env.rank, env.world_size)
+    files = _merged(env, checksums.digests(tag_dir, mine, _threads(env)))
     if env.is_main:
-        marker = Marker(format=2, world_size=env.world_size, files=files, state=state)
-        tmp = tag_dir / (MARKER + ".tmp")
-        tmp.write_text(marker.model_dump_json())
-        tmp.replace(tag_dir / MARKER)
-        for old in complete_checkpoints(ckpt_dir)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
-        for unmarked in ckpt_dir.glob("step*"):  # a save that never completed: unusable
-            if unmarked.is_dir() and not (unmarked / MARKER).exists():
-                shutil.rmtree(unmarked, ignore_errors=True)
+        commit(ckpt_dir, tag_dir, env.world_size, files, state, keep)
     barrier(env)
     return tag_dir
+
+
+def commit(ckpt_dir: Path, tag_dir: Path, world_size: int, files: dict[str, dict],
+           state: dict[str, Any], keep: int) -> None:  # fmt: skip
+    """Rank 0, once every file of `tag_dir` is written and digested: the marker (last, in
+    one rename), then the checkpoints it supersedes are removed."""
+    marker = Marker(format=2, world_size=world_size, files=files, state=state)
+    tmp = tag_dir / (MARKER + ".tmp")
+    tmp.write_text(marker.model_dump_json())
+    tmp.replace(tag_dir / MARKER)
+    for old in complete_checkpoints(ckpt_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    for unmarked in ckpt_dir.glob("step*"):  # a save that never completed: unusable
+        if unmarked.is_dir() and not (unmarked / MARKER).exists():
+            shutil.rmtree(unmarked, ignore_errors=True)
+
+
+def _threads(env: DistEnv) -> int:
+    return checksums.hash_threads(env.local_world_size)
+
+
+# -- converting before the process group ------------------------------------------------
+def prepare_resume(ckpt_dir: Path, world_size: int) -> str:
+    """Every rank, before the process group starts: if the checkpoint `resume` will load
+    was written by another rank count, make its universal form now (issue 26). The first
+    process to take the lock converts, the others wait on the lock, never in a collective
+    (whose timeout a 79 GB conversion outlasts), then find the conversion done. Candidates
+    are tried newest first as `resume` does: one that fails verification or conversion gets
+    a `<tag>.FAILED` record (so no other rank tries it again) and the next older is tried.
+    Returns what was done, for the log ('' if nothing)."""
+    if latest(ckpt_dir) is None:
+        return ""
+    with _exclusive(ckpt_dir / CONVERSION_LOCK):
+        for tag_dir in reversed(complete_checkpoints(ckpt_dir)):
+            try:
+                saved_world = read_marker(tag_dir).world_size
+            except (OSError, ValidationError):
+                continue  # resume sets it aside
+            if not universal.needed(tag_dir, saved_world, world_size):
+                return ""
+            out, key = universal.conversion_dir(ckpt_dir, tag_dir.name), _key(tag_dir)
+            if universal.converted(out, key):
+                return f"{tag_dir.name}: converted for {world_size} rank(s) already"
+            if universal.failure(out, key):
+                continue
+            problem = verify(tag_dir)
+            if not problem:
+                try:
+                    took = universal.convert(tag_dir, out, key)
+                except Exception as e:
+                    problem = f"converting it failed: {type(e).__name__}: {e}"
+                else:
+                    log.warning("converted %s for %d rank(s): %s", tag_dir, world_size, took)
+                    return f"{tag_dir.name}: converted for {world_size} rank(s) in {took}"
+            universal.record_failure(out, key, problem)
+    return ""
+
+
+@contextmanager
+def _exclusive(lock_file: Path) -> Iterator[None]:
+    """An exclusive lock on `lock_file`, waited for in the kernel (flock): 63 waiting ranks
+    do not poll a shared file system, and the lock goes with a process that dies."""
+    with open(lock_file, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _key(tag_dir: Path) -> str:
+    return universal.source_key(tag_dir / MARKER)
 
 
 # -- resuming ---------------------------------------------------------------------------
@@ -153,11 +238,10 @@ def _verify(env: DistEnv, tag_dir: Path) -> str:
         return f"{tag_dir / MARKER} is not a record with checksums ({where}: {first['msg']})"
     except OSError as e:
         return f"{tag_dir / MARKER} is unreadable: {e}"
-    names = sorted(marker.files)
     records = {n: r.model_dump() for n, r in marker.files.items()}
-    mine = names[env.rank :: env.world_size]
+    mine = checksums.share({n: r.size for n, r in marker.files.items()}, env.rank, env.world_size)
     try:
-        found = checksums.mismatches(tag_dir, records, mine)
+        found = checksums.mismatches(tag_dir, records, mine, _threads(env))
         if env.is_main:
             found += checksums.unrecorded(tag_dir, records, ignore={MARKER})
         if not found:  # the right bytes; now make sure none of them would run code
@@ -184,8 +268,8 @@ def _load(engine: Any, env: DistEnv, ckpt_dir: Path, tag_dir: Path) -> str:
     source = tag_dir
     with safe_load.weights_only_loading():
         if universal.needed(tag_dir, saved_world, env.world_size):
-            source = ckpt_dir / UNIVERSAL_DIR / tag_dir.name
-            problem = _agreed(env, _on_main(env, lambda: universal.convert(tag_dir, source)))
+            source = universal.conversion_dir(ckpt_dir, tag_dir.name)
+            problem = _agreed(env, _on_main(env, lambda: _converted(tag_dir, source)))
             if problem:
                 return f"converting it for {env.world_size} rank(s) failed: {problem}"
         problem = ""
@@ -204,6 +288,17 @@ def _load(engine: Any, env: DistEnv, ckpt_dir: Path, tag_dir: Path) -> str:
         finally:
             universal.set_loading(engine, False)
     return _agreed(env, problem)
+
+
+def _converted(tag_dir: Path, out: Path) -> None:
+    """The conversion prepare_resume made; made here, inside the process group, only for
+    a checkpoint it did not reach (one that passed its checks there and failed them here)."""
+    key = _key(tag_dir)
+    if reason := universal.failure(out, key):
+        raise RuntimeError(reason)
+    if not universal.converted(out, key):
+        log.warning("converting %s inside the process group (its timeout bounds the wait)", tag_dir)
+        universal.convert(tag_dir, out, key)
 
 
 def _on_main(env: DistEnv, work: Any) -> str:
@@ -235,7 +330,7 @@ def _reject(env: DistEnv, ckpt_dir: Path, tag_dir: Path, problem: str) -> Path:
 def _remove_conversion(env: DistEnv, ckpt_dir: Path) -> None:
     barrier(env)
     if env.is_main:
-        shutil.rmtree(ckpt_dir / UNIVERSAL_DIR, ignore_errors=True)
+        shutil.rmtree(ckpt_dir / universal.UNIVERSAL_DIR, ignore_errors=True)
 
 
 def _agreed(env: DistEnv, problem: str) -> str:

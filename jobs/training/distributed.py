@@ -18,6 +18,7 @@ import os
 import socket
 import sys
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -197,8 +198,11 @@ def check_devices(env: DistEnv) -> None:
     devices.check_devices(env.device, env.local_rank, env.local_world_size)
 
 
-def init(env: DistEnv) -> None:
-    """Initialise torch.distributed (gloo on CPU, nccl on CUDA) and DeepSpeed's comm layer."""
+def init(env: DistEnv, timeout_minutes: float | None = None) -> None:
+    """Initialise torch.distributed (gloo on CPU, nccl on CUDA) and DeepSpeed's comm layer;
+    `timeout_minutes`: how long a collective may wait for a rank (deepspeed.dist_timeout_minutes;
+    None: torch's default). A group someone else started keeps its own."""
+    timeout = None if timeout_minutes is None else timedelta(minutes=timeout_minutes)
     if not env.device.startswith("cuda"):
         # Name the accelerator: DeepSpeed's auto-detection warns on every CPU process.
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -214,12 +218,14 @@ def init(env: DistEnv) -> None:
         # A world of one has no one to meet: an in-process store, not env://'s TCPStore,
         # which listens on every interface whatever MASTER_ADDR says.
         store = dist.HashStore() if env.world_size == 1 else None
-        dist.init_process_group(
-            backend=env.backend, store=store, rank=env.rank, world_size=env.world_size
-        )
+        dist.init_process_group(backend=env.backend, store=store, rank=env.rank,
+                                world_size=env.world_size, timeout=timeout)  # fmt: skip
     import deepspeed
 
-    deepspeed.init_distributed(dist_backend=env.backend)
+    if timeout is None:
+        deepspeed.init_distributed(dist_backend=env.backend)
+    else:
+        deepspeed.init_distributed(dist_backend=env.backend, timeout=timeout)
 
 
 def _skip_shm_comm_build() -> None:

@@ -3,7 +3,8 @@
 Order of work: read the launcher's environment and check every input (devices, batch
 division, data source, tokenizer) before any process group, file or MLflow run exists; then
 make the data ready (every rank, before the process group: the first to take the data's
-file lock tokenises, the others wait on the lock, never in a collective), build the model,
+file lock tokenises, the others wait on the lock, never in a collective), convert the
+checkpoint to resume from if it was written by another rank count (the same way), build the model,
 wrap it in a DeepSpeed engine, resume from the newest checkpoint that verifies, on any rank
 count (jobs.training.checkpoint), and train with logging, validation, checkpoints, divergence checks
 and preemption handling. trials/<trial_id>/ gets job.json, deepspeed.json, curves.jsonl,
@@ -91,7 +92,8 @@ def run(job: JobConfig, run_id: str | None = None) -> TrainResult:
     try:
         plan = check_job(job, env)
         prepare(job.data, job.seed, job.model, _train_windows(job))  # before any collective
-        distributed.init(env)
+        checkpoint.prepare_resume(trial_dir(job.trial_id) / "ckpt", env.world_size)  # likewise
+        distributed.init(env, job.deepspeed.dist_timeout_minutes)
         return _Trainer(job, env, plan, t0).train(run_id)
     finally:
         distributed.shutdown(env)
@@ -120,6 +122,8 @@ class _Trainer:
         self.n_nonembed = count_params(job.model, non_embedding=True)
         self.tracker = Tracker(self.dir, enabled=env.is_main)
         self.diverged = False
+        timeout_s = job.deepspeed.dist_timeout_minutes * 60
+        self.writer = checkpoint.BackgroundWriter(timeout_s) if job.train.async_checkpoint else None
 
     # -- set-up -----------------------------------------------------------------------
     def _open_data(self) -> None:
@@ -231,8 +235,12 @@ class _Trainer:
         try:
             with PreemptionFlag() as flag:
                 status, reason, final_val = self._loop(state, flag)
+            if self.writer is not None:
+                self.writer.wait()  # the last checkpoint is on disk before the result says so
             final_metrics = self._final_evaluation(state) if status == Status.FINISHED else {}
         except BaseException as e:
+            if self.writer is not None:
+                self.writer.abandon()  # unmarked, so never resumed; the older ones stay
             self.tracker.set_tag(Tag.ERROR, f"{type(e).__name__}: {e}"[:5000])
             self.tracker.finish(Status.FAILED)
             raise
@@ -386,9 +394,8 @@ class _Trainer:
         return metrics
 
     def _save(self, state: dict[str, Any]) -> None:
-        checkpoint.save(
-            self.engine, self.env, self.ckpt_dir, state, self.job.train.keep_checkpoints
-        )
+        checkpoint.save(self.engine, self.env, self.ckpt_dir, state,
+                        self.job.train.keep_checkpoints, self.writer)  # fmt: skip
 
 
 def _new_log_window() -> dict[str, Any]:

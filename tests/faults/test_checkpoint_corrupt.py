@@ -95,7 +95,7 @@ def test_two_ranks_agree_to_skip_a_file_only_one_of_them_checked(trial_copy, tmp
     checkpoint: the trial was written by 1 rank)."""
     trial = trial_copy
     _killed_after_step_7(trial)
-    bad = trial.ckpt / "step00000006" / "rng_rank0.pt"  # 2nd of 3 files: rank 1's share
+    bad = trial.ckpt / "step00000006" / "rng_rank0.pt"  # rank 1 hashes it with the model file
     _flip_a_byte(bad)
     [result] = train_on_two_ranks([(trial.home, trial.job)], tmp_path)
     assert result["status"] == "FINISHED" and result["steps"] == 8

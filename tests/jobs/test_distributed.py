@@ -48,3 +48,23 @@ def test_zero_stages_match_single_process_and_shard(home, tmp_path, tiny_job, cu
         per_rank = [_exp_avg_numel(torch.load(p, weights_only=False)) for p in shards]
         for n in per_rank:  # each rank holds half of Adam's state (plus alignment padding)
             assert 0.49 * reference.n_params <= n <= 0.52 * reference.n_params, (z, per_rank)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_the_process_groups_timeout_is_the_jobs_setting(tmp_path):
+    """deepspeed.dist_timeout_minutes reaches the group the job starts: a rank 6 s late
+    fails a barrier set to time out after 1.2 s (torch's default would wait 30 min)."""
+    import json
+
+    from forked_ranks import on_ranks
+    from two_ranks import WORKER
+
+    from scalelab.jobs.config import DeepSpeedConfig
+
+    assert DeepSpeedConfig().dist_timeout_minutes == 30  # documented in docs/training.md
+    out = tmp_path / "out.json"
+    on_ranks(WORKER, "late_rank", str(out), "0.02")
+    ended = json.loads(out.read_text())
+    assert ended["outcome"] != "met" and "timed out" in ended["outcome"].lower()
+    assert ended["waited_s"] < 5
