@@ -158,7 +158,6 @@ class BackgroundWriter:
             path.unlink()  # merged: the marker records the files, not this
         return files
 
-
     def _go_on(self) -> None:
         if self._abandoned.is_set():
             raise RuntimeError("abandoned")
