@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import NamedTuple
 
 from torch import Tensor
 
@@ -47,10 +49,15 @@ class ForwardContext:
         self._metric_counts[name] = n + 1
 
 
-@dataclass
-class ModelOutput:
+class ModelOutput(NamedTuple):
+    """A tuple, so that DeepSpeed finds the tensors in it: its engine hooks its backward
+    prologue (zeroing BF16_Optimizer's bf16 gradients, telling ZeRO whether this micro-batch
+    ends the step) onto the tensors a forward returns, looked for only inside tuples, lists
+    and dicts (deepspeed.runtime.utils.register_output_backward_hooks). As a dataclass it
+    hid them, and the prologue never ran (issue 26; tests/jobs/test_gradient_settings.py)."""
+
     logits: Tensor
     loss: Tensor | None = None  # task loss + every auxiliary loss
     task_loss: Tensor | None = None
-    aux_losses: dict[str, Tensor] = field(default_factory=dict)
-    metrics: dict[str, Tensor] = field(default_factory=dict)
+    aux_losses: Mapping[str, Tensor] = MappingProxyType({})
+    metrics: Mapping[str, Tensor] = MappingProxyType({})

@@ -62,12 +62,10 @@ def deepspeed_config(job: JobConfig, plan: BatchPlan, device: str) -> dict[str, 
     `reduce_bucket_size` decides their size (orchestrator/memory.py counts them).
 
     BF16_Optimizer runs with `immediate_grad_update`: each bf16 gradient is added into the
-    fp32 buffer as the backward pass produces it and freed. Without it the bf16 gradients
-    are added after each backward pass and zeroed before the next by DeepSpeed's backward
-    prologue, which it hooks onto the tensors the model returns, found only inside tuples,
-    lists and dicts: not in this project's ModelOutput, so the gradients were never zeroed
-    and each micro-batch's were added again with every later one of the step (issue 26;
-    tests/jobs/test_gradient_settings.py). It also keeps 2 bytes per parameter less.
+    fp32 buffer as the backward pass produces it and freed, 2 bytes per parameter less than
+    adding them after each backward pass (tests/jobs/test_gradient_settings.py checks both
+    ways sum each micro-batch once: the second relies on DeepSpeed's backward prologue,
+    which finds the model's output tensors because ModelOutput is a tuple).
     `deepspeed.extra` cannot change any of the numerics (JobConfig refuses it)."""
     ds, t = job.deepspeed, job.train
     zero: dict[str, Any] = {"stage": ds.zero_stage, "overlap_comm": ds.overlap_comm}

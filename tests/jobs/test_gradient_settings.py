@@ -33,19 +33,29 @@ def _backward(engine, job, seed: int) -> torch.Tensor:
 
 
 @pytest.mark.slow
-def test_bf16_optimizer_adds_each_micro_batch_once_and_keeps_no_bf16_gradients(
-    home, tiny_job, engine_of
-):
+@pytest.mark.parametrize("immediate", [True, False], ids=["immediate", "after-backward"])
+def test_bf16_optimizer_adds_each_micro_batch_once(home, tiny_job, engine_of, monkeypatch,
+                                                   immediate):  # fmt: skip
     """Before: DeepSpeed zeroes the bf16 gradients in a backward prologue it hooks onto the
-    model's output tensors, and a ModelOutput is not searched for them: the second
-    micro-batch's fp32 sum got the first one's gradient twice. The weights do not change
-    inside a step, so the second micro-batch alone, on a fresh engine, is its own gradient."""
+    model's output tensors, and a ModelOutput dataclass was not searched for them: the
+    second micro-batch's fp32 sum got the first one's gradient twice. Right now with
+    immediate_grad_update (the job's setting: no bf16 gradient kept) and without it (the
+    prologue runs on a ModelOutput). The weights do not change inside a step, so the second
+    micro-batch alone, on a fresh engine, is its own gradient."""
     from deepspeed.runtime.bf16_optimizer import BF16_Optimizer
 
+    from scalelab.jobs.training import train
+
+    def configured(*args):
+        ds = deepspeed_config(*args)
+        ds["bf16"]["immediate_grad_update"] = immediate
+        return ds
+
+    monkeypatch.setattr(train, "deepspeed_config", configured)
     job = _job(tiny_job)  # 2 micro-batches of 4 sequences per step
     with engine_of(job) as engine:
         assert isinstance(engine.optimizer, BF16_Optimizer)
-        assert engine.optimizer.immediate_grad_update
+        assert engine.optimizer.immediate_grad_update == immediate
         assert (engine.zero_reduce_bucket_size(), engine.zero_overlap_comm()) == (BUCKET, False)
         first = _backward(engine, job, seed=1)
         engine.step()  # not yet the boundary: no update
@@ -55,10 +65,11 @@ def test_bf16_optimizer_adds_each_micro_batch_once_and_keeps_no_bf16_gradients(
     with engine_of(job) as fresh:
         second = _backward(fresh, job, seed=2)
     assert torch.equal(both, first + second)  # each micro-batch's gradient added once
-    assert not kept  # each bf16 gradient freed once added into the fp32 buffer
-    # the planner counts what it frees: every parameter's bf16 gradient
-    kept_before = _states(job, immediate_grad_update=False).grads - _states(job).grads
-    assert kept_before == bf16_bytes
+    if immediate:
+        assert not kept  # each bf16 gradient freed once added into the fp32 buffer
+        # the planner counts what it frees: every parameter's bf16 gradient
+        kept_before = _states(job, immediate_grad_update=False).grads - _states(job).grads
+        assert kept_before == bf16_bytes
 
 
 def test_the_planner_counts_the_reduce_buckets_each_setting_keeps(tiny_job):
