@@ -37,6 +37,7 @@ class Tag:
     TRIAL_ID_PREV = "scalelab.trial_id_prev"  # the id before `scalelab migrate` re-keyed it
     SUPERSEDED_BY = "scalelab.superseded_by"  # the trial id that holds its science now
     DIVERGED = "scalelab.diverged"  # "1": the loss diverged (deterministic: not retried)
+    HADAMARD_BACKEND = "scalelab.hadamard_backend"  # the kernel(s) that ran; why auto fell back
     SWEPT = "scalelab.swept"  # JSON {dotted key: value} of the settings its axes vary
     TOKENS = "scalelab.tokens"  # the trial's resolved token budget
     STARTED_MS = "scalelab.started_ms"  # its first launch: its run was created then

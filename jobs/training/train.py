@@ -52,6 +52,7 @@ from scalelab.jobs.training.evaluate import evaluate, evaluate_early_exit
 from scalelab.jobs.training.optim import adamw, lr_at, set_lr
 from scalelab.jobs.training.preemption import PreemptionFlag, PreemptionVote
 from scalelab.jobs.training.step_metrics import MetricWindow, Reduced
+from scalelab.kernels import backend as kernel_backend
 from scalelab.models.flops import count_params, train_flops_per_token
 
 DS_CONFIG_FILE = "deepspeed.json"
@@ -119,6 +120,7 @@ class _Trainer:
         self.n_nonembed = count_params(job.model, non_embedding=True)
         self.tracker = Tracker(self.dir, enabled=env.is_main)
         self.diverged = False
+        self.kernels_reported: dict[str, kernel_backend.Use] = {}
 
     # -- set-up -----------------------------------------------------------------------
     def _open_data(self) -> None:
@@ -281,6 +283,7 @@ class _Trainer:
         inputs = prefetched(self._micro_batches(state["step"]), env.device)
         window = MetricWindow(accum, state["step"])
         vote = PreemptionVote(env)
+        first_step = state["step"]
         while state["step"] < self.steps:
             step = state["step"]
             lr = lr_at(step, self.steps, t)
@@ -317,6 +320,8 @@ class _Trainer:
             state["step"] = done
             state["tokens"] += self.step_tokens
             state["flops"] += self.step_tokens * self.flops_per_token
+            if done == first_step + 1 or sync or preempt:
+                self._report_kernels()  # after the first step: every kernel has run once
             if not (sync or preempt):
                 continue
             if done % t.log_interval == 0 or done == self.steps:
@@ -342,6 +347,21 @@ class _Trainer:
             if done % t.checkpoint_interval == 0 or done == self.steps:
                 self._save(state)
         return Status.FINISHED, "", final_val
+
+    def _report_kernels(self) -> None:
+        """Which Hadamard kernel ran (kernels/backend.py) on the run's tag, and why `auto`
+        fell back to the torch path where it did; after the first step and at sync steps."""
+        used = kernel_backend.used()
+        if not used or used == self.kernels_reported:
+            return
+        self.kernels_reported = used
+        value = "+".join(sorted({u.backend for u in used.values()}))
+        fallbacks = [f"{label}: {u.fallback}" for label, u in used.items() if u.fallback]
+        if fallbacks:
+            value += " (auto fell back from triton: " + "; ".join(fallbacks) + ")"
+            # each rank its own line in the trial's log, whatever the warning filters say
+            print(f"rank {self.env.rank}: Hadamard transform on {value}", file=sys.stderr)
+        self.tracker.set_tag(Tag.HADAMARD_BACKEND, value[:5000])
 
     def _micro_batches(self, first_step: int) -> Iterator[Batch]:
         """This rank's micro-batches from `first_step` to the end, in order."""
