@@ -19,6 +19,7 @@ from pydantic import Field
 from torch import Tensor, nn
 
 from scalelab.contract.config import NotIdentity
+from scalelab.kernels import backend
 from scalelab.kernels.hadamard import hadamard_transform_affine
 from scalelab.kernels.sizes import nearest_supported_sizes, supported_hadamard_size, transform_flops
 from scalelab.models.mechanism import (
@@ -71,6 +72,12 @@ class Hadamard(Mechanism, OutputMixing):
 
     def build(self, model: ModelConfig, layer_idx: int) -> nn.Module:
         return HadamardOutputProjection(model, self.settings(model).backend)
+
+
+def kernels_used() -> dict[str, backend.Use]:
+    """Which kernel computed this process's Hadamard transforms, by width, dtype and device,
+    and why `auto` fell back where it did (kernels/backend.py; the run's tag)."""
+    return backend.used()
 
 
 class HadamardOutputProjection(nn.Module):

@@ -52,8 +52,8 @@ from scalelab.jobs.training.evaluate import evaluate, evaluate_early_exit
 from scalelab.jobs.training.optim import adamw, lr_at, set_lr
 from scalelab.jobs.training.preemption import PreemptionFlag, PreemptionVote
 from scalelab.jobs.training.step_metrics import MetricWindow, Reduced
-from scalelab.kernels import backend as kernel_backend
 from scalelab.models.flops import count_params, train_flops_per_token
+from scalelab.models.hadamard import kernels_used
 
 DS_CONFIG_FILE = "deepspeed.json"
 COMPUTE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -120,7 +120,7 @@ class _Trainer:
         self.n_nonembed = count_params(job.model, non_embedding=True)
         self.tracker = Tracker(self.dir, enabled=env.is_main)
         self.diverged = False
-        self.kernels_reported: dict[str, kernel_backend.Use] = {}
+        self.kernels_reported: dict[str, object] = {}
 
     # -- set-up -----------------------------------------------------------------------
     def _open_data(self) -> None:
@@ -349,9 +349,9 @@ class _Trainer:
         return Status.FINISHED, "", final_val
 
     def _report_kernels(self) -> None:
-        """Which Hadamard kernel ran (kernels/backend.py) on the run's tag, and why `auto`
+        """Which Hadamard kernel ran (models/hadamard.py `kernels_used`) on the run's tag, and why `auto`
         fell back to the torch path where it did; after the first step and at sync steps."""
-        used = kernel_backend.used()
+        used = kernels_used()
         if not used or used == self.kernels_reported:
             return
         self.kernels_reported = used
