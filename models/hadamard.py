@@ -19,7 +19,7 @@ from pydantic import Field
 from torch import Tensor, nn
 
 from scalelab.contract.config import NotIdentity
-from scalelab.kernels import backend
+from scalelab.kernels import backend as kernel_backend
 from scalelab.kernels.hadamard import hadamard_transform_affine
 from scalelab.kernels.sizes import nearest_supported_sizes, supported_hadamard_size, transform_flops
 from scalelab.models.mechanism import (
@@ -74,10 +74,10 @@ class Hadamard(Mechanism, OutputMixing):
         return HadamardOutputProjection(model, self.settings(model).backend)
 
 
-def kernels_used() -> dict[str, backend.Use]:
+def kernels_used() -> dict[str, kernel_backend.Use]:
     """Which kernel computed this process's Hadamard transforms, by width, dtype and device,
     and why `auto` fell back where it did (kernels/backend.py; the run's tag)."""
-    return backend.used()
+    return kernel_backend.used()
 
 
 class HadamardOutputProjection(nn.Module):

@@ -349,8 +349,9 @@ class _Trainer:
         return Status.FINISHED, "", final_val
 
     def _report_kernels(self) -> None:
-        """Which Hadamard kernel ran (models/hadamard.py `kernels_used`) on the run's tag, and why `auto`
-        fell back to the torch path where it did; after the first step and at sync steps."""
+        """Which Hadamard kernel ran (models/hadamard.py `kernels_used`) on the run's tag, and
+        why `auto` fell back to the torch path where it did; after the first step and at
+        sync steps."""
         used = kernels_used()
         if not used or used == self.kernels_reported:
             return
