@@ -1,5 +1,7 @@
 """Which Hadamard kernel a trial ran reaches its run (tag scalelab.hadamard_backend) and its
-log; the backend setting is placement, not identity."""
+log; the backend setting is placement, not identity; Triton's cache on a SLURM node."""
+
+import os
 
 import pytest
 from mlflow import MlflowClient
@@ -45,3 +47,17 @@ def test_a_fallback_is_tagged_on_the_trial_s_run_and_logged(
     assert tag.startswith("torch (auto fell back from triton: 64 float32 cpu: the Triton kernel")
     assert "forced compile failure" in tag
     assert f"rank 0: Hadamard transform on {tag}" in capfd.readouterr().err  # the trial's log
+
+
+def test_the_triton_cache_is_node_local_unless_the_user_chose_one(monkeypatch, tmp_path):
+    from scalelab.jobs.environ import node_local_triton_cache
+
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    assert node_local_triton_cache() == str(tmp_path / f"scalelab-triton-{os.getuid()}")
+    monkeypatch.delenv("TRITON_CACHE_DIR")
+    monkeypatch.delenv("TMPDIR")
+    assert node_local_triton_cache() == f"/tmp/scalelab-triton-{os.getuid()}"
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/scratch/mine")
+    assert node_local_triton_cache() == "/scratch/mine"
+    assert os.environ["TRITON_CACHE_DIR"] == "/scratch/mine"
