@@ -3,199 +3,184 @@
     hadamard_transform(x)                 = x @ H_d / sqrt(d)
     hadamard_transform_affine(x, a, b)    = a * (x @ H_d / sqrt(d)) + b
 
-H_d = H_m (x) H_{2^k} (Kronecker), m in {1, 12, 20, 28} (kernels/sizes.py, kernels/blocks.py).
-The transform is applied as a few stages, each a small dense +-1 block (order <= 64) acting on
-one axis of the row reshaped as a tensor (a radix-16..64 FWHT): O(d * sum(block orders))
-work and a handful of passes over memory, instead of the O(d^2) dense matmul.
-
-Dispatch: a Triton kernel (kernels/triton_fwht.py) for fp32/bf16/fp16 CUDA tensors, this
-torch implementation elsewhere; kernels/reference.py holds the dense x @ H used by the tests.
+H_d = H_m (x) H_{2^k} (Kronecker), m in {1, 12, 20, 28} (kernels/sizes.py, kernels/blocks.py),
+applied as a few stages of small dense +-1 blocks (a radix-16..64 FWHT) instead of the
+O(d^2) dense matmul. Two kernels compute it: a Triton kernel for CUDA (kernels/triton_fwht.py)
+and the torch path (kernels/torch_fwht.py); kernels/backend.py chooses, per call, with a
+one-time self-check of Triton. kernels/reference.py holds the dense x @ H used by the tests.
 Accumulation is in fp32 (fp64 for fp64 inputs); outputs come back in the input dtype.
-The backward pass is the transposed transform (Paley type I blocks are not symmetric).
+
+Each transform is a torch custom op (`scalelab::hadamard`, `scalelab::hadamard_affine`, and
+`scalelab::hadamard_prescaled` for the affine's input gradient): opaque to torch.compile,
+which sees only its output's shape and dtype (the fake implementations) and its gradient
+formula, never the block construction or the kernel choice inside. The backward pass is the
+transposed transform (Paley type I blocks are not symmetric); the plain transform's backward
+is itself differentiable (double backward), the affine's is not.
 """
 
 from __future__ import annotations
 
 import math
-from functools import cache
 from typing import Any
 
 import torch
+from torch import Tensor
+from torch.utils.flop_counter import register_flop_formula
 
-from scalelab.kernels.blocks import hadamard_block
+from scalelab.kernels import backend as backends
 from scalelab.kernels.sizes import (
     nearest_supported_sizes,
     supported_hadamard_size,
     torch_plan,
+    transform_flops,
     unsupported_message,
 )
+from scalelab.kernels.torch_fwht import compute_dtype, torch_fwht
 
 __all__ = [
     "hadamard_transform",
     "hadamard_transform_affine",
     "supported_hadamard_size",
     "nearest_supported_sizes",
+    "torch_plan",
 ]
-
-_BACKENDS = ("auto", "torch", "triton")
-
-
-def _block(order: int, m: int) -> torch.Tensor:
-    """Unnormalised H_m (x) H_{order/m} as a float64 tensor."""
-    h = torch.tensor(hadamard_block(m), dtype=torch.float64)
-    return torch.kron(h, torch.tensor(hadamard_block(order // m), dtype=torch.float64))
-
-
-@cache
-def _stage_matrices(
-    d: int, device: torch.device, dtype: torch.dtype, transpose: bool
-) -> tuple[torch.Tensor, ...]:
-    blocks = (_block(order, m) for order, m in torch_plan(d))
-    return tuple((b.T if transpose else b).contiguous().to(device, dtype) for b in blocks)
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    if dtype == torch.float64:
-        return torch.float64
-    if dtype in (torch.float32, torch.bfloat16, torch.float16):
-        return torch.float32
-    raise TypeError(f"hadamard_transform needs a floating-point tensor, got {dtype}")
-
-
-def _torch_fwht(x: torch.Tensor, scale: float, transpose: bool) -> torch.Tensor:
-    """scale * x @ H_d (or @ H_d^T), in fp32/fp64, returned in the compute dtype."""
-    d = x.shape[-1]
-    cdtype = _compute_dtype(x.dtype)
-    mats = _stage_matrices(d, x.device, cdtype, transpose)
-    y = x.reshape(-1, d).to(cdtype)
-    rows = y.shape[0]
-    if not mats or rows == 0:  # d == 1, or no rows at all
-        return (y * scale).reshape(x.shape)
-    pre = rows
-    for i, g in enumerate(mats):
-        f = g.shape[0]
-        if i == len(mats) - 1:
-            g = g * scale  # fold the normalisation into the last (smallest-work) step
-        post = d * rows // (pre * f)
-        if post == 1:
-            y = y.reshape(-1, f) @ g
-        else:  # y[p, c, q] = sum_a y[p, a, q] g[a, c]
-            y = torch.matmul(g.T, y.reshape(pre, f, post))
-        pre *= f
-    return y.reshape(x.shape)
-
-
-def _use_triton(x: torch.Tensor, backend: str) -> bool:
-    if backend not in _BACKENDS:
-        raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-    if backend == "auto":
-        return x.is_cuda and x.dtype in (torch.float32, torch.bfloat16, torch.float16)
-    return backend == "triton"
-
-
-def _check_width(x: torch.Tensor) -> int:
-    d = x.shape[-1]
-    if not supported_hadamard_size(d):
-        raise ValueError(unsupported_message(d))
-    return d
 
 
 def _fwht(
-    x: torch.Tensor,
+    x: Tensor,
     scale: float,
     transpose: bool,
     backend: str,
-    pre: torch.Tensor | None = None,
-    alpha: torch.Tensor | None = None,
-    beta: torch.Tensor | None = None,
-) -> torch.Tensor:
+    pre: Tensor | None = None,
+    alpha: Tensor | None = None,
+    beta: Tensor | None = None,
+) -> Tensor:
     """Output in x's dtype: [alpha *] (scale * (pre * x) @ H[^T]) [+ beta]."""
-    if _use_triton(x, backend):
-        from scalelab.kernels.triton_fwht import triton_fwht  # imported lazily: triton is heavy
-
-        return triton_fwht(x, scale, transpose, pre=pre, alpha=alpha, beta=beta)
-    xin = x if pre is None else x.to(_compute_dtype(x.dtype)) * pre
-    y = _torch_fwht(xin, scale, transpose)
-    if alpha is not None:
-        y = torch.addcmul(beta.to(y.dtype), alpha.to(y.dtype), y)
-    return y.to(x.dtype)
+    affine = {"pre": pre, "alpha": alpha, "beta": beta}
+    if backends.choose(x, scale, transpose, backend, pre, alpha, beta) == "triton":
+        return backends.run_triton(x, scale, transpose, **affine)
+    return torch_fwht(x, scale, transpose, **affine)
 
 
-class _Hadamard(torch.autograd.Function):
-    @staticmethod
-    def forward(
-        ctx: Any, x: torch.Tensor, scale: float, transpose: bool, backend: str
-    ) -> torch.Tensor:
-        ctx.scale, ctx.transpose, ctx.backend = scale, transpose, backend
-        return _fwht(x, scale, transpose, backend)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        # d/dx of scale * x @ H is scale * grad @ H^T: the transposed transform, itself
-        # differentiable, so double backward works too.
-        return _Hadamard.apply(grad, ctx.scale, not ctx.transpose, ctx.backend), None, None, None
+def _like(x: Tensor) -> Tensor:
+    """The ops' output: x's shape and dtype, contiguous (what both kernels return)."""
+    return x.new_empty(x.shape)
 
 
-class _HadamardAffine(torch.autograd.Function):
-    @staticmethod
-    def forward(
-        ctx: Any,
-        x: torch.Tensor,
-        alpha: torch.Tensor,
-        beta: torch.Tensor,
-        scale: float,
-        backend: str,
-    ) -> torch.Tensor:
-        ctx.scale, ctx.backend = scale, backend
-        ctx.save_for_backward(x, alpha)
-        return _fwht(x, scale, False, backend, alpha=alpha, beta=beta)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        x, alpha = ctx.saved_tensors
-        grad_x = grad_alpha = grad_beta = None
-        if ctx.needs_input_grad[0]:  # H^T (alpha * grad), alpha fused as a prologue
-            grad_x = _fwht(grad, ctx.scale, True, ctx.backend, pre=alpha)
-        cdtype = _compute_dtype(grad.dtype)
-        g = grad.reshape(-1, grad.shape[-1]).to(cdtype)
-        if ctx.needs_input_grad[1]:  # recompute y = H x rather than keep it alive
-            y = _fwht(x, ctx.scale, False, ctx.backend).reshape(g.shape).to(cdtype)
-            grad_alpha = (g * y).sum(0).to(alpha.dtype)
-        if ctx.needs_input_grad[2]:
-            grad_beta = g.sum(0).to(alpha.dtype)
-        return grad_x, grad_alpha, grad_beta, None, None
+# -- scale * x @ H[^T] --------------------------------------------------------------------
+@torch.library.custom_op("scalelab::hadamard", mutates_args=())
+def _hadamard(x: Tensor, scale: float, transpose: bool, backend: str) -> Tensor:
+    return _fwht(x, scale, transpose, backend)
 
 
-def hadamard_transform(
-    x: torch.Tensor, scale: float | None = None, *, backend: str = "auto"
-) -> torch.Tensor:
+@_hadamard.register_fake
+def _(x: Tensor, scale: float, transpose: bool, backend: str) -> Tensor:
+    return _like(x)
+
+
+def _hadamard_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
+    _, ctx.scale, ctx.transpose, ctx.backend = inputs
+
+
+def _hadamard_backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+    # d/dx of scale * x @ H is scale * grad @ H^T: the transposed transform, the same op,
+    # so double backward works too.
+    return _hadamard(grad, ctx.scale, not ctx.transpose, ctx.backend), None, None, None
+
+
+_hadamard.register_autograd(_hadamard_backward, setup_context=_hadamard_context)
+
+
+# -- scale * (pre * x) @ H^T: the affine's input gradient, H^T (alpha * grad) ---------------
+@torch.library.custom_op("scalelab::hadamard_prescaled", mutates_args=())
+def _hadamard_prescaled(x: Tensor, pre: Tensor, scale: float, backend: str) -> Tensor:
+    return _fwht(x, scale, True, backend, pre=pre)
+
+
+@_hadamard_prescaled.register_fake
+def _(x: Tensor, pre: Tensor, scale: float, backend: str) -> Tensor:
+    return _like(x)
+
+
+# -- alpha * (scale * x @ H) + beta ----------------------------------------------------------
+@torch.library.custom_op("scalelab::hadamard_affine", mutates_args=())
+def _hadamard_affine(x: Tensor, alpha: Tensor, beta: Tensor, scale: float, backend: str) -> Tensor:
+    return _fwht(x, scale, False, backend, alpha=alpha, beta=beta)
+
+
+@_hadamard_affine.register_fake
+def _(x: Tensor, alpha: Tensor, beta: Tensor, scale: float, backend: str) -> Tensor:
+    return _like(x)
+
+
+def _affine_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
+    x, alpha, _, ctx.scale, ctx.backend = inputs
+    ctx.save_for_backward(x, alpha)
+
+
+def _affine_backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+    x, alpha = ctx.saved_tensors
+    grad_x = grad_alpha = grad_beta = None
+    if ctx.needs_input_grad[0]:  # H^T (alpha * grad), alpha fused as a prologue
+        grad_x = _hadamard_prescaled(grad, alpha, ctx.scale, ctx.backend)
+    cdtype = compute_dtype(grad.dtype)
+    g = grad.reshape(-1, grad.shape[-1]).to(cdtype)
+    if ctx.needs_input_grad[1]:  # recompute y = H x rather than keep it alive
+        y = _hadamard(x, ctx.scale, False, ctx.backend).reshape(g.shape).to(cdtype)
+        grad_alpha = (g * y).sum(0).to(alpha.dtype)
+    if ctx.needs_input_grad[2]:
+        grad_beta = g.sum(0).to(alpha.dtype)
+    return grad_x, grad_alpha, grad_beta, None, None
+
+
+_hadamard_affine.register_autograd(_affine_backward, setup_context=_affine_context)
+
+
+@register_flop_formula(
+    [torch.ops.scalelab.hadamard, torch.ops.scalelab.hadamard_prescaled,
+     torch.ops.scalelab.hadamard_affine]
+)  # fmt: skip
+def _flops(x_shape: torch.Size, *args: Any, **kwargs: Any) -> int:
+    """torch's FLOP counter sees each op whole: the staged transform's matmuls per row, as
+    models/hadamard.py declares them (the elementwise affine is not counted)."""
+    return math.prod(x_shape[:-1]) * transform_flops(x_shape[-1])
+
+
+# -- the public functions ------------------------------------------------------------------
+def _checked(x: Tensor, scale: float | None, backend: str) -> float:
+    """The scale, after the width, dtype and backend are checked (clear errors, eagerly)."""
+    d = x.shape[-1]
+    if not supported_hadamard_size(d):
+        raise ValueError(unsupported_message(d))
+    compute_dtype(x.dtype)
+    backends.check_backend(backend)
+    return 1.0 / math.sqrt(d) if scale is None else float(scale)
+
+
+def hadamard_transform(x: Tensor, scale: float | None = None, *, backend: str = "auto") -> Tensor:
     """``scale * x @ H_d`` over the last dim; ``scale`` defaults to 1/sqrt(d) (orthonormal).
 
-    ``backend``: "auto" (Triton for CUDA fp32/bf16/fp16, torch otherwise), "torch" or
-    "triton". Raises ValueError for a width without a Hadamard matrix here.
+    ``backend``: "auto" (Triton for CUDA fp32/bf16/fp16 once it passes its self-check, torch
+    otherwise), "torch" or "triton" (kernels/backend.py). Raises ValueError for a width
+    without a Hadamard matrix here.
     """
-    d = _check_width(x)
-    _compute_dtype(x.dtype)
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    return _Hadamard.apply(x, scale, False, backend)
+    return _hadamard(x, _checked(x, scale, backend), False, backend)
 
 
 def hadamard_transform_affine(
-    x: torch.Tensor,
-    alpha: torch.Tensor,
-    beta: torch.Tensor,
+    x: Tensor,
+    alpha: Tensor,
+    beta: Tensor,
     scale: float | None = None,
     *,
     backend: str = "auto",
-) -> torch.Tensor:
+) -> Tensor:
     """``alpha * (scale * x @ H_d) + beta`` (alpha, beta of shape (d,)), the Hadamard output
     projection's learned diagonal affine; fused into the Triton kernel on CUDA."""
-    d = _check_width(x)
-    _compute_dtype(x.dtype)
+    scale = _checked(x, scale, backend)
+    d = x.shape[-1]
     if alpha.shape != (d,) or beta.shape != (d,):
         raise ValueError(
             f"alpha and beta must have shape ({d},), got {tuple(alpha.shape)}, {tuple(beta.shape)}"
         )
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    return _HadamardAffine.apply(x, alpha, beta, scale, backend)
+    return _hadamard_affine(x, alpha, beta, scale, backend)

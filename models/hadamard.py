@@ -12,11 +12,14 @@ O(d^2) mixing FLOPs for O(d log d).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import torch
+from pydantic import Field
 from torch import Tensor, nn
 
+from scalelab.contract.config import NotIdentity
+from scalelab.kernels import backend as kernel_backend
 from scalelab.kernels.hadamard import hadamard_transform_affine
 from scalelab.kernels.sizes import nearest_supported_sizes, supported_hadamard_size, transform_flops
 from scalelab.models.mechanism import (
@@ -33,7 +36,16 @@ if TYPE_CHECKING:
 
 
 class HadamardConfig(MechanismConfig):
-    """`model.hadamard: {}` (or the older `model.attn_out: hadamard`): no settings."""
+    """`model.hadamard: {}` (or the older `model.attn_out: hadamard`)."""
+
+    backend: Annotated[Literal["auto", "triton", "torch"], NotIdentity] = Field(
+        "auto",
+        description="which kernel computes the transform (placement, not in the trial id): "
+        "auto = the Triton kernel on CUDA after a one-time self-check, else (or if it fails "
+        "to compile or the check) the torch path, with a warning and the run tag "
+        "scalelab.hadamard_backend; triton = the Triton kernel, a failure is an error; "
+        "torch = the torch path (kernels/backend.py)",
+    )
 
 
 class Hadamard(Mechanism, OutputMixing):
@@ -59,13 +71,20 @@ class Hadamard(Mechanism, OutputMixing):
         return FlopCount(output_mixing=model.n_layer * transform_flops(model.d_model))
 
     def build(self, model: ModelConfig, layer_idx: int) -> nn.Module:
-        return HadamardOutputProjection(model)
+        return HadamardOutputProjection(model, self.settings(model).backend)
+
+
+def kernels_used() -> dict[str, kernel_backend.Use]:
+    """Which kernel computed this process's Hadamard transforms, by width, dtype and device,
+    and why `auto` fell back where it did (kernels/backend.py; the run's tag)."""
+    return kernel_backend.used()
 
 
 class HadamardOutputProjection(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, backend: str = "auto") -> None:
         super().__init__()
         self.d_model = cfg.d_model
+        self.backend = backend
         # The dense baseline's W_O is drawn with the residual std (0.02/sqrt(2L), and
         # x m^-1/2 under µP), which scales the variance of its output by d * std^2.
         # H/sqrt(d) is orthonormal and preserves it, so alpha starts at sqrt(d) * std: the
@@ -83,7 +102,7 @@ class HadamardOutputProjection(nn.Module):
         nn.init.zeros_(self.beta)
 
     def forward(self, y: Tensor) -> Tensor:
-        return hadamard_transform_affine(y, self.alpha, self.beta)
+        return hadamard_transform_affine(y, self.alpha, self.beta, backend=self.backend)
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, alpha_init={self.alpha_init:.4g}"
+        return f"d_model={self.d_model}, alpha_init={self.alpha_init:.4g}, backend={self.backend}"

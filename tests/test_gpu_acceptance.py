@@ -47,6 +47,8 @@ def test_the_cpu_path_runs_and_summarises_every_check(tmp_path: Path) -> None:
         "train 1.3B (as micro): MFU",
         "train 124M (as nano) on 2 ranks: peak memory vs planner",
         "train 124M (as nano) on 2 ranks: MFU",
+        "compile vs eager dense 124M bf16",
+        "compile vs eager hadamard 124M bf16",
     }
     assert all(checks[name]["measured"].startswith(NO_GPU) for name in skipped)
     for name in ("train 124M (as nano): MFU", "train 124M (as nano) on 2 ranks: MFU"):
@@ -69,7 +71,7 @@ def test_without_a_gpu_and_without_cpu_it_refuses_with_one_line(tmp_path: Path) 
 
 
 def test_each_verdict_fails_on_a_bad_measurement() -> None:
-    from benchmarks.acceptance import blocks, inference, loss, training
+    from benchmarks.acceptance import blocks, compile_speed, inference, loss, training
 
     case, mib = training.StepCase("124M", "124M"), 2**20
     plan = type("Plan", (), {"peak_gpu_bytes": 1000 * mib, "micro_batch": 8})()
@@ -92,6 +94,8 @@ def test_each_verdict_fails_on_a_bad_measurement() -> None:
     assert loss.loss_check(loss.CPU, [3.0] * steps, [3.01] * steps, (1, 1)).status == "pass"
     assert loss.loss_check(loss.CPU, [3.0] * steps, [3.1] * steps, (1, 1)).status == "fail"
     assert loss.loss_check(loss.CPU, [3.0] * steps, [3.0] * 3, (1, 1)).status == "fail"
+    assert compile_speed.compile_check("dense", 0.01, 2.0, 1.0, 60, "").status == "pass"
+    assert compile_speed.compile_check("dense", 0.05, 2.0, 1.0, 60, "").status == "fail"
 
 
 def test_a_resume_that_restores_nothing_is_a_difference() -> None:

@@ -341,6 +341,7 @@ IMPORTS_MECHANISMS = {
     "models.decode": "a per-token decoding step for each built-in's module",
     "models.early_exit": "the baseline TSA is compared with reuses TSA's sparse FFN",
     "jobs.training.evaluate": "early exit's TLOps saved, defined as TSA's",
+    "jobs.training.train": "which Hadamard kernel ran (and why auto fell back), on the run",
     "orchestrator.memory": "activation memory per mechanism, not declared by mechanisms yet",
 }
 

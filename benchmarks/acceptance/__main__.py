@@ -28,7 +28,15 @@ def guarded(part: str, checks: Callable[[], list[Check]]) -> list[Check]:
 
 
 def run_checks(cpu: bool, out: Path) -> list[Check]:
-    from benchmarks.acceptance import blocks, data_parallel, gpu_tests, inference, loss, training
+    from benchmarks.acceptance import (
+        blocks,
+        compile_speed,
+        data_parallel,
+        gpu_tests,
+        inference,
+        loss,
+        training,
+    )
 
     parts: list[tuple[str, Callable[[], list[Check]]]] = [
         ("GPU tests", lambda: gpu_tests.run(cpu)),
@@ -37,6 +45,7 @@ def run_checks(cpu: bool, out: Path) -> list[Check]:
         ("training steps and checkpoint", lambda: training.run(cpu, out)),
         ("training on every GPU", lambda: data_parallel.run(cpu, out)),
         ("TSA and BudgetFormer inference", lambda: inference.run(cpu)),
+        ("torch.compile vs eager", lambda: compile_speed.run(cpu)),
     ]
     # Everything imported so far lives to the end: DeepSpeed's engine set-up calls
     # gc.collect() several times per engine, ~0.8 s each over MLflow's and DeepSpeed's

@@ -54,6 +54,7 @@ from scalelab.jobs.training.optim import adamw, lr_at, set_lr
 from scalelab.jobs.training.preemption import PreemptionFlag, PreemptionVote
 from scalelab.jobs.training.step_metrics import MetricWindow, Reduced
 from scalelab.models.flops import count_params, train_flops_per_token, train_flops_per_token_causal
+from scalelab.models.hadamard import kernels_used
 
 DS_CONFIG_FILE = "deepspeed.json"
 COMPUTE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -124,6 +125,7 @@ class _Trainer:
         self.diverged = False
         timeout_s = job.deepspeed.dist_timeout_minutes * 60
         self.writer = checkpoint.BackgroundWriter(timeout_s) if job.train.async_checkpoint else None
+        self.kernels_reported: dict[str, object] = {}
 
     # -- set-up -----------------------------------------------------------------------
     def _open_data(self) -> None:
@@ -290,6 +292,7 @@ class _Trainer:
         inputs = prefetched(self._micro_batches(state["step"]), env.device, ahead=accum)
         window = MetricWindow(accum, state["step"])
         vote = PreemptionVote(env)
+        first_step = state["step"]
         while state["step"] < self.steps:
             step = state["step"]
             lr = lr_at(step, self.steps, t)
@@ -326,6 +329,8 @@ class _Trainer:
             state["step"] = done
             state["tokens"] += self.step_tokens
             state["flops"] += self.step_tokens * self.flops_per_token
+            if done == first_step + 1 or sync or preempt:
+                self._report_kernels()  # after the first step: every kernel has run once
             if not (sync or preempt):
                 continue
             if done % t.log_interval == 0 or done == self.steps:
@@ -352,6 +357,22 @@ class _Trainer:
             if done % t.checkpoint_interval == 0 or done == self.steps:
                 self._save(state)
         return Status.FINISHED, "", final_val
+
+    def _report_kernels(self) -> None:
+        """Which Hadamard kernel ran (models/hadamard.py `kernels_used`) on the run's tag, and
+        why `auto` fell back to the torch path where it did; after the first step and at
+        sync steps."""
+        used = kernels_used()
+        if not used or used == self.kernels_reported:
+            return
+        self.kernels_reported = used
+        value = "+".join(sorted({u.backend for u in used.values()}))
+        fallbacks = [f"{label}: {u.fallback}" for label, u in used.items() if u.fallback]
+        if fallbacks:
+            value += " (auto fell back from triton: " + "; ".join(fallbacks) + ")"
+            # each rank its own line in the trial's log, whatever the warning filters say
+            print(f"rank {self.env.rank}: Hadamard transform on {value}", file=sys.stderr)
+        self.tracker.set_tag(Tag.HADAMARD_BACKEND, value[:5000])
 
     def _micro_batches(self, first_step: int) -> Iterator[Batch]:
         """This rank's micro-batches from `first_step` to the end, in order."""

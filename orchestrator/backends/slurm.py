@@ -106,8 +106,10 @@ class SlurmTrial:
         artifact_uri: str = "",
         ask: DeviceAsk | None = None,
     ) -> dict[str, Any]:
+        from scalelab.jobs.environ import node_local_triton_cache
         from scalelab.orchestrator.backends.requeue import requeue_in_place
 
+        node_local_triton_cache()  # before any kernel compiles, for every rank it starts
         outcome = launch(job_ref, job_json, run_id, artifact_uri=artifact_uri, ask=ask)
         if outcome["status"] == Status.PREEMPTED and requeue_in_place():
             raise SystemExit(EXIT_REQUEUE)  # no result file: watchers wait for the requeued run

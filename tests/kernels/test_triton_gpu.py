@@ -42,3 +42,17 @@ def test_fused_affine_matches_torch_on_cuda(d, dtype):
         outs[backend] = (out, *torch.autograd.grad(out, leaves, g))
     for got, ref in zip(outs["triton"], outs["torch"], strict=True):
         assert _rel(got, ref) < 2 * DTYPE_TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", list(DTYPE_TOL))
+def test_auto_keeps_triton_after_its_self_check_on_cuda(dtype):
+    """The compiled kernel passes its one-time self-check (kernels/backend.py) in every
+    form, so `auto` does not fall back to the torch path on a GPU."""
+    from scalelab.kernels import backend
+
+    backend.forget()
+    x = torch.randn(2, 19, 768, device="cuda").to(dtype).requires_grad_()
+    alpha, beta = (torch.randn(768, device="cuda", requires_grad=True) for _ in range(2))
+    hadamard_transform_affine(x, alpha, beta).float().sum().backward()
+    used = backend.used()
+    assert used and all(u.backend == "triton" and not u.fallback for u in used.values()), used

@@ -46,6 +46,8 @@ def test_triton_forward_and_backward_match_torch(parity):
     eps = {"float32": 1e-5, "bfloat16": 2.0**-7, "float16": 2.0**-10}
     bad = {}
     for name, err in parity.items():
+        if name.startswith("auto"):
+            continue
         if name.startswith("dtype"):
             if err:
                 bad[name] = "output dtype differs from input"
@@ -54,3 +56,8 @@ def test_triton_forward_and_backward_match_torch(parity):
         if not err < tol:
             bad[name] = err
     assert not bad, bad
+
+
+def test_auto_keeps_the_real_kernel_after_its_self_check(parity):
+    # fp32, bf16 and fp16 at d = 768, each in its three forms (affine, its two gradients)
+    assert parity["auto on triton"] == 3 and parity["auto fallbacks"] == 0

@@ -8,6 +8,7 @@ import os
 
 import torch
 
+from scalelab.kernels import backend
 from scalelab.kernels.hadamard import hadamard_transform, hadamard_transform_affine
 
 assert os.environ.get("TRITON_INTERPRET") == "1"
@@ -60,4 +61,16 @@ for d, rows in [
             results[f"affine forward {key}"] = rel(o_tr, o_to)
             for name, a, b in zip(("x", "alpha", "beta"), g_tr, g_to, strict=True):
                 results[f"affine grad {name} {key}"] = rel(a, b)
+
+# `auto` on CPU tensors made to claim the Triton path: the real kernel must pass its one-time
+# self-check (kernels/backend.py) in every form and dtype, so nothing falls back.
+backend.forget()
+backend.triton_eligible = lambda x: True
+for dtype in (torch.float32, torch.bfloat16, torch.float16):
+    x = torch.randn(7, 768).to(dtype).requires_grad_()
+    alpha, beta = (torch.randn(768, requires_grad=True) for _ in range(2))
+    hadamard_transform_affine(x, alpha, beta).float().sum().backward()
+used = backend.used()
+results["auto fallbacks"] = float(sum(bool(u.fallback) for u in used.values()))
+results["auto on triton"] = float(sum(u.backend == "triton" for u in used.values()))
 print(json.dumps(results))

@@ -78,13 +78,15 @@ def preempted_once(job: JobConfig, run_id: str | None = None) -> dict:
 
 
 def talkative(job: JobConfig, run_id: str | None = None) -> dict:
-    """Prints to stdout, to stderr and from a child process; the trial with seed 1 then
-    raises (its traceback is what `status` and the log must show)."""
+    """Prints to stdout, to stderr and from a child process, and its Triton cache folder; the
+    trial with seed 1 then raises (its traceback is what `status` and the log must show)."""
+    import os
     import subprocess
     import sys
 
     _record(job, run_id)
     print(f"stdout of seed {job.seed}", flush=True)
+    print(f"TRITON_CACHE_DIR={os.environ.get('TRITON_CACHE_DIR')}", flush=True)
     print(f"stderr of seed {job.seed}", file=sys.stderr, flush=True)
     subprocess.run(["echo", f"child process of seed {job.seed}"], check=True)
     if job.seed == 1:

@@ -51,8 +51,9 @@ def test_array_of_trials_runs_and_records_job_ids(
 
 
 def test_a_slurm_trial_s_output_is_in_its_log_and_on_its_run(
-    slurm_cluster, ray_session, work_home, sweep_name
+    slurm_cluster, ray_session, work_home, sweep_name, monkeypatch
 ):
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)  # sbatch passes the driver's on
     backend = (
         "{kind: slurm, concurrency: 1, max_retries: 0, "
         f"slurm: {{partition: {slurm_cluster.partition}, time_min: 5, poll_s: 1}}}}"
@@ -64,6 +65,8 @@ def test_a_slurm_trial_s_output_is_in_its_log_and_on_its_run(
     log = workdir.trial_log(trial.trial_id).read_text()
     for line in ("stdout of seed 7500", "stderr of seed 7500", "child process of seed 7500"):
         assert line in log  # what the job printed on the SLURM node, fds 1 and 2
+    # Triton's kernel cache is node-local, not ~/.triton on a shared home
+    assert f"TRITON_CACHE_DIR={os.environ.get('TMPDIR') or '/tmp'}/scalelab-triton-" in log
     run_id = Ledger(spec.name).records()[trial.trial_id].run_id
     client = MlflowClient(tracking_uri())
     assert "job.json" in {a.path for a in client.list_artifacts(run_id)}
