@@ -9,8 +9,12 @@ from scalelab.models import catalog
 from scalelab.models.build import build
 from scalelab.models.config import ModelConfig
 
-# Inductor's C++ build dominates: 408 s for the eight on the shared 2-core machine (load
-# 5-7, 2026-12-02; budget's graph alone ~170 s), far over the ~60 s a test should take.
+# Inductor's C++ build dominates: 408 s for the eight variants under inductor on the shared
+# 2-core machine (2026-12-02), ~280 s quiet; the suite cannot hold that. So every variant
+# compiles through Dynamo and AOT autograd (aot_eager: the tracing that crashed, the custom
+# ops' fake shapes and gradients; ~50 s), and the variant with every mechanism in one graph
+# through inductor's code generation too (~65 s). `python -m benchmarks.compile` runs all
+# eight under inductor and prints their loss differences (docs/benchmarks.md).
 pytestmark = pytest.mark.slow
 
 STEPS, B, T = 3, 2, 16
@@ -29,28 +33,40 @@ def _losses(model: torch.nn.Module, forward, data: torch.Tensor) -> list[float]:
     return losses
 
 
-def test_every_variant_compiles_with_inductor_and_matches_eager(tmp_path, monkeypatch):
+def _config(variant: str) -> ModelConfig:
+    return ModelConfig(
+        size="nano", n_layer=2, d_model=32, n_head=2, vocab_size=64, block_size=T,
+        **catalog.variant_fields(variant),
+    )  # fmt: skip
+
+
+def _mismatches(variants: list[str], backend: str) -> dict[str, tuple]:
     import torch._dynamo
+
+    data = torch.randint(0, 64, (B, T + 1), generator=torch.Generator().manual_seed(0))
+    mismatched = {}
+    for variant in variants:
+        torch.manual_seed(0)
+        eager = build(_config(variant)).train()
+        compiled = build(_config(variant)).train()
+        compiled.load_state_dict(eager.state_dict())
+        torch._dynamo.reset()
+        want = _losses(eager, eager, data)
+        got = _losses(compiled, torch.compile(compiled, backend=backend), data)
+        if got != pytest.approx(want, rel=1e-4, abs=1e-5):
+            mismatched[variant] = (got, want)
+    return mismatched
+
+
+def test_every_variant_compiles_and_matches_eager():
+    variants = catalog.variants()
+    assert len(variants) == 8 and "hadamard+budget+tsa" in variants
+    assert not _mismatches(variants, "aot_eager")
+
+
+def test_every_mechanism_at_once_compiles_with_inductor_and_matches_eager(tmp_path, monkeypatch):
     import torch._inductor.config
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # no stale cache
     monkeypatch.setattr(torch._inductor.config, "fallback_random", True)  # eager's RNG stream
-    data = torch.randint(0, 64, (B, T + 1), generator=torch.Generator().manual_seed(0))
-    variants = catalog.variants()
-    assert len(variants) == 8 and "hadamard+budget+tsa" in variants
-    mismatched = {}
-    for variant in variants:
-        cfg = ModelConfig(
-            size="nano", n_layer=2, d_model=32, n_head=2, vocab_size=64, block_size=T,
-            **catalog.variant_fields(variant),
-        )  # fmt: skip
-        torch.manual_seed(0)
-        eager = build(cfg).train()
-        compiled = build(cfg).train()
-        compiled.load_state_dict(eager.state_dict())
-        torch._dynamo.reset()
-        want = _losses(eager, eager, data)
-        got = _losses(compiled, torch.compile(compiled, backend="inductor"), data)
-        if got != pytest.approx(want, rel=1e-4, abs=1e-5):
-            mismatched[variant] = (got, want)
-    assert not mismatched, mismatched
+    assert not _mismatches(["hadamard+budget+tsa"], "inductor")
