@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -198,6 +199,8 @@ class BudgetAttention(MultiHeadAttention):
         self.budget = budget
         self.cfg = cfg
         self.layer_idx = layer_idx
+        self.n_layer = cfg.n_layer
+        self.flop_terms = LayerFlopTerms.of(cfg)
         d, hidden = cfg.d_model, budget.budget_hidden
         # f_theta: d -> hidden -> 1 (sigmoid applied in forward); g_phi: d -> H. Width roles
         # (models/parametrization.py): d -> fixed layers are outputs, hidden -> 1 is fixed.
@@ -428,12 +431,12 @@ class BudgetAttention(MultiHeadAttention):
         heads under the soft mask). attn_flops: per token, summed over layers (each layer
         adds n_layer x its own; metrics are averaged over layers); attn_flops_ratio: over
         the same layer with every head (which runs no budget or relevance net)."""
-        B = k.size(0)
-        executed = budget_layer_flops(self.cfg, k.float(), T, union.float())
+        B, terms = k.size(0), self.flop_terms
+        executed = terms.flops(k.float(), T, union.float())
         every = torch.full_like(k, self.n_head, dtype=torch.float32)
-        full = budget_layer_flops(self.cfg, every, T, every.new_full((B,), self.n_head))
-        full = full - (B * T if self.causal else B) * budget_net_flops(self.cfg)
-        ctx.add_metric("budget/attn_flops", executed * self.cfg.n_layer / (B * T))
+        full = terms.flops(every, T, every.new_full((B,), self.n_head))
+        full = full - (B * T if self.causal else B) * terms.net
+        ctx.add_metric("budget/attn_flops", executed * self.n_layer / (B * T))
         ctx.add_metric("budget/attn_flops_ratio", executed / full)
 
     # --- losses ----------------------------------------------------------------------
@@ -492,15 +495,35 @@ def budget_inference_flops(
     return total
 
 
+@dataclass(frozen=True)
+class LayerFlopTerms:
+    """What `budget_layer_flops` reads from the model config, read once: a layer's forward
+    reads these plain ints, which torch.compile traces without breaking its graph (it
+    cannot trace a pydantic config's attribute lookup)."""
+
+    d: int
+    dh: int
+    head_mixing: int  # the output mixing's share of one (query, head) pair
+    net: int  # budget_net_flops
+    causal: bool
+
+    @classmethod
+    def of(cls, cfg: ModelConfig) -> LayerFlopTerms:
+        mixing = cfg.component(Seam.OUTPUT_MIXING).selected_head_flops(cfg)
+        return cls(cfg.d_model, cfg.d_head, mixing, budget_net_flops(cfg), cfg.causal)
+
+    def flops(self, k: Any, seq_len: int, union: Any = None) -> Any:
+        d, dh, T = self.d, self.dh, seq_len
+        per_pair = 2 * d * dh + 4 * T * dh + self.head_mixing  # Q row, one attention row
+        B = k.shape[0]
+        if self.causal:
+            pairs, kv_heads, decisions = k.sum(), union.sum(), B * T
+        else:
+            pairs, kv_heads, decisions = k.sum() * T, k.sum(), B
+        return pairs * per_pair + kv_heads * T * 4 * d * dh + decisions * self.net
+
+
 def budget_layer_flops(cfg: ModelConfig, k: Any, seq_len: int, union: Any = None) -> Any:
     """`budget_inference_flops` of one layer; k and union are numpy arrays or tensors (the
     result has the same kind, so a training step can log it without a host sync)."""
-    d, dh, T = cfg.d_model, cfg.d_head, seq_len
-    # Q row and one attention row of one head, and the output mixing's share of the pair
-    per_pair = 2 * d * dh + 4 * T * dh + cfg.component(Seam.OUTPUT_MIXING).selected_head_flops(cfg)
-    B = k.shape[0]
-    if cfg.causal:
-        pairs, kv_heads, decisions = k.sum(), union.sum(), B * T
-    else:
-        pairs, kv_heads, decisions = k.sum() * T, k.sum(), B
-    return pairs * per_pair + kv_heads * T * 4 * d * dh + decisions * budget_net_flops(cfg)
+    return LayerFlopTerms.of(cfg).flops(k, seq_len, union)

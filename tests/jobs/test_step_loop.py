@@ -96,8 +96,8 @@ def test_compile_is_opt_in_and_keeps_the_losses(home, tiny_job, curve, tmp_path,
     """train.compile goes through engine.compile(), here of a Hadamard model (its transform
     is a custom op Dynamo does not trace into); the graph is captured with aot_eager
     (Dynamo + AOT autograd, no code generation): inductor's C++ build of even the nano
-    model took 440 s on this shared 2-core machine (tests/models/test_compile.py builds
-    every variant with inductor, at a tinier size)."""
+    model took 440 s on this shared 2-core machine (tests/models/test_compile.py compiles
+    every variant, and the Hadamard model with inductor, at a tinier size)."""
     from deepspeed.runtime.engine import DeepSpeedEngine
 
     job = tiny_job(train__tokens=256 * 2, model__hadamard={})

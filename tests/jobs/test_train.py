@@ -82,27 +82,33 @@ def test_divergence_fails_after_checkpoint(home, mlflow_uri, tiny_job):
     assert mlrun.data.tags["scalelab.diverged"] == "1"
 
 
+def _signal_during_step(patched: pytest.MonkeyPatch, step: int) -> None:
+    """SIGTERM this process while the training thread starts step `step` (1-based): when
+    it asks for that step's learning rate. Not when the step's batch is read: batches are
+    read ahead on a thread of their own (jobs/data/device_inputs.py)."""
+    from scalelab.jobs.training import train
+
+    schedule = train.lr_at
+
+    def lr_then_signal(index: int, *args, **kwargs):
+        if index + 1 == step:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return schedule(index, *args, **kwargs)
+
+    patched.setattr(train, "lr_at", lr_then_signal)
+
+
 def test_a_signal_checkpoints_at_the_next_step_not_the_next_log_step(
     home, mlflow_uri, tiny_job, monkeypatch
 ):
     """SLURM kills KillWait seconds after its SIGTERM (scancel, preemption, requeue), so a
     signal must end the step in progress in a checkpoint, however far the next log,
     eval or checkpoint step is; the run resumes from it."""
-    from scalelab.jobs.training.train import _Trainer
-
     job = tiny_job(train__log_interval=1000,
                    train__eval_interval=1000, train__checkpoint_interval=1000)  # fmt: skip
-    signal_at = 3  # when step 3's batch is read (the loop reads one batch ahead)
-    read_batches = _Trainer._micro_batches
-
-    def batches_then_signal(self, first_step):
-        for i, batch in enumerate(read_batches(self, first_step)):
-            if first_step + i == signal_at:
-                os.kill(os.getpid(), signal.SIGTERM)  # SIGUSR2 is handled alike
-            yield batch
-
+    signal_at = 3
     with monkeypatch.context() as patched:
-        patched.setattr(_Trainer, "_micro_batches", batches_then_signal)
+        _signal_during_step(patched, signal_at)  # SIGUSR2 is handled alike
         first = run(job)
     assert first.status == "PREEMPTED", first.reason
     assert first.steps in (signal_at, signal_at + 1)
@@ -120,20 +126,10 @@ def test_a_preemption_inside_a_log_window_logs_the_whole_windows_mean(
     the window's sums: the point the resumed run logs at step 8 is the mean of steps 5-8, as
     the uninterrupted run's, not of the steps after the resume (issue 33, item 1: 4.16547
     logged for 4.19325). Equal to the float32 rounding of where the device sums are cut."""
-    from scalelab.jobs.training.train import _Trainer
-
     job = tiny_job(train__log_interval=4, train__eval_interval=1000,
                    train__checkpoint_interval=1000)  # fmt: skip
-    read_batches = _Trainer._micro_batches
-
-    def batches_then_signal(self, first_step):
-        for i, batch in enumerate(read_batches(self, first_step)):
-            if first_step + i == 5:
-                os.kill(os.getpid(), signal.SIGTERM)
-            yield batch
-
     with monkeypatch.context() as patched:
-        patched.setattr(_Trainer, "_micro_batches", batches_then_signal)
+        _signal_during_step(patched, 5)
         first = run(job)
     assert first.status == "PREEMPTED" and first.steps in (5, 6), first.reason
     assert run(job).status == "FINISHED"

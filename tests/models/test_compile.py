@@ -12,9 +12,10 @@ from scalelab.models.config import ModelConfig
 # Inductor's C++ build dominates: 408 s for the eight variants under inductor on the shared
 # 2-core machine (2026-12-02), ~280 s quiet; the suite cannot hold that. So every variant
 # compiles through Dynamo and AOT autograd (aot_eager: the tracing that crashed, the custom
-# ops' fake shapes and gradients; ~50 s), and the variant with every mechanism in one graph
-# through inductor's code generation too (~65 s). `python -m benchmarks.compile` runs all
-# eight under inductor and prints their loss differences (docs/benchmarks.md).
+# ops' fake shapes and gradients, each variant in one graph), and the Hadamard model
+# through inductor's code generation around the custom ops too (~45 s).
+# `python -m benchmarks.compile` runs all eight under inductor and prints their loss
+# differences (docs/benchmarks.md, "torch.compile per variant").
 pytestmark = pytest.mark.slow
 
 STEPS, B, T = 3, 2, 16
@@ -40,7 +41,7 @@ def _config(variant: str) -> ModelConfig:
     )  # fmt: skip
 
 
-def _mismatches(variants: list[str], backend: str) -> dict[str, tuple]:
+def _mismatches(variants: list[str], backend: str, fullgraph: bool = False) -> dict[str, tuple]:
     import torch._dynamo
 
     data = torch.randint(0, 64, (B, T + 1), generator=torch.Generator().manual_seed(0))
@@ -52,21 +53,22 @@ def _mismatches(variants: list[str], backend: str) -> dict[str, tuple]:
         compiled.load_state_dict(eager.state_dict())
         torch._dynamo.reset()
         want = _losses(eager, eager, data)
-        got = _losses(compiled, torch.compile(compiled, backend=backend), data)
+        got = _losses(compiled, torch.compile(compiled, backend=backend, fullgraph=fullgraph), data)
         if got != pytest.approx(want, rel=1e-4, abs=1e-5):
             mismatched[variant] = (got, want)
     return mismatched
 
 
-def test_every_variant_compiles_and_matches_eager():
+def test_every_variant_compiles_in_one_graph_and_matches_eager():
     variants = catalog.variants()
     assert len(variants) == 8 and "hadamard+budget+tsa" in variants
-    assert not _mismatches(variants, "aot_eager")
+    # fullgraph: a graph break raises (budget's FLOP metrics once read the pydantic config)
+    assert not _mismatches(variants, "aot_eager", fullgraph=True)
 
 
-def test_every_mechanism_at_once_compiles_with_inductor_and_matches_eager(tmp_path, monkeypatch):
+def test_the_hadamard_transform_compiles_with_inductor_and_matches_eager(tmp_path, monkeypatch):
     import torch._inductor.config
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # no stale cache
     monkeypatch.setattr(torch._inductor.config, "fallback_random", True)  # eager's RNG stream
-    assert not _mismatches(["hadamard+budget+tsa"], "inductor")
+    assert not _mismatches(["hadamard"], "inductor")

@@ -123,12 +123,16 @@ def test_a_restarted_driver_reattaches_to_the_running_slurm_job(
     driver = subprocess.Popen(
         [sys.executable, "-m", "scalelab.cli.main", "submit", str(path),
          "--job", "jobs_for_tests:sleepy", "--no-summary"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "driver.err", "wb"),
+        start_new_session=True,
     )  # fmt: skip
     deadline = time.monotonic() + 60
     rec = None
     while rec is None or calls(work_home, rec.run_id, "start") == 0:  # the job is running
-        assert driver.poll() is None, "the driver ended before it could be killed"
+        assert driver.poll() is None, (
+            f"the driver ended (exit {driver.returncode}) before it could be killed: "
+            f"{(tmp_path / 'driver.err').read_text()[-3000:]}"
+        )
         assert time.monotonic() < deadline, f"the SLURM job did not start: {rec}"
         time.sleep(0.3)
         ledger = Ledger(sweep_name)
