@@ -7,7 +7,8 @@ Launchers understood (checked in this order):
 - torchrun and the `deepspeed` launcher: RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR;
 - submitit / SLURM (SLURM_PROCID, SLURM_NTASKS, ...): submitit's
   TorchDistributedEnvironment gives the rendezvous (the job's first node, a port drawn from
-  the job id unless MASTER_PORT is set), exported over what the job inherited;
+  the job id, below the ephemeral ports, unless MASTER_PORT is set), exported over what
+  the job inherited;
 - a Ray Train worker that has not initialised torch.distributed: its train context;
 - nothing: one process, rendezvous on 127.0.0.1 and a free port.
 """
@@ -143,13 +144,28 @@ def read_environment() -> DistEnv:
     )
 
 
+# The rendezvous port of a SLURM job, drawn from its id below Linux's ephemeral range
+# (32768-60999 by default): submitit draws from 20000-60000, where a port the kernel lent
+# an outgoing connection on the first node made rank 0's store fail (EADDRINUSE).
+SLURM_PORTS = range(20000, 32768)
+
+
+def slurm_port(job_id: str) -> int:
+    """The same port for every task of a job and for its requeued runs."""
+    digits = "".join(c for c in job_id if c.isdigit()) or "0"  # 123_4 for an array task
+    return SLURM_PORTS[int(digits) % len(SLURM_PORTS)]
+
+
 def _slurm_rendezvous() -> Any:
     """submitit's view of the SLURM job, its variables exported. What the job inherited
     from the submitting shell (sbatch passes the environment on) is replaced: an inherited
     MASTER_ADDR names the submitting host, not the job's first node (submitit refuses to
-    export over it); an inherited MASTER_PORT is kept, as submitit reads it."""
+    export over it); an inherited MASTER_PORT is kept, as submitit reads it; without one
+    the port is `slurm_port`'s."""
     from submitit.helpers import TorchDistributedEnvironment
 
+    if "MASTER_PORT" not in os.environ:
+        os.environ["MASTER_PORT"] = str(slurm_port(os.environ.get("SLURM_JOB_ID", "0")))
     tde = TorchDistributedEnvironment()
     inherited = os.environ.get("MASTER_ADDR")
     if inherited not in (None, tde.master_addr):

@@ -173,6 +173,9 @@ class SlurmBackend(Backend):
             "cpus_per_task": opts.cpus_per_task,
             "slurm_array_parallelism": opts.array_parallelism,
             "name": f"scalelab-{self.ledger.sweep}",
+            # one task failing ends the step: the others would wait at the rendezvous for
+            # deepspeed.dist_timeout_minutes (a rank that refused its node, a port taken)
+            "slurm_srun_args": ["--kill-on-bad-exit=1"],
         }
         if opts.gpus_per_node:
             params["gpus_per_node"] = opts.gpus_per_node

@@ -68,3 +68,15 @@ def test_the_process_groups_timeout_is_the_jobs_setting(tmp_path):
     ended = json.loads(out.read_text())
     assert ended["outcome"] != "met" and "timed out" in ended["outcome"].lower()
     assert ended["waited_s"] < 5
+
+
+def test_a_slurm_jobs_port_is_its_own_and_below_the_ephemeral_ports():
+    """submitit drew 20000-60000, where a port lent to an outgoing connection made rank 0's
+    store fail with EADDRINUSE (seen in the suite: job 139, port 42278)."""
+    from scalelab.jobs.training.distributed import slurm_port
+
+    ports = [slurm_port(str(job)) for job in range(100, 20100)]
+    assert all(20000 <= p < 32768 for p in ports)  # Linux's ephemeral ports start at 32768
+    assert slurm_port("139") == slurm_port("139") != slurm_port("140")
+    assert len(set(ports)) == len(range(20000, 32768))  # every port of the range in use
+    assert slurm_port("4242_7") == slurm_port("42427")  # an array task's id

@@ -137,3 +137,12 @@ def refuses(job: JobConfig, run_id: str | None = None) -> dict:
 
     _record(job, run_id)
     raise EnvironmentRefused(f"no GPU for seed {job.seed}")
+
+
+def rank_one_refuses(job: JobConfig, run_id: str | None = None) -> dict:
+    """Task 1 of a SLURM job refuses its node at once; task 0 stands for a rank waiting at
+    the rendezvous for the others (it would wait out deepspeed.dist_timeout_minutes)."""
+    if os.environ.get("SLURM_PROCID") == "1":
+        raise SystemExit(78)  # contract.outcome.EXIT_REFUSED: the training job's refusal
+    time.sleep(300)
+    return {"status": "FINISHED"}

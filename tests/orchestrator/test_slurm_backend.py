@@ -97,6 +97,25 @@ def test_a_trial_asked_for_a_gpu_is_refused_by_the_cpu_node_not_retried(
     assert "MASTER_ADDR=192.0.2.1 from the submitting environment replaced" in log
 
 
+def test_one_task_failing_ends_the_job_not_the_time_limit(
+    slurm_cluster, ray_session, work_home, sweep_name
+):
+    """Task 1 refuses its node while task 0 waits (as at the rendezvous): srun runs with
+    --kill-on-bad-exit, so the job ends at once and the trial fails; before, task 0 held
+    the job (and the test cluster's CPUs) until its time limit."""
+    backend = (
+        "{kind: slurm, concurrency: 1, max_retries: 0, "
+        f"slurm: {{partition: {slurm_cluster.partition}, time_min: 5, poll_s: 1, "
+        "tasks_per_node: 2}}"
+    )
+    spec, source = parse_spec(sweep_yaml(sweep_name, seeds=1, first_seed=7700, backend=backend))
+    (trial,) = expand(spec, source)
+    started = time.monotonic()
+    out = run_sweep(spec, [trial], Ledger(spec.name), job="jobs_for_tests:rank_one_refuses")
+    assert out.failed == [trial.trial_id], out
+    assert time.monotonic() - started < 90  # the time limit is 300 s
+
+
 def _sbatch_count(job_name: str) -> int:
     """How many SLURM jobs were ever submitted under this name (accounting, not the queue)."""
     res = subprocess.run(
