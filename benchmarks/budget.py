@@ -26,7 +26,7 @@ from collections.abc import Callable
 import torch
 
 from benchmarks.timing import interleaved_times
-from scalelab.models.budget import budget_inference_flops
+from scalelab.models.budget_flops import budget_inference_flops
 from scalelab.models.config import ModelConfig
 from scalelab.models.context import ForwardContext
 from scalelab.models.mechanism import Seam

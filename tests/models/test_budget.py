@@ -10,10 +10,9 @@ from scalelab.models.budget import (
     BudgetAttention,
     BudgetConfig,
     budget_decisions,
-    budget_inference_flops,
-    budget_net_flops,
     schedule,
 )
+from scalelab.models.budget_flops import budget_inference_flops, budget_net_flops
 from scalelab.models.build import build
 from scalelab.models.config import ModelConfig
 from scalelab.models.context import ForwardContext
