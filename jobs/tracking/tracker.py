@@ -29,7 +29,7 @@ from typing import Any
 
 from scalelab.contract.runs import Status
 from scalelab.contract.workdir import CURVES_FILE
-from scalelab.jobs.tracking.outbox import Outbox, metric
+from scalelab.jobs.tracking.outbox import Busy, Outbox, metric
 
 METRIC_NAME = re.compile(r"^[\w\-. :/]+$")  # what MLflow accepts
 # How long a job's end waits for its spool to reach MLflow before leaving the rest spooled
@@ -44,6 +44,7 @@ class Tracker:
         self.dir, self.enabled, self.interval = Path(trial_dir), enabled, flush_interval_s
         self.finish_timeout_s = finish_timeout_s()  # read at the start: a bad value stops early
         self.run_id: str | None = None
+        self.uri: str | None = None  # the run's tracking server, fixed when it starts
         self.outbox: Outbox | None = None
         self._sender: subprocess.Popen | None = None
         self._spool = self._curves = None
@@ -66,6 +67,9 @@ class Tracker:
         run of the same trial recorded)."""
         if not self.enabled:
             return run_id
+        from scalelab.contract.workdir import tracking_uri
+
+        self.uri = tracking_uri()
         self.dir.mkdir(parents=True, exist_ok=True)
         fresh_run = run_id is None
         if fresh_run:
@@ -176,17 +180,21 @@ class Tracker:
         return self.pending() == 0
 
     def _send_until(self, deadline: float) -> None:
-        """Deliver the spool until it is empty or `deadline` (monotonic) has passed; one try
-        per request (jobs/tracking/one_try.py): MLflow's own backoff would hold the spool's lock for
-        minutes, and whoever delivers next would wait on it."""
-        while True:
+        """Deliver the spool to the run's own server until it is empty or `deadline`
+        (monotonic) has passed. One try per request (jobs/tracking/one_try.py): MLflow's own
+        backoff would hold the spool's lock for minutes, and whoever delivers next would wait
+        on it. The lock is only tried, never waited on: a delivery that began after finish()
+        returned would send what finish() reported as left for whoever comes next."""
+        while time.monotonic() < deadline:
             try:
-                self.outbox.deliver(one_try=True)  # waits while the sender holds the spool
+                self.outbox.deliver(self.uri, wait=False, one_try=True)
+            except Busy:  # the sender (or a driver, `status`) is sending it
+                pass
             except Exception:  # unreachable: the spool keeps it (its error file says why)
                 pass
-            if self.outbox.pending() == 0 or time.monotonic() + self.interval >= deadline:
+            if self.outbox.pending() == 0:
                 return
-            time.sleep(self.interval)
+            time.sleep(max(0.0, min(self.interval, deadline - time.monotonic())))
 
     def pending(self) -> int:
         """Spooled writes not yet sent (0 on ranks that do not track)."""

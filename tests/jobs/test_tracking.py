@@ -64,6 +64,28 @@ def test_sqlite_store_and_outbox_delivered_later(home, mlflow_uri, tmp_path, mon
     assert run.info.status == "RUNNING"  # finish(None): left running for the requeue
 
 
+def test_a_tracker_that_gave_up_sends_nothing_after_finish(home, mlflow_uri, tmp_path, monkeypatch):
+    """finish() returns once its time is up, and nothing of that tracker sends afterwards:
+    its last delivery waited on the spool's lock (another process sending) and, once it got
+    the lock, sent to whatever MLFLOW_TRACKING_URI had become, behind the back of whoever
+    delivers next (their deliver_outbox found nothing to send)."""
+    import fcntl
+
+    run_id = _new_run(mlflow_uri)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # unreachable
+    tracker = Tracker(tmp_path / "trial", enabled=True, flush_interval_s=0.1)
+    tracker.start(run_id, "tests-tracking", "r", {"scalelab.trial_id": "t3"}, {})
+    tracker.log(1, 10, 1e9, {"train/loss": 1.0})
+    with open(tracker.outbox.dir / "lock", "w") as held:  # another process is sending it
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert tracker.finish(None, timeout_s=1) is False
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
+    time.sleep(2)
+    assert tracker.pending() > 0 and _steps(mlflow_uri, run_id, "train/loss") == []
+    assert deliver_outbox(tmp_path / "trial", run_id) > 0  # left for whoever comes next
+    assert _steps(mlflow_uri, run_id, "train/loss") == [1]
+
+
 @pytest.mark.parametrize("value", ["soon", "-1", "nan"])
 def test_a_bad_finish_timeout_stops_the_tracker_before_it_starts(value, tmp_path, monkeypatch):
     monkeypatch.setenv(FINISH_TIMEOUT_VAR, value)
