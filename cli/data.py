@@ -24,7 +24,8 @@ def prepare(
     source: str = typer.Argument(
         ...,
         help="builtin:pydoc, a local .parquet/.jsonl/.json/.csv/.txt file, folder or glob "
-        "(quote it), or hf:<owner>/<name>[/<config>] (streamed)",
+        # typer reads help as rich markup: a backslash keeps the "[" literal
+        "(quote it), or hf:<owner>/<name>\\[/<config>] (streamed)",
     ),  # fmt: skip
     tokenizer: str = typer.Option("byte", "--tokenizer", "-t", help="byte, gpt2, or a file."),
     tokenizer_file: str = typer.Option(

@@ -108,7 +108,7 @@ def logs(
     from scalelab.jobs.tracking.trial_logs import tail
 
     with door_errors():
-        ledger = door.find(sweep)
+        ledger = door.read(sweep)
     records = list(ledger.records().values())
     if trial is None:
         for rec in records:
@@ -154,6 +154,9 @@ def ui(
     sweep: str = typer.Argument(None, help="A sweep: print the address of its runs."),
     port: int = typer.Option(5000, help="Port of the MLflow UI."),
     host: str = typer.Option("127.0.0.1", help="Interface (127.0.0.1: this machine only)."),
+    workers: int = typer.Option(
+        1, "--workers", min=1, help="Server processes (MLflow's default, 4, starts slowly)."
+    ),
 ) -> None:
     """Start the MLflow UI on this machine's tracking store."""
     import ipaddress
@@ -165,7 +168,7 @@ def ui(
     runs_view = ""
     if sweep:
         with door_errors():
-            runs_view = f"#/experiments/{door.find(sweep).experiment_id()}/runs?{TRAINING_VIEW}"
+            runs_view = f"#/experiments/{door.read(sweep).experiment_id()}/runs?{TRAINING_VIEW}"
     if uri.startswith("http"):
         out.print(f"the tracking server is already a UI: open {uri.rstrip('/')}/{runs_view}")
         return
@@ -199,6 +202,8 @@ def ui(
         host,
         "--port",
         str(port),
+        "--workers",  # each loads MLflow and its store before the UI answers (issue 27)
+        str(workers),
     ]
     out.print(f"MLflow UI on http://{host}:{port}/{runs_view} for {uri} (Ctrl-C to stop)")
     os.execv(sys.executable, cmd)

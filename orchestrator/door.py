@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from scalelab.contract.runs import Status
+from scalelab.contract.runs import TERMINAL, Status
 from scalelab.jobs.launch import DEFAULT_JOB, JobRef
 from scalelab.orchestrator.backends import BackendError
 from scalelab.orchestrator.expand import Trial, check_size, expand, gpu_hours
@@ -44,6 +44,7 @@ from scalelab.orchestrator.spec import (
 )
 
 if TYPE_CHECKING:
+    from scalelab.orchestrator.ledger.view import SweepReads
     from scalelab.orchestrator.migrate import MigrationReport
     from scalelab.orchestrator.scheduler import SweepOutcome
     from scalelab.orchestrator.trial_status import Failure
@@ -67,6 +68,7 @@ __all__ = [
     "load",
     "migrate",
     "plan",
+    "read",
     "recorded",
     "run",
     "schema",
@@ -265,12 +267,13 @@ def _recorded_state(spec: SweepSpec) -> tuple[dict[str, str], int]:
     """The ledger's statuses and its count of trials under an older identity rule, creating
     nothing (a missing sqlite file: all NEW)."""
     from scalelab.contract.workdir import tracking_uri
+    from scalelab.orchestrator.ledger.view import open_sweep
     from scalelab.orchestrator.migrate import needs_migration
 
     uri = tracking_uri()
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
         return {}, 0
-    ledger = Ledger(spec.name, spec.experiment_name)
+    ledger = open_sweep(spec.name, spec.experiment_name, uri)
     records = ledger.records()
     return {tid: rec.status for tid, rec in records.items()}, needs_migration(ledger, records)
 
@@ -377,6 +380,18 @@ def find(sweep: str) -> Ledger:
     return find_sweep(sweep)
 
 
+def read(sweep: str) -> SweepReads:
+    """A recorded sweep's state, read only, by name or YAML file (LookupError when there is
+    none): on the default sqlite store without building MLflow's client
+    (orchestrator/ledger/view.py)."""
+    from scalelab.orchestrator.ledger.view import read_sweep
+
+    if sweep.endswith((".yaml", ".yml")) and Path(sweep).exists():
+        spec, _ = load_spec(sweep)
+        sweep = spec.name
+    return read_sweep(sweep)
+
+
 @dataclass(frozen=True)
 class SweepStatus:
     sweep: str
@@ -388,7 +403,7 @@ def status(sweep: str) -> SweepStatus:
     """Each trial's state, after sending what finished trials still hold spooled."""
     from scalelab.orchestrator.trial_status import trial_rows
 
-    ledger = find(sweep)
+    ledger = read(sweep)
     return SweepStatus(ledger.sweep, ledger.experiment, trial_rows(ledger))
 
 
@@ -404,6 +419,12 @@ def cancel(sweep: str, trial_ids: list[str] | None = None) -> Cancelled:
     ones by their driver within seconds; their SLURM jobs are scancelled."""
     from scalelab.orchestrator.backends.slurm import cancel_jobs, slurm_job_ids
 
+    recorded = read(sweep)  # nothing live to cancel: no MLflow client to build
+    if not any(
+        r.status not in TERMINAL and (not trial_ids or r.trial_id in trial_ids)
+        for r in recorded.records().values()
+    ):
+        return Cancelled(recorded.sweep, [], [])
     ledger = find(sweep)
     touched = ledger.request_cancel(trial_ids or None)
     jobs = slurm_job_ids(r for r in ledger.records().values() if r.run_id in touched)

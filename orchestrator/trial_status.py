@@ -14,15 +14,19 @@ from scalelab.contract.runs import TERMINAL, Status, Tag
 
 if TYPE_CHECKING:
     from scalelab.orchestrator.ledger import Ledger, TrialRecord
+    from scalelab.orchestrator.ledger.view import SweepReads
 
 
-def trial_rows(ledger: Ledger) -> list[dict[str, Any]]:
+def trial_rows(ledger: SweepReads) -> list[dict[str, Any]]:
     """The sweep's trials, oldest first, after sending what finished trials' spools still
     hold (a run turns FINISHED only when its spool is empty: orchestrator/delivery.py)."""
     from scalelab.orchestrator.delivery import send_owed
 
     recs = ledger.records()
-    sent, owed = send_owed(recs.values(), ledger.uri)
+    # only spools whose job ended (its result.json is written): a running job sends its own,
+    # and sending it here would cost every look at a live sweep MLflow's start-up
+    ended = [r for r in recs.values() if (paths.trial_dir(r.trial_id) / paths.RESULT_FILE).exists()]
+    sent, owed = send_owed(ended, ledger.uri)
     if sent:
         recs = ledger.records()
     owing = {o.run_id: o for o in owed}

@@ -87,23 +87,27 @@ def record_of(run: Any) -> TrialRecord:
     )
 
 
+def latest_records(runs: list[Any]) -> dict[str, TrialRecord]:
+    """The record of each trial among its runs, by trial id: a started run before a
+    placeholder (one a driver stopped in start_run left behind); else the oldest, the
+    winner of a creation race (create_placeholders)."""
+
+    def rank(run: Any) -> tuple[bool, int, str]:
+        placeholder = Tag.STARTED_MS not in run.data.tags
+        return placeholder, run.info.start_time, run.info.run_id
+
+    out: dict[str, TrialRecord] = {}
+    for run in sorted(runs, key=rank):
+        tid = run.data.tags.get(Tag.TRIAL_ID)
+        if tid and tid not in out:
+            out[tid] = record_of(run)
+    return out
+
+
 class Records(SweepStore):
     def records(self) -> dict[str, TrialRecord]:
         """The trials' runs, by trial id (one search, paged)."""
-        runs = self.search(trials_filter(self.sweep))
-        out: dict[str, TrialRecord] = {}
-
-        # a started run before a placeholder (one a driver stopped in start_run left
-        # behind); else the oldest: the winner of a creation race (create_placeholders)
-        def rank(run: Any) -> tuple[bool, int, str]:
-            placeholder = Tag.STARTED_MS not in run.data.tags
-            return placeholder, run.info.start_time, run.info.run_id
-
-        for run in sorted(runs, key=rank):
-            tid = run.data.tags.get(Tag.TRIAL_ID)
-            if tid and tid not in out:
-                out[tid] = record_of(run)
-        return out
+        return latest_records(self.search(trials_filter(self.sweep)))
 
     def record(self, run_id: str) -> TrialRecord:
         return record_of(self.client.get_run(run_id))

@@ -1,0 +1,71 @@
+"""The read-only view of a recorded sweep (orchestrator/ledger/view.py): on the sqlite store
+it reads what MLflow's client reads, and the commands that only read a sweep (`status`,
+`logs`, `--help`) never start MLflow or torch (issue 27: each paid ~2 s of CPU for them).
+Structural, not timed: a busy machine cannot make these fail."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import asdict
+
+from conftest import sweep_yaml
+
+from scalelab.contract.workdir import tracking_uri
+from scalelab.orchestrator.expand import expand
+from scalelab.orchestrator.ledger import Ledger
+from scalelab.orchestrator.ledger.view import KNOWN_SCHEMAS, SweepView, read_sweep, sqlite_runs
+from scalelab.orchestrator.spec import parse_spec
+
+HEAVY = ("mlflow", "sqlalchemy", "torch")
+# runs the CLI in one process for each argv in argv[1] (JSON), then prints which of HEAVY
+# it imported
+PROBE = """
+import json, sys
+from scalelab.cli.main import app
+for args in json.loads(sys.argv[1]):
+    try:
+        app(args, prog_name="scalelab")
+    except SystemExit as e:
+        assert not e.code, (args, e.code)
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in sys.argv[2].split(","))))
+"""
+
+
+def _recorded(name: str) -> tuple[Ledger, str]:
+    """A sweep of 2 trials, one of them launched (its placeholder deleted) with a metric."""
+    spec, source = parse_spec(sweep_yaml(name, seeds=2))
+    trials = expand(spec, source)
+    ledger = Ledger(spec.name)
+    placeholder = ledger.sync(spec, trials)[trials[0].trial_id]
+    started = ledger.start_run(placeholder)
+    ledger.client.log_metric(started.run_id, "val/loss", 3.25, step=4)
+    ledger.client.log_metric(started.run_id, "nan_metric", float("nan"))
+    return ledger, placeholder.run_id
+
+
+def test_the_view_reads_what_mlflows_client_reads(work_home, sweep_name):
+    assert sqlite_runs(tracking_uri()).schema() in KNOWN_SCHEMAS  # this MLflow's schema
+    ledger, deleted = _recorded(sweep_name)
+    view = read_sweep(sweep_name)
+    assert isinstance(view, SweepView) and view.experiment_id() == ledger.experiment_id()
+
+    def shown(records: dict) -> dict:  # NaN != NaN: compare as text
+        return {tid: json.dumps(asdict(r), sort_keys=True) for tid, r in records.items()}
+
+    assert shown(view.records()) == shown(ledger.records()) and len(view.records()) == 2
+    assert asdict(view.record(deleted)) == asdict(ledger.record(deleted))  # any lifecycle
+
+
+def test_reading_a_sweep_starts_neither_mlflow_nor_torch(work_home, sweep_name):
+    _recorded(sweep_name)
+    commands = [["status", sweep_name, "--json"], ["logs", sweep_name], ["--help"]]
+    probe = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(commands), ",".join(HEAVY)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    assert json.loads(probe.stdout.splitlines()[-1]) == []
