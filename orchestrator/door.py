@@ -384,12 +384,18 @@ class SweepStatus:
     trials: list[dict[str, Any]]  # a row per trial (orchestrator/trial_status.py)
 
 
-def status(sweep: str) -> SweepStatus:
-    """Each trial's state, after sending what finished trials still hold spooled."""
+def status(sweep: str, trials: list[str] | None = None) -> SweepStatus:
+    """Each trial's state (or the given ones', by run name or id: UnknownTrial when one
+    names no trial or several), after sending what finished trials still hold spooled."""
+    from scalelab.orchestrator.trial_select import select_all
     from scalelab.orchestrator.trial_status import trial_rows
 
     ledger = find(sweep)
-    return SweepStatus(ledger.sweep, ledger.experiment, trial_rows(ledger))
+    rows = trial_rows(ledger)
+    if trials:
+        chosen = set(select_all({r["trial_id"]: r["name"] for r in rows}, trials, ledger.sweep))
+        rows = [r for r in rows if r["trial_id"] in chosen]
+    return SweepStatus(ledger.sweep, ledger.experiment, rows)
 
 
 @dataclass(frozen=True)
@@ -399,13 +405,18 @@ class Cancelled:
     slurm_jobs: list[str]  # SLURM jobs asked to stop (scancel)
 
 
-def cancel(sweep: str, trial_ids: list[str] | None = None) -> Cancelled:
-    """Cancel a sweep's live trials (or the given ones): SCHEDULED ones at once, running
-    ones by their driver within seconds; their SLURM jobs are scancelled."""
+def cancel(sweep: str, trials: list[str] | None = None) -> Cancelled:
+    """Cancel a sweep's live trials (or the given ones, by run name or id): SCHEDULED ones
+    at once, running ones by their driver within seconds; their SLURM jobs are scancelled."""
     from scalelab.orchestrator.backends.slurm import cancel_jobs, slurm_job_ids
+    from scalelab.orchestrator.trial_select import select_all
 
     ledger = find(sweep)
-    touched = ledger.request_cancel(trial_ids or None)
+    trial_ids = None
+    if trials:
+        names = {r.trial_id: r.name for r in ledger.records().values()}
+        trial_ids = select_all(names, trials, ledger.sweep)
+    touched = ledger.request_cancel(trial_ids)
     jobs = slurm_job_ids(r for r in ledger.records().values() if r.run_id in touched)
     cancel_jobs(jobs)
     return Cancelled(ledger.sweep, touched, jobs)
