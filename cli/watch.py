@@ -115,20 +115,17 @@ def logs(
     from scalelab.contract.workdir import trial_log
     from scalelab.jobs.tracking.trial_logs import follow as follow_log
     from scalelab.jobs.tracking.trial_logs import tail
-    from scalelab.orchestrator.trial_select import select
 
     with door_errors():
         ledger = door.find(sweep)
-    records = list(ledger.records().values())
     if trial is None:
-        for rec in records:
+        for rec in ledger.records().values():
             last = tail(rec.trial_id, 1) or "(no log here)"
             out.print(f"{rec.name:<28} {rec.trial_id}  {rec.status:<9} {trial_log(rec.trial_id)}")
             out.print(f"    {last}", highlight=False, markup=False)
         return
     with door_errors():
-        chosen = select({r.trial_id: r.name for r in records}, trial, ledger.sweep)
-    rec = next(r for r in records if r.trial_id == chosen)
+        rec = door.trial(ledger, trial)
     path = trial_log(rec.trial_id, rank)
     if not path.exists():
         others = sorted(p.name for p in path.parent.glob("*.log")) if path.parent.exists() else []

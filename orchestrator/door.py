@@ -24,7 +24,7 @@ from scalelab.jobs.launch import DEFAULT_JOB, JobRef
 from scalelab.orchestrator.backends import BackendError
 from scalelab.orchestrator.expand import Trial, check_size, expand, gpu_hours
 from scalelab.orchestrator.job_checks import check_trials
-from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable, find_sweep
+from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable, TrialRecord, find_sweep
 from scalelab.orchestrator.planner import (
     PLAN_COLUMNS,
     TrialPlan,
@@ -396,6 +396,15 @@ def status(sweep: str, trials: list[str] | None = None) -> SweepStatus:
         chosen = set(select_all({r["trial_id"]: r["name"] for r in rows}, trials, ledger.sweep))
         rows = [r for r in rows if r["trial_id"] in chosen]
     return SweepStatus(ledger.sweep, ledger.experiment, rows)
+
+
+def trial(ledger: Ledger, selector: str) -> TrialRecord:
+    """One trial of a found sweep, by run name or id (a unique prefix will do); an
+    UnknownTrial (a LookupError) says which trials come close."""
+    from scalelab.orchestrator.trial_select import select
+
+    records = ledger.records()
+    return records[select({r.trial_id: r.name for r in records.values()}, selector, ledger.sweep)]
 
 
 @dataclass(frozen=True)
