@@ -117,11 +117,12 @@ def status(sweep: str) -> list[dict[str, Any]]:
     return door.status(str(sweep)).trials
 
 
-def cancel(sweep: str, trial_ids: list[str] | None = None) -> list[str]:
-    """Cancel a sweep's live trials (or the given ones); returns the runs marked cancelled."""
+def cancel(sweep: str, trials: list[str] | None = None) -> list[str]:
+    """Cancel a sweep's live trials (or the given ones, by run name or id); returns the runs
+    marked cancelled."""
     from scalelab.orchestrator import door
 
-    return door.cancel(str(sweep), trial_ids).run_ids
+    return door.cancel(str(sweep), trials).run_ids
 
 
 def results(

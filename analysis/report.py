@@ -127,18 +127,24 @@ def _parametrization(fit: SweepFit) -> str:
 
 
 def _trial_rows(fit: SweepFit) -> tuple[list[str], list[list[str]]]:
+    from scalelab.contract.trial_time import duration_text
+
     t = fit.table
-    head = ["trial", "variant", "size", "params", "tokens", "FLOPs", fit.loss, "wall s"]
+    head = ["trial", "id", "variant", "size", "params", "tokens", "FLOPs", fit.loss, "time"]
+    head += ["queued"]
+    cols = ["trial_id", "variant", "size", "n_params", "tokens", "flops", fit.loss]
+    cols += ["wall_time_s", "queued_s"]
+    names = t["name"].to_pylist() if "name" in t.column_names else [None] * t.num_rows
     rows = []
-    for r in t.select(
-        ["trial_id", "variant", "size", "n_params", "tokens", "flops", fit.loss, "wall_time_s"]
-    ).to_pylist():
-        wall = r["wall_time_s"]
+    for name, r in zip(
+        names, t.select([c for c in cols if c in t.column_names]).to_pylist(), strict=True
+    ):
         rows.append(
             [
-                f"`{r['trial_id'][:8]}`", r["variant"], r["size"], f"{r['n_params']:,}",
-                f"{r['tokens']:.3g}", f"{r['flops']:.3g}", f"{r[fit.loss]:.4f}",
-                "" if wall is None or not np.isfinite(wall) else f"{wall:.0f}",
+                name or r["trial_id"][:8], f"`{r['trial_id'][:8]}`", r["variant"], r["size"],
+                f"{r['n_params']:,}", f"{r['tokens']:.3g}", f"{r['flops']:.3g}",
+                f"{r[fit.loss]:.4f}", duration_text(r.get("wall_time_s")),
+                duration_text(r.get("queued_s")),
             ]
         )  # fmt: skip
     return head, rows
@@ -169,7 +175,7 @@ def summarise_sweep(
     from scalelab.analysis import plots as plotting
     from scalelab.analysis.parent_record import record_on_parent
     from scalelab.analysis.results import load_curves, sweep_dir, sync
-    from scalelab.analysis.results.advice import costing
+    from scalelab.analysis.results.advice import advice_lines, costing
     from scalelab.analysis.results.fit import fit_sweep
     from scalelab.analysis.results.render import rich_tables
     from scalelab.analysis.results.sources import find_sweep_runs
@@ -211,10 +217,8 @@ def summarise_sweep(
     console.print(f"MLflow UI: {mlflow_ui_hint(uri, sweep)}", highlight=False, soft_wrap=True)
     cost = costing(fit.table)
     for advice in fit.advice:  # the summary ends with what to run next
-        line = str(advice)
-        if advice.best is not None and not advice.current.meets_target:
-            line += f"; {cost.describe(advice.best.option.cost_flops)}"
-        console.print(f"next: {line}", highlight=False, soft_wrap=True)
+        for line in advice_lines(advice, cost):
+            console.print(f"next: {line}", highlight=False, soft_wrap=True)
     text = console.export_text()
     cache.write_text(json.dumps({"key": key, "text": text}))
     return f"{synced}\n{text}"

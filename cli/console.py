@@ -5,6 +5,7 @@ Bad input ends a command with one line on stderr, `error: <what and where>`, and
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
@@ -15,9 +16,27 @@ err = Console(stderr=True, soft_wrap=True)
 
 
 def stdout_console(width_when_piped: int) -> Console:
-    """A console for tables: the terminal's width, or `width_when_piped` columns in a pipe
-    or a file (a plan or a trials table then stays one row per trial)."""
-    return Console(width=None if sys.stdout.isatty() else width_when_piped)
+    """A console for tables, as wide as `output_width` says."""
+    return Console(width=output_width(width_when_piped))
+
+
+def output_width(width_when_piped: int) -> int | None:
+    """`COLUMNS` when set; else the terminal's width: stdout's (None: rich follows it as it
+    changes), or in a pipe the terminal the command runs in (stderr's or stdin's); else, with
+    no terminal at all (a file from cron, CI), `width_when_piped` columns. Rich itself
+    would take 80 whenever it is given no width and stdout is not a terminal."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if sys.stdout.isatty():
+        return None
+    for fd in (2, 0):
+        try:
+            if os.isatty(fd) and os.get_terminal_size(fd).columns > 0:
+                return os.get_terminal_size(fd).columns
+        except OSError:
+            continue
+    return width_when_piped
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:

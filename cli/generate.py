@@ -13,9 +13,12 @@ def generate(
     target: str = typer.Argument(
         ...,
         metavar="TRIAL_OR_CHECKPOINT",
-        help="A trial id (or a unique prefix) under $SCALELAB_HOME/trials, a trial folder "
-        "(its newest complete checkpoint is used), or one checkpoint folder "
-        "trials/<id>/ckpt/step<N>.",
+        help="A trial's run name (as `status` shows it), its id (or a unique prefix) under "
+        "$SCALELAB_HOME/trials, a trial folder (its newest complete checkpoint is used), or "
+        "one checkpoint folder trials/<id>/ckpt/step<N>.",
+    ),
+    sweep: str = typer.Option(
+        None, "--sweep", help="The sweep of the run name, where two sweeps have one so named."
     ),
     prompt: str = typer.Option(
         ..., "--prompt", "-p", help="Text to continue, encoded with the trial's tokenizer."
@@ -47,7 +50,7 @@ def generate(
     import torch
 
     from scalelab.jobs.data.tokenizers import load_tokenizer
-    from scalelab.jobs.training.trained_model import TrialError, load_model, locate
+    from scalelab.jobs.training.trained_model import TrialError, load_model
     from scalelab.models.generate import SamplingConfig
     from scalelab.models.generate import generate as sample
 
@@ -58,7 +61,7 @@ def generate(
     elif device == "cuda" and not torch.cuda.is_available():
         raise fail("--device cuda: no CUDA device is visible")
     try:
-        located = locate(target)
+        located = _located(target, sweep)
         job = located.job
         if job.model.task != "lm":
             raise TrialError(f"trial {job.trial_id} trains a classifier; generate needs an LM")
@@ -81,6 +84,28 @@ def generate(
             new = new[: new.index(tokenizer.eot)]
         texts.append(tokenizer.decode(ids + new))
     print("\n---\n".join(texts))
+
+
+def _located(target: str, sweep: str | None) -> object:
+    """`locate(target)`; where that finds no trial, the trial whose run is named `target`
+    in the tracking store (of `sweep`, when given)."""
+    from scalelab.jobs.training.trained_model import TrialError, locate
+    from scalelab.orchestrator.ledger import LedgerUnavailable
+    from scalelab.orchestrator.trial_select import trials_named
+
+    try:
+        return locate(target)
+    except TrialError as e:
+        try:
+            named = trials_named(target, sweep)
+        except (LedgerUnavailable, ValueError):  # no store to ask: the folder lookup's answer
+            raise e from None
+        if not named:
+            raise
+    if len(named) > 1:
+        where = ", ".join(f"{tid} (sweep {s})" for tid, s in sorted(named.items()))
+        raise TrialError(f"run name {target!r} names {len(named)} trials: {where}; give --sweep")
+    return locate(next(iter(named)))
 
 
 def _prompt_ids(

@@ -168,10 +168,12 @@ def _json(result) -> str:  # noqa: ANN001
 
 
 # a trials table on screen without --columns: what it is, the settings that vary, the loss
-SHOWN_FIRST = ("trial_id", "variant", "size", "n_params", "tokens", "flops")
+SHOWN_FIRST = ("name", "trial_id", "variant", "size", "n_params", "tokens", "flops")
 SHOWN_IF_VARIED = ("seed", "lr", "seq_len", "attn_out", "task", "data_source", "tsa_lambda",
                    "tsa_threshold", "budget_s_min", "budget_s_max", "budget_flops")  # fmt: skip
-SHOWN_LAST = ("status", "steps", "final_val_loss", "best_val_loss", "wall_time_s", "value")
+SHOWN_LAST = ("status", "steps", "final_val_loss", "best_val_loss", "wall_time_s", "queued_s",
+              "value")  # fmt: skip
+TIMES = ("wall_time_s", "queued_s")  # seconds, written as every view writes them
 
 
 def default_columns(result) -> list[str]:  # noqa: ANN001
@@ -187,6 +189,8 @@ def default_columns(result) -> list[str]:  # noqa: ANN001
 def _print_table(result, output: Path | None, chosen: bool = False) -> None:  # noqa: ANN001
     from rich.table import Table
 
+    from scalelab.contract.trial_time import duration_text
+
     cols = list(result.column_names) if chosen else default_columns(result)
     caption = f"{result.num_rows} rows"
     if len(cols) < len(result.column_names):
@@ -198,7 +202,7 @@ def _print_table(result, output: Path | None, chosen: bool = False) -> None:  # 
     for c in cols:
         table.add_column(c, overflow="fold")
     for r in result.select(cols).to_pylist()[:500]:
-        table.add_row(*[_cell(r[c]) for c in cols])
+        table.add_row(*[duration_text(r[c]) if c in TIMES else _cell(r[c]) for c in cols])
     if result.num_rows > 500:
         table.caption = caption.replace(
             f"{result.num_rows} rows", f"first 500 of {result.num_rows} rows (--format csv for all)"
@@ -303,12 +307,12 @@ def summary_cmd(
     """sync + fit + plot + report in one go, printing the gains and where everything is."""
     from scalelab.analysis.report import summarise_sweep
 
-    print(
-        _guard(
-            lambda: summarise_sweep(sweep, tracking_uri, baseline=baseline, n_resamples=resamples)
-        ),
-        end="",
+    text = _guard(
+        lambda: summarise_sweep(
+            sweep, tracking_uri, baseline=baseline, n_resamples=resamples, width=console.width
+        )
     )
+    console.print(text, end="", highlight=False, markup=False)
 
 
 @app.command("forecast")
@@ -392,7 +396,7 @@ def advise_cmd(
 ) -> None:
     """What to run next: how many more seeds, or which extra size or budget, would let the
     paired gain tell a given compute gain from none, and what it costs."""
-    from scalelab.analysis.results.advice import costing
+    from scalelab.analysis.results.advice import advice_lines, costing
     from scalelab.analysis.results.export import advice_dict
     from scalelab.analysis.results.fit import fit_sweep
 
@@ -421,12 +425,12 @@ def advise_cmd(
             item["gain"] = str(fit.paired_gain(a.variant))
             if a.best is not None:
                 item["best"]["cost"] = cost.describe(a.best.option.cost_flops)
+            if a.for_measured is not None:
+                item["for_measured"]["cost"] = cost.describe(a.for_measured.option.cost_flops)
             out.append(item)
         print(json.dumps(out, indent=1, allow_nan=False))
         return
     for a in fit.advice:
         console.print(str(fit.paired_gain(a.variant)), highlight=False)
-        line = str(a)
-        if a.best is not None and not a.current.meets_target:
-            line += f"; {cost.describe(a.best.option.cost_flops)}"
-        console.print(f"  next: {line}", highlight=False)
+        for line in advice_lines(a, cost):
+            console.print(f"  next: {line}", highlight=False)

@@ -1,6 +1,6 @@
 """What a person watching a sweep sees in the terminal: a line per trial as it ends with an
-ETA, the failures with where their logs are, and `status`'s rows (the swept settings,
-tokens, learning rate, loss, duration, the error's tail) as cells."""
+ETA, the failures with where their logs are, and `status`'s rows (the run name, the loss,
+run and queue times, the error's tail) as cells."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from scalelab.contract import workdir as paths
-from scalelab.orchestrator.trial_names import run_names, short_count, short_value
+from scalelab.contract.trial_time import duration_text, run_seconds
+from scalelab.orchestrator.trial_names import run_names, short_count
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from scalelab.orchestrator.expand import Trial
+    from scalelab.orchestrator.ledger import Ledger
     from scalelab.orchestrator.trial_status import Failure
 
 ERROR_CHARS = 240  # of an error, in a table cell or a failure line: its end, where Python's is
@@ -24,14 +26,6 @@ def error_tail(text: str, chars: int = ERROR_CHARS) -> str:
     """An error on one line, cut from the front when long (the cause is at the end)."""
     flat = " ".join(line.strip() for line in text.strip().splitlines() if line.strip())
     return flat if len(flat) <= chars else "…" + flat[-(chars - 1) :]
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None or seconds < 0:
-        return ""
-    minutes, s = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{s:02d}s" if minutes else f"{s}s"
 
 
 def read_result(trial_id: str) -> dict[str, Any]:
@@ -46,8 +40,10 @@ class TrialLines:
     """One printed line per trial as it ends (name, tokens, final loss, time) and the ETA
     of the rest, from the plan's FLOPs and the FLOPs done so far per second."""
 
-    def __init__(self, console: Console, trials: list[Trial], already_done: set[str]) -> None:
-        self.console = console
+    def __init__(
+        self, console: Console, trials: list[Trial], already_done: set[str], ledger: Ledger
+    ) -> None:
+        self.console, self.ledger = console, ledger
         self.trials = {t.trial_id: t for t in trials}
         self.names = run_names(trials)
         self.to_run = sum(t.flops for t in trials if t.trial_id not in already_done)
@@ -64,11 +60,24 @@ class TrialLines:
             f"{outcome:<8}",
             f"{short_count(t.tokens)} tokens",
             f"val loss {loss:.4f}" if isinstance(loss, float) else "",
-            duration(result.get("wall_time_s")),
+            duration_text(self.run_time(trial_id)),
         ]
         if outcome in ("failed", "diverged"):
             parts.append(f"log: {paths.trial_log(trial_id)}")
         self.console.print("  ".join(p for p in parts if p), highlight=False, soft_wrap=True)
+
+    def run_time(self, trial_id: str) -> float | None:
+        """The trial's run time as MLflow has it (contract/trial_time.py), as `status` shows."""
+        from scalelab.contract.runs import Tag, tag_filter, trials_filter
+        from scalelab.orchestrator.ledger.records import record_of
+
+        wanted = f"{trials_filter(self.ledger.sweep)} and {tag_filter(Tag.TRIAL_ID, trial_id)}"
+        runs = [record_of(r) for r in self.ledger.search(wanted)]
+        launched = [r for r in runs if Tag.STARTED_MS in r.tags]
+        if not launched:
+            return None
+        rec = launched[0]
+        return run_seconds(rec.tags, rec.status, rec.end_time)
 
     def eta(self) -> str:
         """'ETA 3m10s' once a trial has ended, from the FLOPs per second so far."""
@@ -76,7 +85,7 @@ class TrialLines:
         left = self.to_run - self.done_flops
         if self.done_flops <= 0 or left <= 0:
             return ""
-        return f"ETA {duration(elapsed * left / self.done_flops)}"
+        return f"ETA {duration_text(elapsed * left / self.done_flops)}"
 
 
 def failure_lines(failures: tuple[Failure, ...], sweep: str) -> list[str]:
@@ -91,27 +100,41 @@ def failure_lines(failures: tuple[Failure, ...], sweep: str) -> list[str]:
 
 
 def status_cells(row: dict[str, Any]) -> list[str]:
-    """The table's cells of a status_row, in STATUS_COLUMNS order."""
+    """The table's cells of a status_row, in STATUS_COLUMNS order: the run name first (the
+    variant, size, budget and swept settings are in it), the id's start for scripts."""
     loss = row["val_loss"]
-    swept = " ".join(f"{k.rsplit('.', 1)[-1]}={short_value(v)}" for k, v in row["swept"].items())
     status = "DIVERGED" if row["diverged"] else row["status"]
     error = error_tail(row["error"])
     return [
-        row["trial_id"],
-        row["variant"],
-        row["size"],
-        swept,
-        short_count(row["tokens"]) if row["tokens"] is not None else "",
-        f"{row['lr']:.3g}" if row["lr"] is not None else "",
+        row["name"] or row["trial_id"][:8],
+        row["trial_id"][:8],
         f"{loss:.4f}" if loss is not None else "",
-        duration(row["duration_s"]),
+        duration_text(row["duration_s"]),
+        duration_text(row["queued_s"]),
         status,
         str(row["attempts"]),
         f"{error}\nlog: {row['log']}" if error and row["log"] else error,
     ]
 
 
-STATUS_COLUMNS = (
-    "trial_id", "variant", "size", "swept", "tokens", "lr", "val loss", "time", "status",
-    "attempts", "error",
-)  # fmt: skip
+STATUS_COLUMNS = ("name", "trial", "val loss", "time", "queued", "status", "attempts", "error")
+
+
+def shared_settings(rows: list[dict[str, Any]]) -> str:
+    """What every trial has alike and its name leaves out: 'every trial: 98.3k tokens, lr
+    0.001' ('' when they differ: the names tell them apart)."""
+    tokens, lrs = {r["tokens"] for r in rows}, {r["lr"] for r in rows}
+    parts = [f"{short_count(n)} tokens" for n in tokens if len(tokens) == 1 and n is not None]
+    parts += [f"lr {lr:.3g}" for lr in lrs if len(lrs) == 1 and lr is not None]
+    return f"every trial: {', '.join(parts)}" if parts else ""
+
+
+def status_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """What the table's rows do not say: MLflow writes still spooled, per trial."""
+    return [
+        f"note: {r['name'] or r['trial_id']}: {r['metrics_pending']} MLflow write(s) spooled, "
+        f"not sent yet ({r['pending_why']}); sent when `status`, `results sync` or a submit "
+        "next reads the sweep"
+        for r in rows
+        if r.get("metrics_pending")
+    ]

@@ -253,7 +253,7 @@ class _Terminal:
         from scalelab.cli.sweep_view import TrialLines
 
         console, trials = self.progress.console, list(self.sweep.trials)
-        self.lines = TrialLines(console, trials, finished)
+        self.lines = TrialLines(console, trials, finished, ledger)
         self.figure = LiveFigure(ledger, trials, warn=lambda m: console.print(f"note: {m}"))
 
     def trial_ended(self, trial_id: str, outcome: str) -> None:
@@ -310,7 +310,9 @@ def cancel(
     sweep: str = typer.Argument(
         ..., help="Sweep name (or its YAML file).", autocompletion=sweep_files
     ),
-    trials: list[str] = typer.Argument(None, help="Trial ids (default: every live trial)."),
+    trials: list[str] = typer.Argument(
+        None, help="Run names or trial ids (a prefix will do); default: every live trial."
+    ),
 ) -> None:
     """Cancel a sweep's live trials (or the given ones); the driver stops them within seconds."""
     with door_errors():

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from scalelab.cli.completion import sweep_files
 from scalelab.cli.console import err, fail
-from scalelab.cli.sweep_view import STATUS_COLUMNS, status_cells
+from scalelab.cli.sweep_view import STATUS_COLUMNS, shared_settings, status_cells, status_notes
 from scalelab.cli.sweeps import door_errors, out
 from scalelab.cli.wide_tables import print_table
 from scalelab.contract.runs import TERMINAL, Status
@@ -30,20 +30,27 @@ TRAINING_VIEW = "workflowType=machine_learning"
 def _status_table(state: door.SweepStatus) -> Table:
     rows = state.trials
     table = Table(title=f"sweep {state.sweep} ({state.experiment})")
+    errors = any(r["error"] for r in rows)
     for col in STATUS_COLUMNS:  # the error folds over lines rather than being cut
-        table.add_column(col, overflow="fold", ratio=3 if col == "error" else None)
+        if col != "error" or errors:
+            table.add_column(col, overflow="fold", ratio=3 if col == "error" else None)
     for r in rows:
-        table.add_row(*status_cells(r))
+        table.add_row(*status_cells(r)[: len(table.columns)])
     counts = {s: sum(r["status"] == s for r in rows) for s in STATUSES}
-    table.caption = f"{sum(counts[s] for s in TERMINAL)}/{len(rows)} done: " + ", ".join(
+    caption = f"{sum(counts[s] for s in TERMINAL)}/{len(rows)} done: " + ", ".join(
         f"{n} {s.lower()}" for s, n in counts.items() if n
     )
+    shared = shared_settings(rows)
+    table.caption = f"{caption}; {shared}" if shared else caption
     return table
 
 
 def status(
     sweep: str = typer.Argument(
         ..., help="Sweep name (or its YAML file).", autocompletion=sweep_files
+    ),
+    trials: list[str] = typer.Argument(
+        None, help="Only these trials: run names or trial ids (a prefix will do)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     watch: bool = typer.Option(
@@ -58,7 +65,7 @@ def status(
     from rich.progress import BarColumn, Progress, TextColumn
 
     with door_errors():
-        state = door.status(sweep)
+        state = door.status(sweep, trials or None)
     rows = state.trials
     if as_json:
         print(json.dumps({"sweep": state.sweep, "trials": rows}))
@@ -68,11 +75,13 @@ def status(
             while not rows or any(r["status"] not in TERMINAL for r in rows):
                 time.sleep(interval)
                 with door_errors():
-                    state = door.status(state.sweep)
+                    state = door.status(state.sweep, trials or None)
                 rows = state.trials
                 live.update(_status_table(state), refresh=True)
         return
     print_table(out, _status_table(state))
+    for note in status_notes(rows):
+        out.print(note, highlight=False, markup=False, soft_wrap=True)
     done = sum(r["status"] in TERMINAL for r in rows)
     with Progress(
         TextColumn("{task.description}"),
@@ -89,7 +98,7 @@ def logs(
     sweep: str = typer.Argument(
         ..., help="Sweep name (or its YAML file).", autocompletion=sweep_files
     ),
-    trial: str = typer.Argument(None, help="Trial id (a prefix will do) or run name."),
+    trial: str = typer.Argument(None, help="Run name, or trial id (a prefix will do)."),
     follow: bool = typer.Option(
         False, "--follow", "-f", help="Keep printing as it grows, until the trial ends."
     ),
@@ -109,20 +118,14 @@ def logs(
 
     with door_errors():
         ledger = door.read(sweep)
-    records = list(ledger.records().values())
     if trial is None:
-        for rec in records:
+        for rec in ledger.records().values():
             last = tail(rec.trial_id, 1) or "(no log here)"
-            out.print(f"{rec.trial_id}  {rec.name:<28} {rec.status:<9} {trial_log(rec.trial_id)}")
+            out.print(f"{rec.name:<28} {rec.trial_id}  {rec.status:<9} {trial_log(rec.trial_id)}")
             out.print(f"    {last}", highlight=False, markup=False)
         return
-    chosen = [r for r in records if r.trial_id.startswith(trial) or r.name == trial]
-    if len(chosen) != 1:
-        ids = ", ".join(r.trial_id for r in chosen[:5])
-        raise fail(
-            f"{trial!r} names {len(chosen)} trials of sweep {sweep}" + (f": {ids}" if ids else "")
-        )
-    rec = chosen[0]
+    with door_errors():
+        rec = door.trial(ledger, trial)
     path = trial_log(rec.trial_id, rank)
     if not path.exists():
         others = sorted(p.name for p in path.parent.glob("*.log")) if path.parent.exists() else []

@@ -24,7 +24,7 @@ from scalelab.jobs.launch import DEFAULT_JOB, JobRef
 from scalelab.orchestrator.backends import BackendError
 from scalelab.orchestrator.expand import Trial, check_size, expand, gpu_hours
 from scalelab.orchestrator.job_checks import check_trials
-from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable, find_sweep
+from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable, TrialRecord, find_sweep
 from scalelab.orchestrator.planner import (
     PLAN_COLUMNS,
     TrialPlan,
@@ -399,12 +399,27 @@ class SweepStatus:
     trials: list[dict[str, Any]]  # a row per trial (orchestrator/trial_status.py)
 
 
-def status(sweep: str) -> SweepStatus:
-    """Each trial's state, after sending what finished trials still hold spooled."""
+def status(sweep: str, trials: list[str] | None = None) -> SweepStatus:
+    """Each trial's state (or the given ones', by run name or id: UnknownTrial when one
+    names no trial or several), after sending what finished trials still hold spooled."""
+    from scalelab.orchestrator.trial_select import select_all
     from scalelab.orchestrator.trial_status import trial_rows
 
     ledger = read(sweep)
-    return SweepStatus(ledger.sweep, ledger.experiment, trial_rows(ledger))
+    rows = trial_rows(ledger)
+    if trials:
+        chosen = set(select_all({r["trial_id"]: r["name"] for r in rows}, trials, ledger.sweep))
+        rows = [r for r in rows if r["trial_id"] in chosen]
+    return SweepStatus(ledger.sweep, ledger.experiment, rows)
+
+
+def trial(ledger: Ledger | SweepReads, selector: str) -> TrialRecord:
+    """One trial of a found (or read) sweep, by run name or id (a unique prefix will do); an
+    UnknownTrial (a LookupError) says which trials come close."""
+    from scalelab.orchestrator.trial_select import select
+
+    records = ledger.records()
+    return records[select({r.trial_id: r.name for r in records.values()}, selector, ledger.sweep)]
 
 
 @dataclass(frozen=True)
@@ -414,19 +429,24 @@ class Cancelled:
     slurm_jobs: list[str]  # SLURM jobs asked to stop (scancel)
 
 
-def cancel(sweep: str, trial_ids: list[str] | None = None) -> Cancelled:
-    """Cancel a sweep's live trials (or the given ones): SCHEDULED ones at once, running
-    ones by their driver within seconds; their SLURM jobs are scancelled."""
+def cancel(sweep: str, trials: list[str] | None = None) -> Cancelled:
+    """Cancel a sweep's live trials (or the given ones, by run name or id): SCHEDULED ones
+    at once, running ones by their driver within seconds; their SLURM jobs are scancelled."""
     from scalelab.orchestrator.backends.slurm import cancel_jobs, slurm_job_ids
+    from scalelab.orchestrator.trial_select import select_all
 
     recorded = read(sweep)  # nothing live to cancel: no MLflow client to build
+    trial_ids = None
+    if trials:
+        names = {r.trial_id: r.name for r in recorded.records().values()}
+        trial_ids = select_all(names, trials, recorded.sweep)
     if not any(
         r.status not in TERMINAL and (not trial_ids or r.trial_id in trial_ids)
         for r in recorded.records().values()
     ):
         return Cancelled(recorded.sweep, [], [])
     ledger = find(sweep)
-    touched = ledger.request_cancel(trial_ids or None)
+    touched = ledger.request_cancel(trial_ids)
     jobs = slurm_job_ids(r for r in ledger.records().values() if r.run_id in touched)
     cancel_jobs(jobs)
     return Cancelled(ledger.sweep, touched, jobs)

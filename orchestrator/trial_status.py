@@ -5,12 +5,12 @@ JSON-ready dicts; turning them into a table is the caller's."""
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scalelab.contract import workdir as paths
-from scalelab.contract.runs import TERMINAL, Status, Tag
+from scalelab.contract.runs import Status, Tag
+from scalelab.contract.trial_time import queued_seconds, run_seconds
 
 if TYPE_CHECKING:
     from scalelab.orchestrator.ledger import Ledger, TrialRecord
@@ -33,21 +33,18 @@ def trial_rows(ledger: SweepReads) -> list[dict[str, Any]]:
     rows = []
     for r in sorted(recs.values(), key=lambda r: r.start_time):
         error = r.tags.get(Tag.ERROR, "") if r.status != Status.FINISHED else ""
-        if r.run_id in owing:
-            o = owing[r.run_id]
-            error = f"{o.pending} MLflow writes spooled, not sent yet: {o.why}"
         row = status_row(r, error)
-        row["metrics_pending"] = owing[r.run_id].pending if r.run_id in owing else 0
+        o = owing.get(r.run_id)
+        row["metrics_pending"] = o.pending if o else 0
+        # bookkeeping, not the trial's error: the CLI says it under the table
+        row["pending_why"] = o.why if o else ""
         rows.append(row)
     return rows
 
 
 def status_row(rec: TrialRecord, error: str) -> dict[str, Any]:
     """One trial: what it is (name, swept settings, tokens, lr), where it is, and how it went
-    (loss, duration without the time queued, attempts, error)."""
-    started = int(rec.tags.get(Tag.STARTED_MS, "0") or 0)
-    ended = rec.end_time if rec.status in TERMINAL else 0
-    seconds = (ended or time.time() * 1000) - started if started else None
+    (loss, run time and queue time as contract/trial_time.py defines them, attempts, error)."""
     return {
         "trial_id": rec.trial_id,
         "run_id": rec.run_id,
@@ -58,8 +55,8 @@ def status_row(rec: TrialRecord, error: str) -> dict[str, Any]:
         "tokens": _int(rec.tags.get(Tag.TOKENS) or rec.params.get("train.tokens")),
         "lr": _float(rec.params.get("train.lr")),
         "val_loss": rec.metrics.get("val/loss"),
-        "duration_s": None if seconds is None else round(seconds / 1000, 1),
-        "queued_s": _float(rec.tags.get(Tag.QUEUED_S)),
+        "duration_s": run_seconds(rec.tags, rec.status, rec.end_time),
+        "queued_s": queued_seconds(rec.tags),
         "status": rec.status,
         "diverged": rec.tags.get(Tag.DIVERGED) == "1",
         "attempts": rec.attempts,

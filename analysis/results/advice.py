@@ -36,6 +36,21 @@ class Costing:
         return text
 
 
+def advice_lines(advice: Advice, cost: Costing) -> list[str]:
+    """The advice as printed (`results advise`, the end of a sweep's summary): the measured
+    gain first (told from none, or the smallest addition that would tell it), then the
+    target effect's, each addition priced."""
+    lines = []
+    for line, chosen, needed in (
+        (advice.measured_line(), advice.for_measured, not advice.resolved),
+        (advice.target_line(), advice.best, not advice.current.meets_target),
+    ):
+        if chosen is not None and needed:
+            line += f"; {cost.describe(chosen.option.cost_flops)}"
+        lines.append(line)
+    return lines
+
+
 def costing(table: pa.Table) -> Costing:
     """The plan's default assumptions (the trials do not record their sweep's backend.gpu):
     EstimateConfig's MFU on the default GPU's peak."""

@@ -55,6 +55,7 @@ def trials_schema(extra: list[str]) -> pa.Schema:
     types = {"int": pa.int64(), "float": pa.float64(), "str": pa.string()}
     fields = [
         ("trial_id", pa.string()),
+        ("name", pa.string()),  # the run name, as `status` and MLflow show it
         ("run_id", pa.string()),
         ("variant", pa.string()),
         ("size", pa.string()),
@@ -67,7 +68,8 @@ def trials_schema(extra: list[str]) -> pa.Schema:
         ("flops", pa.float64()),
         ("final_val_loss", pa.float64()),
         ("best_val_loss", pa.float64()),
-        ("wall_time_s", pa.float64()),
+        ("wall_time_s", pa.float64()),  # run time and queue time: contract/trial_time.py
+        ("queued_s", pa.float64()),
         ("backend", pa.string()),
         ("code_version", pa.string()),
         ("curves_source", pa.string()),

@@ -144,5 +144,9 @@ def advice_dict(a: Any) -> dict[str, Any]:
         "current": projection(a.current),
         "best": projection(a.best) if a.best is not None else None,
         "options": [projection(p) for p in a.projections],
+        # the measured gain: told from none already, or the cheapest option that would
+        "measured_multiplier": num(a.multiplier),
+        "measured_resolved": a.resolved,
+        "for_measured": projection(a.for_measured) if a.for_measured is not None else None,
         "text": str(a),
     }

@@ -117,13 +117,20 @@ def backtest_rows(fit: SweepFit) -> Rows:
 
 
 def advice_rows(fit: SweepFit) -> Rows:
-    head = ["variant", "now: CI half-width", "power now", "to tell a gain from none", "cost"]
+    """Per variant: its measured gain (told from none, or the smallest addition that would
+    tell it), then the target effect's advice (the section's title names the target)."""
+    head = ["variant", "measured gain", "to tell it from none", "now: CI half-width",
+            "power now", "to tell the target gain from none", "cost"]  # fmt: skip
     rows = []
     for a in fit.advice:
-        best = a.best
+        best, told = a.best, a.for_measured
         rows.append(
             [
                 a.variant,
+                a.measured,
+                "already told (CI excludes 1)" if a.resolved
+                else (f"add {told.option.label} ({told.option.n_trials} trials)" if told
+                      else "no option tried suffices"),
                 f"±{np.expm1(a.current.half_width):.1%}",
                 f"{a.current.power:.0%}",
                 "already resolved" if a.current.meets_target
@@ -221,8 +228,9 @@ def sections(fit: SweepFit) -> list[tuple[str, Rows]]:
             gains_rows(fit),
         ),
         (
-            f"What to run next: to tell a {effect:.0%} compute gain from none at "
-            f"{fit.level:.0%} (80% power), paired estimator",
+            f"What to run next: to tell the measured gain, and a target gain as small as "
+            f"{effect:.0%} (--effect), from none at {fit.level:.0%} (80% power), paired "
+            "estimator",
             advice_rows(fit),
         ),
         ("Loss vs compute: L(C) through each variant's compute frontier (t intervals)",

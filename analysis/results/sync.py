@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scalelab.contract import workdir
+from scalelab.contract.runs import Tag
+from scalelab.contract.trial_time import queued_seconds, run_seconds
 
 from . import store
 from .columns import config_values, summary_column, summary_prefixes, trials_schema, value_at
@@ -41,7 +43,7 @@ FINISHED = "FINISHED"
 # declares columns and counts); a change to any of them re-reads all.
 DERIVING_MODULES = ("scalelab.analysis.results.sync", "scalelab.analysis.results.sources",
                     "scalelab.analysis.results.columns", "scalelab.models.flops", "scalelab.models.config",
-                    "scalelab.models.sizes")  # fmt: skip
+                    "scalelab.models.sizes", "scalelab.contract.trial_time")  # fmt: skip
 
 
 def row_derivation() -> str:
@@ -229,6 +231,7 @@ def _read_trial(t: TrialRun, client: Any) -> tuple[dict[str, Any], pa.Table]:
     val = _series(raw, "val/loss")
     row: dict[str, Any] = {
         "trial_id": t.trial_id,
+        "name": t.tags.get(Tag.RUN_NAME) or t.trial_id,
         "run_id": t.run_id,
         "variant": t.tags.get("scalelab.variant"),
         "size": t.tags.get("scalelab.size") or value_at(job, ("model", "size")),
@@ -254,7 +257,12 @@ def _read_trial(t: TrialRun, client: Any) -> tuple[dict[str, Any], pa.Table]:
         ),
         "n_params": _first(result.get("n_params"), _num(t.params.get("n_params"))),
         "n_nonembed": result.get("n_nonembed"),
-        "wall_time_s": _first(result.get("wall_time_s"), _wall(t)),
+        # the run time every view shows (contract/trial_time.py); the job's own clock
+        # (result.json) only where MLflow lacks it
+        "wall_time_s": _first(
+            run_seconds(t.tags, t.status, t.end_time), result.get("wall_time_s"), _wall(t)
+        ),
+        "queued_s": queued_seconds(t.tags),
         "config": json.dumps(job, sort_keys=True),
     }
     row.update(config_values(job, last))

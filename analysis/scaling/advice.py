@@ -1,5 +1,7 @@
 """What to run next: how much each extra run would narrow the paired gain's interval, and
-the cheapest way to tell a given compute gain from none.
+the cheapest way to tell a given compute gain from none: the gain this sweep measured (when
+its interval still spans 1) and a target gain (`effect`, the smallest worth having), each
+said with which one it is, so the advice cannot read as contradicting the gain table.
 
 An analytic power estimate on the paired estimator (paired.py). Its standard error is
 
@@ -50,17 +52,51 @@ class Projection:
 
 @dataclass(frozen=True)
 class Advice:
+    """What to run next for one variant, for two effect sizes: the gain this sweep measured
+    (is it told from none yet; if not, the smallest addition that would tell it) and the
+    target `effect` (--effect: the smallest gain worth telling from none, asked of every
+    variant alike, whatever this sweep measured)."""
+
     variant: str
     baseline: str
     effect: float  # g: the compute gain to tell from none (0.05 = 5%)
     level: float
     power: float
-    current: Projection  # the sweep as it is
+    current: Projection  # the sweep as it is, for `effect`
     projections: tuple[Projection, ...]
     best: Projection | None  # the cheapest option that meets the target
+    multiplier: float = float("nan")  # the measured m (compute ratio; < 1: cheaper)
+    resolved: bool = False  # the measured m's interval excludes 1
+    for_measured: Projection | None = None  # the cheapest option that would resolve m
 
-    def __str__(self) -> str:
-        g = f"a {self.effect:.0%} compute gain"
+    @property
+    def measured(self) -> str:
+        """The measured gain in words: '20% less compute', '8% more compute'."""
+        m = self.multiplier
+        if not np.isfinite(m):
+            return "no finite gain"
+        return f"{1 - m:.0%} less compute" if m <= 1 else f"{m - 1:.0%} more compute"
+
+    def measured_line(self) -> str:
+        """Whether the measured gain is told from none, and the smallest addition if not."""
+        head = f"{self.variant}: the measured gain ({self.measured}, m = {self.multiplier:.2f})"
+        if self.resolved:
+            return f"{head} is told from none already: its {self.level:.0%} interval excludes 1"
+        if self.for_measured is None:
+            return (
+                f"{head} is not told from none, and none of the options tried would tell a "
+                f"gain that small at {self.level:.0%} with {self.power:.0%} power"
+            )
+        o = self.for_measured.option
+        return (
+            f"{head} is not told from none yet; the smallest addition that would tell it at "
+            f"{self.level:.0%} ({self.power:.0%} power): {o.label} ({o.n_trials} trials, "
+            f"{o.cost_flops:.3g} FLOPs)"
+        )
+
+    def target_line(self) -> str:
+        """The advice for the target effect, saying it is the target and not the measure."""
+        g = f"a gain as small as {self.effect:.0%} (--effect: the smallest worth telling)"
         if self.current.meets_target:
             return (
                 f"{self.variant}: this sweep already tells {g} from none at "
@@ -78,6 +114,9 @@ class Advice:
             f"({self.power:.0%} power), add {o.label} ({o.n_trials} trials, "
             f"{o.cost_flops:.3g} FLOPs)"
         )
+
+    def __str__(self) -> str:
+        return f"{self.measured_line()}; {self.target_line().split(': ', 1)[1]}"
 
 
 def advise(
@@ -99,7 +138,7 @@ def advise(
     x = np.asarray(slope_design, dtype=float)
     sxx = float(((x - x.mean()) ** 2).sum())
 
-    def project(option: Option) -> Projection:
+    def project(option: Option, target: float = target) -> Projection:
         weight = float(gain.weights.sum()) + option.n_pairs * s**2
         n = gain.n_pairs + option.n_pairs
         rel = slope_rel_se
@@ -116,4 +155,12 @@ def advise(
     projections = tuple(project(o) for o in options)
     meeting = [p for p in projections if p.meets_target]
     best = min(meeting, key=lambda p: p.option.cost_flops) if meeting else None
-    return Advice(gain.variant, gain.baseline, effect, level, power, current, projections, best)
+    m = gain.multiplier
+    resolved = bool(m.high < 1 or m.low > 1)
+    for_measured = None
+    if not resolved and np.isfinite(m.estimate) and m.estimate > 0 and m.estimate != 1:
+        measured = abs(float(np.log(m.estimate)))  # the measured effect, as a target
+        told = [p for p in (project(o, measured) for o in options) if p.meets_target]
+        for_measured = min(told, key=lambda p: p.option.cost_flops) if told else None
+    return Advice(gain.variant, gain.baseline, effect, level, power, current, projections, best,
+                  float(m.estimate), resolved, for_measured)  # fmt: skip

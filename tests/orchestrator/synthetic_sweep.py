@@ -79,12 +79,15 @@ def write_sweep(
     tracking_uri: str | None = None,
     rng_seed: int = 0,
     shape: str = "compute",
+    run_time_s: float | None = None,
 ) -> list[SyntheticTrial]:
     """Write the sweep; return its trials. `isoflop` budgets (FLOPs) replace the
     tokens_per_param axis: each size trains on C / (6 N) tokens. `mechanism_settings` lists,
     per mechanism, the settings its trials take (one trial each; default one with
     lambda_depth 0.01 for tsa and the defaults for the others). Trials of `nan_variants`
-    get a NaN final loss (diverged)."""
+    get a NaN final loss (diverged). With `run_time_s`, each run is launched as a driver
+    launches it (`Ledger.start_run`: its start, `scalelab.started_ms`, 3 s queued) and ends
+    that many seconds later, its job's own clock (result.json) saying less."""
     from mlflow import MlflowClient
 
     from scalelab.jobs.config import JobConfig, TrainConfig
@@ -107,8 +110,9 @@ def write_sweep(
         tags={"scalelab.role": "sweep", "scalelab.sweep": sweep},
     ).info.run_id
     ctx = _Context(
-        client, eid, parent, sweep, steps, noise, status, local_files, log_metrics, rng, shape
-    )
+        client, eid, parent, sweep, steps, noise, status, local_files, log_metrics, rng, shape,
+        run_time_s,
+    )  # fmt: skip
     budgets: list[tuple[str, float | None]] = [("tokens_per_param", t) for t in tokens_per_param]
     if isoflop:
         budgets = [("flops", c) for c in isoflop]
@@ -160,6 +164,7 @@ class _Context:
     log_metrics: bool
     rng: np.random.Generator
     shape: str
+    run_time_s: float | None = None
 
 
 def _write_trial(
@@ -184,7 +189,11 @@ def _write_trial(
         "scalelab.job_ref": "",
         "scalelab.code_version": "synthetic",
     }
-    run_id = client.create_run(eid, run_name=f"{variant}-{size}-{tid[:8]}").info.run_id
+    start_ms = int(time.time() * 1000 - (ctx.run_time_s or 0) * 1000)
+    if ctx.run_time_s is not None:
+        tags.update({"scalelab.started_ms": str(start_ms), "scalelab.queued_s": "3.0"})
+    run_name = f"{variant}-{size}-{tid[:8]}"
+    run_id = client.create_run(eid, start_time=start_ms, run_name=run_name).info.run_id
     params = mlflow_params(job)
     params.update({"n_params": str(n), "tokens": str(tokens)})
     items = [Param(k, v) for k, v in params.items()]
@@ -253,7 +262,8 @@ def _write_trial(
         for i in range(0, len(metrics), 1000):
             client.log_batch(run_id, metrics=metrics[i : i + 1000])
     if status in ("FINISHED", "FAILED", "KILLED"):
-        client.set_terminated(run_id, status=status)
+        end = None if ctx.run_time_s is None else start_ms + int(ctx.run_time_s * 1000)
+        client.set_terminated(run_id, status=status, end_time=end)
     else:
         client.update_run(run_id, status=status)
     return SyntheticTrial(tid, run_id, variant, size, n, tokens, flops, final, status, curve)

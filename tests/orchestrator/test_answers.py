@@ -187,6 +187,35 @@ def test_paired_gain_resolves_a_10_percent_gain_the_unpaired_fit_cannot():
     )
 
 
+def _advice(truth: dict[str, float], seed: int, effect: float = 0.05):
+    gain, slope = _paired(ladder(np.random.default_rng(seed), multipliers=truth))
+    cells = len(set(gain.pairs.cells))
+    options = [Option(f"{k} more seeds per cell", k * cells, (), float(k), 2 * k * cells)
+               for k in range(1, 33)]  # fmt: skip
+    rel = float(np.sqrt(slope.cov[-1, -1])) / slope.values()["alpha"]
+    return advise(gain, rel, slope.law.X[:, 0] + slope.shift[0], options, effect=effect)
+
+
+def test_advice_names_the_effect_it_targets_and_agrees_with_the_gain_table():
+    """A 30% gain the sweep resolves: the advice says so of the measured gain, and says
+    the seeds it asks for are for a 5% target (--effect), not for what was measured. A 4%
+    gain it does not resolve: the smallest addition that would tell the measured gain (the
+    cheapest option whose projection at that effect meets the power asked)."""
+    clear = _advice({"dense": 1.0, "hadamard": 0.7}, seed=1)
+    assert clear.resolved and clear.for_measured is None
+    text = str(clear)
+    saved = f"{1 - clear.multiplier:.0%} less compute, m = {clear.multiplier:.2f}"
+    assert f"the measured gain ({saved}) is told from none already" in text
+    assert "a gain as small as 5% (--effect: the smallest worth telling)" in text
+    subtle = _advice({"dense": 1.0, "hadamard": 0.96}, seed=2)
+    assert not subtle.resolved, subtle.multiplier
+    told = subtle.for_measured
+    assert told is not None and told.meets_target
+    assert f"would tell it at 95% (80% power): {told.option.label}" in subtle.measured_line()
+    as_target = _advice({"dense": 1.0, "hadamard": 0.96}, seed=2, effect=1 - subtle.multiplier)
+    assert as_target.best.option == told.option  # the cheapest that tells the measured gain
+
+
 def test_pairs_match_cell_and_seed_and_need_two():
     table = ladder(np.random.default_rng(3), seeds=(0, 1))
     pairs = pair_trials(table, "hadamard", "dense", axes=AXES)

@@ -167,9 +167,10 @@ def test_query_counts_values_warns_and_shows_readable_columns(home):
 
     res = CliRunner().invoke(app, ["results", "query", "main", "--at", beyond])
     assert res.exit_code == 0 and "warning: no trial has val/loss" in res.stderr
-    header = next(line for line in res.stdout.splitlines() if "trial_id" in line)
-    shown = [c.strip() for c in header.strip("┃ ").split("┃")]
-    assert shown[:4] == ["trial_id", "variant", "size", "n_params"] and "value" in shown
+    headers = [line for line in res.stdout.splitlines() if line.startswith("┃")]  # folded
+    shown = [c.strip() for c in headers[0].strip("┃ ").split("┃")]
+    shown += [c.strip() for h in headers[1:] for c in h.strip("┃ ").split("┃")[1:]]
+    assert shown[:4] == ["name", "trial_id", "variant", "size"] and "value" in shown
     assert "attn_out" in shown and "seed" not in shown  # the settings that vary, only
     assert "config" not in shown and len(shown) < 16
     assert f"of {load_trials('main').num_columns + 1} columns" in res.stdout
@@ -316,5 +317,7 @@ def test_forecast_and_advice_commands(home):
     assert advice["variant"] == "hadamard" and advice["effect"] == 0.1
     assert "reaches the dense loss" in advice["gain"] and advice["current"]["half_width"] > 0
     assert advice["best"] is None or advice["best"]["meets_target"]
+    assert advice["measured_resolved"] and advice["measured_multiplier"] < 1  # as the table
     res = runner.invoke(app, ["results", "advise", "main"])
     assert res.exit_code == 0 and "next: hadamard" in res.output
+    assert "is told from none already" in res.output and "(--effect" in res.output
