@@ -281,7 +281,7 @@ class _Trainer:
     def _loop(self, state: dict[str, Any], flag: PreemptionFlag) -> tuple:
         """Steps until the budget. Nothing is read back from the device except at sync steps
         (log, eval, checkpoint and the last step; jobs/training/step_metrics.py), where the losses are
-        checked for divergence. Before every step's update the ranks vote on whether one was
+        checked for divergence, and for a progress line (jobs/training/progress.py). Before every step's update the ranks vote on whether one was
         signalled (jobs/training/preemption.py, on the host): if so the step ends in a checkpoint."""
         env, engine, t = self.env, self.engine, self.job.train
         peak, accum = device_peak_flops(env.device), self.plan.accum
