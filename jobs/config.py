@@ -142,6 +142,12 @@ class TrainConfig(FrozenConfig):
         description="torch.compile the model (execution, not science: not in the trial id)",
     )
     log_interval: Annotated[int, NotIdentity] = Field(10, ge=1)
+    progress_interval_s: Annotated[float, NotIdentity] = Field(
+        10.0,
+        gt=0,
+        description="a progress line (step, tokens, loss, tokens/s, MFU, ETA) in the trial's "
+        "log every this many seconds of wall time, and after the first and the last step",
+    )
     eval_interval: Annotated[int, NotIdentity] = Field(100, ge=1)
     checkpoint_interval: Annotated[int, NotIdentity] = Field(200, ge=1)
     keep_checkpoints: Annotated[int, NotIdentity] = Field(2, ge=1)

@@ -118,10 +118,11 @@ def _json(value: Any) -> Any:
 def legacy_trial_id(job: JobConfig, semantics: int = SEMANTICS_VERSION) -> str:
     """Rule "1", frozen: the sha256 of the whole science dump (every field of model, data
     without tokenizer_file, train without compile, empty early_exit_alphas and unresolved
-    grad_accum_dtype left out, seed, semantics; fields added since, like async_checkpoint,
-    never were in it). Only `scalelab migrate` uses it, to recognise trials recorded before
-    rule 2."""
-    train = job.train.model_dump(mode="json", exclude={"compile", "async_checkpoint"})
+    grad_accum_dtype left out, seed, semantics; fields added since, like async_checkpoint
+    and progress_interval_s, never were in it). Only `scalelab migrate` uses it, to
+    recognise trials recorded before rule 2."""
+    added = {"compile", "async_checkpoint", "progress_interval_s"}
+    train = job.train.model_dump(mode="json", exclude=added)
     if not train.get("early_exit_alphas"):
         train.pop("early_exit_alphas", None)
     if train.get("grad_accum_dtype") is None:

@@ -8,9 +8,11 @@ model) to notice the signal: it decides at every step boundary.
 
 A checkpoint is a collective, so the ranks must decide together, also when the signal
 reaches them at different steps (a launcher forwards it to each rank in turn). They vote
-once per step: one all-reduce (MAX) of one integer over a CPU (gloo) group. Nothing is read
-back from the device, so a GPU's queued kernels keep running (jobs/training/step_metrics.py: device
-values are read only at log steps).
+once per step: one all-reduce (MAX) of two integers over a CPU (gloo) group, the second
+whether rank 0's clock says a progress line is due (jobs/training/progress.py), so the ranks
+also read their losses back for it at the same step. Nothing is read back from the device,
+so a GPU's queued kernels keep running (jobs/training/step_metrics.py: device values are
+read only at sync steps).
 """
 
 from __future__ import annotations
@@ -55,16 +57,18 @@ class PreemptionFlag:
 
 
 class PreemptionVote:
-    """Whether any rank was signalled, the same answer on every rank. Created on every rank
-    at the same point (the group is made collectively)."""
+    """Whether any rank was signalled, and whether a progress line is due, the same answers
+    on every rank. Created on every rank at the same point (the group is made collectively)."""
 
     def __init__(self, env: DistEnv) -> None:
         self.world_size = env.world_size
         self.group = dist.new_group(backend="gloo") if env.world_size > 1 else None
 
-    def any_raised(self, flag: PreemptionFlag) -> bool:
+    def cast(self, flag: PreemptionFlag, report_due: bool = False) -> tuple[bool, bool]:
+        """(any rank signalled, any rank's progress line due)."""
         if self.group is None:
-            return flag.raised
-        vote = torch.tensor([int(flag.raised)], dtype=torch.int32)
+            return flag.raised, report_due
+        vote = torch.tensor([int(flag.raised), int(report_due)], dtype=torch.int32)
         dist.all_reduce(vote, op=dist.ReduceOp.MAX, group=self.group)
-        return bool(vote.item())
+        raised, due = vote.tolist()
+        return bool(raised), bool(due)

@@ -52,6 +52,7 @@ from scalelab.jobs.training.ds_config import BatchPlan, deepspeed_config
 from scalelab.jobs.training.evaluate import evaluate, evaluate_early_exit
 from scalelab.jobs.training.optim import adamw, lr_at, set_lr
 from scalelab.jobs.training.preemption import PreemptionFlag, PreemptionVote
+from scalelab.jobs.training.progress import Progress
 from scalelab.jobs.training.step_metrics import MetricWindow, Reduced
 from scalelab.models.flops import count_params, train_flops_per_token, train_flops_per_token_causal
 from scalelab.models.hadamard import kernels_used
@@ -280,7 +281,7 @@ class _Trainer:
     def _loop(self, state: dict[str, Any], flag: PreemptionFlag) -> tuple:
         """Steps until the budget. Nothing is read back from the device except at sync steps
         (log, eval, checkpoint and the last step; jobs/training/step_metrics.py), where the losses are
-        checked for divergence. Before every step's update the ranks vote on whether one was
+        checked for divergence, and for a progress line (jobs/training/progress.py). Before every step's update the ranks vote on whether one was
         signalled (jobs/training/preemption.py, on the host): if so the step ends in a checkpoint."""
         env, engine, t = self.env, self.engine, self.job.train
         peak, accum = device_peak_flops(env.device), self.plan.accum
@@ -293,25 +294,33 @@ class _Trainer:
         window = MetricWindow(accum, state["step"])
         vote = PreemptionVote(env)
         first_step = state["step"]
+        progress = Progress(
+            steps=self.steps, step_tokens=self.step_tokens, first_step=first_step,
+            interval_s=t.progress_interval_s, flops_per_token=self.flops_per_token,
+            world_size=env.world_size, peak_flops=peak, is_main=env.is_main,
+        )  # fmt: skip
         while state["step"] < self.steps:
             step = state["step"]
             lr = lr_at(step, self.steps, t)
             set_lr(self.optimizer, lr)
-            progress = step / self.steps
+            fraction = step / self.steps
             done = step + 1
             sync = done == self.steps or any(
                 done % every == 0 for every in (t.log_interval, t.eval_interval, t.checkpoint_interval)
             )  # fmt: skip
             for a in range(accum):
                 x, y, kw = next(inputs)  # kw: pad_mask for classification
-                out = engine(x, y, progress=progress, **kw)
+                out = engine(x, y, progress=fraction, **kw)
                 window.add(out)
                 if a == accum - 1:
                     window.end_step()
-                    preempt = done < self.steps and vote.any_raised(flag)
+                    last = done == self.steps
+                    preempt, timed = (False, False) if last else vote.cast(flag, progress.due())
+                    report = preempt or progress.wanted(done, timed)
                     if sync or preempt:  # decide before the update: the state is still good
                         reduced = window.reduce(env.world_size)
                         window = MetricWindow(accum, done)
+                        progress.add(reduced)
                         problem = self._divergence(reduced, state)
                         if problem:
                             self._save(state)
@@ -324,6 +333,8 @@ class _Trainer:
                             sums[k] = sums.get(k, 0.0) + v * reduced.steps
                         log["steps"] += reduced.steps
                         timed_steps += reduced.steps
+                    elif report:  # a look only: the window goes on, its logged means unchanged
+                        progress.add(window.reduce(env.world_size))
                 engine.backward(out.loss)
                 engine.step()
             state["step"] = done
@@ -331,6 +342,8 @@ class _Trainer:
             state["flops"] += self.step_tokens * self.flops_per_token
             if done == first_step + 1 or sync or preempt:
                 self._report_kernels()  # after the first step: every kernel has run once
+            if report:
+                progress.report(done, state["tokens"], lr)
             if not (sync or preempt):
                 continue
             if done % t.log_interval == 0 or done == self.steps:
@@ -349,7 +362,7 @@ class _Trainer:
                 log = state["log_window"] = _new_log_window()
                 timed_steps, log_t = 0, time.perf_counter()
             if done % t.eval_interval == 0 or done == self.steps:
-                final_val = self._validate(state, progress)
+                final_val = self._validate(state, fraction)
             if preempt:
                 self._save(state)
                 sig = flag.signal or 0

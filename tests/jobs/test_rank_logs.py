@@ -1,14 +1,17 @@
 """Issue 26, item 8: a trial of several ranks writes one log per rank, rank 0's is the
 trial's log, and only rank 0 attaches the logs to the run. Real DeepSpeed on 2 gloo ranks,
-each started as a SLURM job starts its tasks: its own process calling jobs.launch.launch."""
+each started as a SLURM job starts its tasks: its own process calling jobs.launch.launch.
+Issue 27, item 1: each rank's log has the job's progress lines (jobs/training/progress.py)."""
 
 import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 from mlflow.tracking import MlflowClient
+from progress_lines import progress_lines
 
 from scalelab.contract.workdir import trial_log
 
@@ -31,7 +34,8 @@ def _free_port() -> int:
 def test_each_rank_writes_its_own_log_and_rank_0_attaches_them_once(
     home, mlflow_uri, tiny_job, tmp_path
 ):
-    job = tiny_job(train__tokens=256 * 2, deepspeed__zero_stage=1)
+    # a progress line after every step: each takes longer than a millisecond
+    job = tiny_job(train__tokens=256 * 4, deepspeed__zero_stage=1, train__progress_interval_s=1e-3)
     (tmp_path / "job.json").write_text(job.model_dump_json())
     client = MlflowClient(mlflow_uri)
     run_id = client.create_run(client.get_experiment_by_name("Default").experiment_id).info.run_id
@@ -42,6 +46,12 @@ def test_each_rank_writes_its_own_log_and_rank_0_attaches_them_once(
         art = (tmp_path / f"artifacts-of-rank{rank}").as_uri()  # where each would attach
         cmd = [sys.executable, "-c", TASK, str(tmp_path / "job.json"), run_id, art]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
+    live = []  # progress lines seen in the trial's log while its rank 0 still ran
+    deadline = time.monotonic() + 300
+    while procs[0].poll() is None and not live and time.monotonic() < deadline:
+        if trial_log(job.trial_id).exists():
+            live = progress_lines(trial_log(job.trial_id).read_text())
+        time.sleep(0.05)
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     assert all("outcome FINISHED" in o for o in outs), outs
@@ -56,3 +66,14 @@ def test_each_rank_writes_its_own_log_and_rank_0_attaches_them_once(
     assert sorted(p.name for p in (attached / "logs").iterdir()) == ["rank1.log", "trial.log"]
     assert (attached / "job.json").exists()
     assert not (tmp_path / "artifacts-of-rank1").exists()  # rank 1 attached nothing
+
+    lines = progress_lines(rank0)
+    assert live and live[0] == lines[0]  # written as it happened, not at the end
+    assert [p["step"] for p in lines] == [1, 2, 3, 4] and {p["steps"] for p in lines} == {4}
+    assert [p["tokens"] for p in lines] == [256 * p["step"] for p in lines]
+    assert all(p["loss"] > 0 and p["tokens/s"] > 0 and p["eta"] >= 0 for p in lines)
+    assert "mfu" not in lines[0]  # CPUs have no peak
+    assert lines[-1]["eta"] == 0 and lines[-1]["elapsed"] >= lines[0]["elapsed"]
+    others = progress_lines(rank1)  # rank 1's, in its own log: the same steps and mean losses
+    assert [(p["step"], p["loss"]) for p in others] == [(p["step"], p["loss"]) for p in lines]
+    assert progress_lines((attached / "logs" / "trial.log").read_text()) == lines

@@ -9,6 +9,7 @@ import time
 
 import pytest
 from mlflow.tracking import MlflowClient
+from progress_lines import progress_lines
 from trained_checks import checkpoint_val_loss
 
 from scalelab.contract.outcome import EXIT_REQUEUE
@@ -18,10 +19,14 @@ from scalelab.jobs.training.checkpoint import read_state
 from scalelab.jobs.training.train import run
 
 
-def test_run_writes_trial_files_and_mlflow(home, mlflow_uri, tiny_job, curve):
-    job = tiny_job()
+def test_run_writes_trial_files_and_mlflow(home, mlflow_uri, tiny_job, curve, capfd):
+    job = tiny_job(train__progress_interval_s=1e6)
     result = run(job)
     assert result.status == "FINISHED" and result.steps == 8 and result.tokens == 2048
+    # progress lines go by wall time, not by log step (log_interval 1): a whole run inside
+    # one interval has the first step's and the last's (fd 2: the trial's log under launch)
+    lines = progress_lines(capfd.readouterr().err)
+    assert [(p["step"], p["steps"], p["tokens"]) for p in lines] == [(1, 8, 256), (8, 8, 2048)]
     trial = home / "trials" / job.trial_id
     assert json.loads((trial / JOB_FILE).read_text())["model"]["size"] == "nano"
     ds = json.loads((trial / "deepspeed.json").read_text())
@@ -99,13 +104,14 @@ def _signal_during_step(patched: pytest.MonkeyPatch, step: int) -> None:
 
 
 def test_a_signal_checkpoints_at_the_next_step_not_the_next_log_step(
-    home, mlflow_uri, tiny_job, monkeypatch
+    home, mlflow_uri, tiny_job, monkeypatch, capfd
 ):
     """SLURM kills KillWait seconds after its SIGTERM (scancel, preemption, requeue), so a
     signal must end the step in progress in a checkpoint, however far the next log,
-    eval or checkpoint step is; the run resumes from it."""
-    job = tiny_job(train__log_interval=1000,
-                   train__eval_interval=1000, train__checkpoint_interval=1000)  # fmt: skip
+    eval or checkpoint step is; the run resumes from it. Each attempt's progress lines
+    count its rate and ETA from the step it started at."""
+    job = tiny_job(train__log_interval=1000, train__eval_interval=1000,
+                   train__checkpoint_interval=1000, train__progress_interval_s=1e6)  # fmt: skip
     signal_at = 3
     with monkeypatch.context() as patched:
         _signal_during_step(patched, signal_at)  # SIGUSR2 is handled alike
@@ -114,9 +120,16 @@ def test_a_signal_checkpoints_at_the_next_step_not_the_next_log_step(
     assert first.steps in (signal_at, signal_at + 1)
     saved = (home / "trials" / job.trial_id / "ckpt").glob("*/COMPLETE")
     assert [read_state(p.parent)["step"] for p in saved] == [first.steps]
+    k = first.steps
+    assert [p["step"] for p in progress_lines(capfd.readouterr().err)] == [1, k]  # at the stop
     resumed = run(job)
     assert resumed.status == "FINISHED" and resumed.steps == 8
     assert resumed.run_id == first.run_id  # from the checkpoint's loop state
+    after, last = progress_lines(capfd.readouterr().err)
+    assert (after["step"], after["tokens"], last["step"]) == (k + 1, 256 * (k + 1), 8)
+    # one step in this attempt so far, not k + 1 (loose: elapsed is printed to 10 ms)
+    assert after["tokens/s"] * after["elapsed"] == pytest.approx(256, rel=0.35)
+    assert after["eta"] == pytest.approx((8 - k - 1) * after["elapsed"], rel=0.35, abs=0.02)
 
 
 def test_a_preemption_inside_a_log_window_logs_the_whole_windows_mean(
