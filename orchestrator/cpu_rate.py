@@ -8,8 +8,8 @@ machine's CPU, its BLAS or its vector units; the probe does, each time, and a sw
 knows better sets `estimate.peak_flops` (then nothing is measured).
 
 Training reaches a share of that rate, CPU_MFU unless the sweep sets `estimate.mfu`
-(its default, 40 %, is the GPU assumption): measured with benchmarks/train.py against
-this probe in docs/benchmarks.md, 'CPU throughput of the plan'.
+(its default, 40 %, is the GPU assumption): benchmarks/train.py against this probe, in
+docs/sweep-yaml.md, 'Dry-run'.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from scalelab.orchestrator.spec import SweepSpec
 
-CPU_MFU = 0.5  # training FLOP/s over the probe's (docs/benchmarks.md)
+CPU_MFU = 0.5  # training FLOP/s over the probe's (docs/sweep-yaml.md, "Dry-run")
 PROBE_N = 256  # the matrices' side: the width of the small models a CPU trains
 PROBE_ROUNDS, PROBE_ROUND_S = 5, 0.03
 

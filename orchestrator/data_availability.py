@@ -25,6 +25,8 @@ def hub_problems(
 ) -> dict[str, MissingData]:
     """For each data.source of `configs` (hub names) whose dataset cannot be resolved here
     within `timeout_s`, why; the others are left out."""
+    if not configs:
+        return {}
     from scalelab.jobs.data.classification import check_hub, hub_offline
 
     problems: dict[str, MissingData] = {}
