@@ -106,9 +106,10 @@ def _plan_table(plan: door.SweepPlan) -> Table:
 
     spec = plan.sweep.spec
     table = Table(title=f"sweep {spec.name}: {len(plan.trials)} trials on {spec.backend.kind}")
-    columns = ("trial_id", "variant", "size", "swept", "params", "tokens", "FLOPs", "GPU-h")
+    hours = "CPU" if plan.on_cpu else "GPU"
+    columns = ("trial_id", "variant", "size", "swept", "params", "tokens", "FLOPs", f"{hours}-h")
     for col in (*columns, "status"):
-        right = col in ("params", "tokens", "FLOPs", "GPU-h")
+        right = col in ("params", "tokens", "FLOPs", f"{hours}-h")
         table.add_column(col, justify="right" if right else "left")
     table.add_column("data")  # readiness, tokens needed / prepared
     table.add_column("data tokens", justify="right")
@@ -124,18 +125,22 @@ def _plan_table(plan: door.SweepPlan) -> Table:
             _count(t.n_params),
             _count(t.tokens),
             f"{t.flops:.3e}",
-            f"{p.gpu_hours:.3g}",
+            f"{p.hours:.3g}",
             f"{p.status} (skip)" if p.status == Status.FINISHED else p.status,
             p.data,
             _data_tokens(p),
             *p.cells,
         )
     live = plan.live
+    at = (
+        "the CPU rate below"
+        if plan.on_cpu
+        else f"MFU {spec.estimate.mfu:.0%} of {spec.peak_flops:.3g} FLOP/s"
+    )
     table.caption = (
         f"to run: {len(live)} trials, {sum(p.trial.flops for p in live):.3e} FLOPs, "
-        f"~{sum(p.gpu_hours for p in live):.3g} GPU-hours at MFU {spec.estimate.mfu:.0%} of "
-        f"{spec.peak_flops:.3g} FLOP/s; already finished: {len(plan.trials) - len(live)}\n"
-        + plan.placement
+        f"~{sum(p.hours for p in live):.3g} {hours}-hours at {at}; already finished: "
+        f"{len(plan.trials) - len(live)}\n" + plan.placement
     )
     return table
 
@@ -188,6 +193,8 @@ def submit(
     if dry_run:
         _show_plan(loaded, as_json)
         return
+    with door_errors(submitting=True):
+        door.refuse_missing(loaded)  # before the progress bar
     if detach:
         with door_errors(submitting=True):
             detached = door.detach(loaded, job=job, ignore_fit=ignore_fit)
@@ -207,7 +214,9 @@ def _show_plan(loaded: door.Sweep, as_json: bool) -> None:
     """The plan, as a table or JSON; a sweep that a submit would refuse for a reason the plan
     does not show in its rows (trials under an older identity rule) exits 2 as the submit
     would. Trials that do not fit are in the rows and their fix is printed; a tracking store
-    the trials may not write is said on stderr (in JSON: under "tracking_refused")."""
+    the trials may not write is said on stderr (in JSON: under "tracking_refused"). Data
+    that is not here is in the rows ("missing") and listed as blockers after the table (in
+    JSON: under "blockers"); then the dry-run exits 2, as the submit would refuse."""
     with door_errors(submitting=True):
         plan = door.plan(loaded)
     if as_json:
@@ -219,12 +228,20 @@ def _show_plan(loaded: door.Sweep, as_json: bool) -> None:
         for command in plan.prepare:  # data that trials would otherwise prepare
             out.print(f"prepare the data first (or the first trial does): {command}",
                       soft_wrap=True, highlight=False)  # fmt: skip
+        if plan.blockers:
+            out.print(f"blockers ({len(plan.blockers)}): a submit refuses this sweep until "
+                      "its data is here", highlight=False)  # fmt: skip
+            for line in plan.blockers:
+                out.print(f"  {line}", soft_wrap=True, highlight=False, markup=False)
     if plan.tracking and not as_json:  # a submit refuses it; the plan is still worth reading
         err.print(f"a submit would refuse this sweep: {plan.tracking}", soft_wrap=True,
                   highlight=False, markup=False)  # fmt: skip
-    why = plan.refusal(ignore_fit=True, ignore_tracking=True)
+    why = plan.refusal(ignore_fit=True, ignore_tracking=True, ignore_blockers=True)
     if why:
         raise fail(why)
+    if plan.blockers:
+        raise fail(f"sweep {loaded.name}: {len(plan.blockers)} blocker(s), listed with the "
+                   "plan; a submit would submit nothing")  # fmt: skip
 
 
 def _summarise(sweep: str) -> None:

@@ -67,11 +67,13 @@ def check_placement(job: JobConfig, world_size: int, device: str | None) -> Batc
     return plan_batch(job, world_size)
 
 
-def check_environment(job: JobConfig) -> None:
+def check_environment(job: JobConfig, hub: bool = True) -> None:
+    """`hub`: also resolve a hub dataset (jobs.data.trial.check_data); MissingData for data
+    that is not here."""
     from scalelab.jobs.data.trial import check_data  # numpy and the tokenizers: only when checking
 
     try:
-        check_data(job.data, job.model)
+        check_data(job.data, job.model, hub=hub)
     except JobCheckError:
         raise
     except ValueError as e:  # its messages name their keys; else: the data section

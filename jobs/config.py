@@ -53,6 +53,12 @@ class JobCheckError(ValueError):
         return type(self), (self.keys, str(self))  # Ray sends a job's exception back pickled
 
 
+class MissingData(JobCheckError):
+    """The data a valid config names is not here: no such file, a hub dataset neither in
+    the local cache nor reachable. A dry-run still plans the sweep and lists it as a
+    blocker; a submit refuses it (docs/sweep-yaml.md, 'Dry-run')."""
+
+
 class DataConfig(FrozenConfig):
     """Where tokens come from and how they are cut."""
 

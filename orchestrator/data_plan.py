@@ -13,14 +13,17 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class TrialData:
-    state: str  # ready, partial, not prepared, generated, per trial, error: ...
+    state: str  # ready, partial, not prepared, generated, per trial, missing, error: ...
     tokens_needed: int | None = None
     tokens_available: int | None = None
 
 
-def data_plan(trials: list[Trial]) -> tuple[list[TrialData], list[str]]:
+def data_plan(
+    trials: list[Trial], missing: set[str] | frozenset[str] = frozenset()
+) -> tuple[list[TrialData], list[str]]:
     """Per trial its TrialData; and the `scalelab data prepare` commands that would make the
-    plan's text ready. Each prepared folder is looked at once, however many trials read it."""
+    plan's text ready. Each prepared folder is looked at once, however many trials read it.
+    `missing`: the data.source values whose data is not here (their rows say "missing")."""
     from scalelab.jobs.data.prepare import dataset_root, enough
     from scalelab.jobs.data.shards import read_manifest
     from scalelab.jobs.data.sources import TextSource, resolve_source
@@ -31,6 +34,9 @@ def data_plan(trials: list[Trial]) -> tuple[list[TrialData], list[str]]:
     folders: dict[tuple[str, str, str], tuple[object, str | None]] = {}
     for t in trials:
         cfg = t.job.data
+        if cfg.source in missing:
+            rows.append(TrialData("missing"))
+            continue
         kind, _ = resolve_source(cfg.source)
         if kind not in ("pydoc", "local", "hub") or t.job.model.task == "classify":
             rows.append(TrialData("per trial" if kind in ("hub", "local") else "generated"))

@@ -23,10 +23,11 @@ from scalelab.contract.runs import TERMINAL, Status
 from scalelab.jobs.launch import DEFAULT_JOB, JobRef
 from scalelab.orchestrator.backends import BackendError
 from scalelab.orchestrator.expand import Trial, check_size, expand, gpu_hours
-from scalelab.orchestrator.job_checks import check_trials
+from scalelab.orchestrator.job_checks import Missing, check_trials
 from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable, TrialRecord, find_sweep
 from scalelab.orchestrator.planner import (
     PLAN_COLUMNS,
+    Placement,
     TrialPlan,
     placement_summary,
     plan_cells,
@@ -70,6 +71,7 @@ __all__ = [
     "plan",
     "read",
     "recorded",
+    "refuse_missing",
     "run",
     "schema",
     "status",
@@ -101,6 +103,7 @@ class Sweep:
     overrides: tuple[str, ...] = ()
     max_trials: int = DEFAULT_MAX_TRIALS
     notes: tuple[str, ...] = ()  # what the caller should be told (where the YAML came from)
+    missing: tuple[Missing, ...] = ()  # data it reads that is not here (a blocker of `plan`)
 
     @property
     def name(self) -> str:
@@ -117,9 +120,9 @@ def load(
     problem, each with file, line and key)."""
     text = read_sweep(path)
     spec, source = parse_spec(text, str(path), list(overrides))
-    trials = _expanded(spec, source, max_trials, progress)
+    trials, missing = _expanded(spec, source, max_trials, progress)
     resolved = str(Path(path).resolve())
-    return Sweep(spec, tuple(trials), text, resolved, tuple(overrides), max_trials)
+    return Sweep(spec, tuple(trials), text, resolved, tuple(overrides), max_trials, (), missing)
 
 
 def recorded(
@@ -142,13 +145,14 @@ def recorded(
         text = read_sweep(path)
         notes = (f"sweep {name}: its YAML was not recorded; read from {path} as it is now",)
     spec, source = parse_spec(text, path or "<recorded sweep>", record.overrides)
-    trials = _expanded(spec, source, max_trials, progress)
-    return Sweep(spec, tuple(trials), text, path, tuple(record.overrides), max_trials, notes)
+    trials, missing = _expanded(spec, source, max_trials, progress)
+    overrides = tuple(record.overrides)
+    return Sweep(spec, tuple(trials), text, path, overrides, max_trials, notes, missing)
 
 
 def _expanded(
     spec: SweepSpec, source: SourceMap, max_trials: int, progress: Progress | None
-) -> list[Trial]:
+) -> tuple[list[Trial], tuple[Missing, ...]]:
     tick = None
     if progress is not None:
         check_size(spec, source, max_trials)  # before announcing anything
@@ -156,8 +160,7 @@ def _expanded(
         progress(spec.name, 0, total)
         tick = lambda n: progress(spec.name, n, total)  # noqa: E731
     trials = expand(spec, source, max_trials, tick)
-    check_trials(spec, trials, source)
-    return trials
+    return trials, check_trials(spec, trials, source)
 
 
 @dataclass(frozen=True)
@@ -166,8 +169,9 @@ class PlannedTrial:
     name: str  # the MLflow run name, from the settings its axes vary
     swept: dict[str, Any]
     status: str  # the ledger's, or NEW
-    gpu_hours: float  # at the sweep's assumed MFU and GPU
-    data: str  # ready, partial, not prepared, generated, per trial, error: ...
+    hours: float  # GPU-hours, or CPU-hours (ranks x wall, one core each) on CPU
+    hours_unit: str  # "gpu_hours" or "cpu_hours"
+    data: str  # ready, partial, not prepared, generated, per trial, missing, error: ...
     tokens_needed: int | None
     tokens_available: int | None
     plan: TrialPlan  # memory, fit, time, checkpoint on the sweep's placement
@@ -182,7 +186,7 @@ class PlannedTrial:
         return {
             "trial_id": t.trial_id, "name": self.name, "swept": self.swept,
             "variant": t.variant, "size": t.size, "params": t.n_params, "tokens": t.tokens,
-            "flops": t.flops, "gpu_hours": self.gpu_hours, "status": self.status,
+            "flops": t.flops, self.hours_unit: self.hours, "status": self.status,
             "data": self.data, "tokens_needed": self.tokens_needed,
             "tokens_available": self.tokens_available, "plan": self.plan.as_dict(),
         }  # fmt: skip
@@ -197,19 +201,29 @@ class SweepPlan:
     prepare: tuple[str, ...]  # `scalelab data prepare` commands the plan's text needs
     unmigrated: int  # trials recorded under an older identity rule
     tracking: str | None = None  # why the trials may not write this tracking store
+    blockers: tuple[str, ...] = ()  # data that is not here, a located line each
+
+    @property
+    def on_cpu(self) -> bool:
+        """Its trials run without GPUs: hours are CPU-hours."""
+        return any(p.hours_unit == "cpu_hours" for p in self.trials)
 
     @property
     def live(self) -> list[PlannedTrial]:
         """The trials a submit would run (not FINISHED)."""
         return [p for p in self.trials if p.status != Status.FINISHED]
 
-    def refusal(self, ignore_fit: bool = False, ignore_tracking: bool = False) -> str | None:
+    def refusal(
+        self, ignore_fit: bool = False, ignore_tracking: bool = False, ignore_blockers: bool = False
+    ) -> str | None:
         """Why a submit of this plan would submit nothing; None when it would run. A dry-run
-        shows the trials that do not fit and the tracking store's refusal as lines of the
-        plan (`ignore_fit`, `ignore_tracking`)."""
+        shows the trials that do not fit, the tracking store's refusal and the blockers as
+        lines of the plan (`ignore_fit`, `ignore_tracking`, `ignore_blockers`)."""
         name = self.sweep.name
         if self.tracking and not ignore_tracking:
             return f"sweep {name}: {self.tracking} (nothing submitted)"
+        if self.blockers and not ignore_blockers:
+            return _missing_refusal(name, self.blockers)
         if self.unmigrated:
             return (
                 f"sweep {name} has {self.unmigrated} trials recorded under an older identity "
@@ -225,30 +239,33 @@ class SweepPlan:
     def as_dict(self) -> dict[str, Any]:
         trials = [p.as_dict() for p in self.trials]
         return {"sweep": self.sweep.name, "placement": self.placement, "trials": trials,
-                "tracking_refused": self.tracking}  # fmt: skip
+                "tracking_refused": self.tracking, "blockers": list(self.blockers)}  # fmt: skip
 
 
 def plan(sweep: Sweep) -> SweepPlan:
     """What a submit would do, creating nothing: each trial's cost, memory and time on the
     sweep's placement, its data, its recorded state; and what would stop the submit."""
     from scalelab.contract.workdir import tracking_uri
+    from scalelab.orchestrator.cpu_rate import cpu_rate
     from scalelab.orchestrator.data_plan import data_plan
     from scalelab.orchestrator.tracking_store import tracking_refusal
     from scalelab.orchestrator.trial_names import run_names, swept_settings
 
     spec, trials = sweep.spec, list(sweep.trials)
-    plans = plan_sweep(spec, trials)
+    cpu = cpu_rate(spec)
+    plans = plan_sweep(spec, trials, cpu)
+    mfu, rate = (cpu.mfu, cpu.flops) if cpu else (spec.estimate.mfu, spec.peak_flops)
     statuses, unmigrated = _recorded_state(spec)
     names, swept = run_names(trials), swept_settings(trials)
-    data, prepare = data_plan(trials)
-    est = spec.estimate
+    data, prepare = data_plan(trials, {m.source for m in sweep.missing})
     planned = tuple(
         PlannedTrial(
             trial=t,
             name=names[t.trial_id],
             swept=swept[t.trial_id],
             status=statuses.get(t.trial_id, "NEW"),
-            gpu_hours=gpu_hours(t.flops, est.mfu, spec.peak_flops),
+            hours=gpu_hours(t.flops, mfu, rate),  # the same rule with a CPU rank for a GPU
+            hours_unit="cpu_hours" if cpu else "gpu_hours",
             data=d.state,
             tokens_needed=d.tokens_needed,
             tokens_available=d.tokens_available,
@@ -258,9 +275,11 @@ def plan(sweep: Sweep) -> SweepPlan:
     )
     unfit = tuple(unfit_lines(trials, plans))
     tracking = tracking_refusal(spec.backend, tracking_uri())
+    blockers = tuple(m.line for m in sweep.missing)
     return SweepPlan(
-        sweep, planned, placement_summary(spec), unfit, tuple(prepare), unmigrated, tracking
-    )
+        sweep, planned, placement_summary(spec, Placement.of(spec, cpu)), unfit, tuple(prepare), unmigrated,
+        tracking, blockers,
+    )  # fmt: skip
 
 
 def _recorded_state(spec: SweepSpec) -> tuple[dict[str, str], int]:
@@ -276,6 +295,19 @@ def _recorded_state(spec: SweepSpec) -> tuple[dict[str, str], int]:
     ledger = open_sweep(spec.name, spec.experiment_name, uri)
     records = ledger.records()
     return {tid: rec.status for tid, rec in records.items()}, needs_migration(ledger, records)
+
+
+def _missing_refusal(name: str, blockers: tuple[str, ...]) -> str:
+    if len(blockers) == 1:
+        return f"{blockers[0]} (nothing submitted)"
+    return f"sweep {name}: its data is not here, nothing submitted:\n" + "\n".join(blockers)
+
+
+def refuse_missing(sweep: Sweep) -> None:
+    """SweepRefused when data the sweep reads is not here: what `plan` refuses first,
+    known without planning (a submit says it before showing any progress)."""
+    if sweep.missing:
+        raise SweepRefused(_missing_refusal(sweep.name, tuple(m.line for m in sweep.missing)))
 
 
 def _refuse_what_plan_refuses(sweep: Sweep, ignore_fit: bool) -> None:

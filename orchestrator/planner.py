@@ -23,6 +23,7 @@ from scalelab.jobs.config import JobConfig
 from scalelab.jobs.gpus import GpuSpec, gpu_spec
 from scalelab.jobs.training.ds_config import deepspeed_config, plan_batch
 from scalelab.models.flops import forward_flops_per_token
+from scalelab.orchestrator.cpu_rate import CpuRate
 from scalelab.orchestrator.expand import Trial
 from scalelab.orchestrator.memory import (
     GIB,
@@ -55,6 +56,7 @@ class Placement:
     gpus_per_node: int
     gpu: GpuSpec | None
     host_bytes: int | None  # host RAM per node the job may use, where the sweep says
+    cpu: CpuRate | None = None  # without GPUs: what a rank computes (orchestrator/cpu_rate.py)
 
     @property
     def world(self) -> int:
@@ -66,14 +68,14 @@ class Placement:
         return self.nodes * min(self.gpus_per_node, self.ranks_per_node)
 
     @classmethod
-    def of(cls, spec: SweepSpec) -> Placement:
+    def of(cls, spec: SweepSpec, cpu: CpuRate | None = None) -> Placement:
         b = spec.backend
         gpu = gpu_spec(b.gpu) if b.gpu else None
         if b.kind == "slurm" and b.slurm is not None:
             s = b.slurm
             host = int(s.mem_gb * 1e9) if s.mem_gb else None
-            return cls(s.nodes, s.tasks_per_node, s.gpus_per_node, gpu, host)
-        return cls(1, b.ranks, int(b.gpus_per_trial), gpu, None)
+            return cls(s.nodes, s.tasks_per_node, s.gpus_per_node, gpu, host, cpu)
+        return cls(1, b.ranks, int(b.gpus_per_trial), gpu, None, cpu)
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ class TrialPlan:
     checkpoint_bytes: int
     checkpoint_disk_bytes: int  # keep_checkpoints + the one being written
     read_tokens: int  # training tokens + the held-out validation tokens
-    wall_s: float | None  # None without GPUs
+    wall_s: float | None  # None without GPUs, unless the CPU's rate is known
     time_limit_slices: int | None  # SLURM jobs of slurm.time_min it takes (requeued in place)
     fits: bool | None  # None: no GPU model to compare with
     fix: Fix | None = None
@@ -242,13 +244,16 @@ def peak_flops(spec: SweepSpec, placement: Placement) -> float:
 
 
 def _wall_s(trial: Trial, job: JobConfig, spec: SweepSpec, placement: Placement) -> float | None:
-    if not placement.gpus:
+    cpu = placement.cpu
+    if not placement.gpus and cpu is None:
         return None
     recompute = 4 / 3 if job.deepspeed.activation_checkpointing else 1.0
     steps = math.ceil(trial.tokens / job.train.global_batch_tokens)
     evals = math.ceil(steps / job.train.eval_interval)
     fwd = forward_flops_per_token(job.model, job.data.seq_len).total
     flops = trial.flops * recompute + evals * job.data.val_tokens * fwd
+    if not placement.gpus and cpu is not None:
+        return flops / (cpu.mfu * cpu.flops * placement.world)
     return flops / (spec.estimate.mfu * peak_flops(spec, placement) * placement.gpus)
 
 
@@ -306,8 +311,9 @@ def _moved(placement: Placement, changes: dict[str, Any]) -> Placement:
     return replace(placement, nodes=changes.get("backend.slurm.nodes", placement.nodes))
 
 
-def plan_sweep(spec: SweepSpec, trials: list[Trial]) -> list[TrialPlan]:
-    placement, fixes = Placement.of(spec), {}
+def plan_sweep(spec: SweepSpec, trials: list[Trial], cpu: CpuRate | None = None) -> list[TrialPlan]:
+    """`cpu`: the rate of a CPU rank, for the wall time of a sweep without GPUs."""
+    placement, fixes = Placement.of(spec, cpu), {}
     return [plan_trial(t, spec, placement, fixes) for t in trials]
 
 
@@ -339,7 +345,8 @@ def placement_summary(spec: SweepSpec, placement: Placement | None = None) -> st
     p = placement or Placement.of(spec)
     where = f"{p.nodes} node(s) x {p.ranks_per_node} rank(s)"
     if not p.gpus:
-        return f"each trial: {where}, no GPUs (memory per rank shown, nothing to check it against)"
+        rate = f"; wall time at {p.cpu.describe()}" if p.cpu else ""
+        return f"each trial: {where}, no GPUs (memory per rank shown, nothing to check it against){rate}"
     if p.gpu is None:
         gpu = f"{p.gpus} GPU(s) of an unnamed model (set backend.gpu to check memory)"
     else:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from scalelab.contract.workdir import data_dir
-from scalelab.jobs.config import DataConfig
+from scalelab.jobs.config import DataConfig, MissingData
 from scalelab.jobs.data.batch import Batch
 from scalelab.jobs.data.tokenizers import Tokenizer
 
@@ -53,33 +53,40 @@ def hub_offline() -> bool:
     )
 
 
-def _hub_error(cfg: DataConfig, e: Exception) -> ValueError:
+def hub_error(cfg: DataConfig, e: Exception | str, why: str | None = None) -> MissingData:
+    """A hub dataset that could not be loaded, and where to put it instead."""
     path, config = hub_id(cfg.source)
-    why = (
+    why = why or (
         "HF_DATASETS_OFFLINE / HF_HUB_OFFLINE is set and it is not in the local cache"
         if hub_offline()
         else "the Hugging Face hub is unreachable or does not have it"
     )
-    return ValueError(
+    cause = e if isinstance(e, str) else f"{type(e).__name__}: {str(e)[:200]}"
+    return MissingData(
+        "data.source",
         f"data.source {cfg.source!r}: dataset {path!r}"
         + (f" (config {config!r})" if config else "")
-        + f" could not be loaded: {why} ({type(e).__name__}: {str(e)[:200]}). Download it "
+        + f" could not be loaded: {why} ({cause}). Download it "
         f"on a connected machine into {data_dir() / 'hf-cache'} (or unset the offline "
         "variable), or give a local file instead: data.source: path/to/train.jsonl (or a "
         "folder with train.* and test.* files, .csv/.jsonl/.parquet) with data.text_field "
-        "and data.label_field naming its columns"
+        "and data.label_field naming its columns",
     )
 
 
 class _HonourOfflineEnv:
-    """datasets reads HF_*_OFFLINE at import; honour the variables as they are now."""
+    """datasets reads HF_*_OFFLINE at import; honour the variables as they are now
+    (`force`: offline whatever they say, to look in the local cache only)."""
+
+    def __init__(self, force: bool = False) -> None:
+        self.force = force
 
     def __enter__(self) -> None:
         import datasets.config
         import huggingface_hub.constants as hub
 
         self.saved = (datasets.config.HF_HUB_OFFLINE, hub.HF_HUB_OFFLINE)
-        if hub_offline():
+        if self.force or hub_offline():
             datasets.config.HF_HUB_OFFLINE = hub.HF_HUB_OFFLINE = True
 
     def __exit__(self, *exc: Any) -> None:
@@ -89,16 +96,17 @@ class _HonourOfflineEnv:
         datasets.config.HF_HUB_OFFLINE, hub.HF_HUB_OFFLINE = self.saved
 
 
-def check_hub(cfg: DataConfig) -> None:
-    """Resolve a hub dataset (from the cache when offline) before any run is started."""
+def check_hub(cfg: DataConfig, cache_only: bool = False) -> None:
+    """Resolve a hub dataset (from the cache when offline, or when `cache_only`: no
+    network at all) before any run is started; MissingData if it cannot be."""
     import datasets
 
     path, config = hub_id(cfg.source)
     try:
-        with _HonourOfflineEnv():
+        with _HonourOfflineEnv(force=cache_only):
             datasets.load_dataset_builder(path, config, cache_dir=str(data_dir() / "hf-cache"))
     except Exception as e:
-        raise _hub_error(cfg, e) from None
+        raise hub_error(cfg, e) from None
 
 
 def local_splits(files: list[Path]) -> dict[str, list[Path]]:
@@ -136,7 +144,7 @@ def _load(cfg: DataConfig, kind: str, files: list[Path], seed: int) -> dict[str,
             with _HonourOfflineEnv():
                 dd = datasets.load_dataset(path, config, cache_dir=cache)
         except Exception as e:
-            raise _hub_error(cfg, e) from None
+            raise hub_error(cfg, e) from None
     else:
         splits = local_splits(files)
         builders = {LOCAL_BUILDERS[p.suffix] for p in files}

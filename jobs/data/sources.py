@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from scalelab.jobs.config import MissingData
+
 READ_BATCH = 512  # documents per batch handed to a tokeniser worker
 GROUP_ITEMS = 16  # a larger Parquet row group is cut into this many items (see ParquetRows)
 TEXT_SUFFIXES = {".parquet", ".jsonl", ".json", ".csv", ".txt"}
@@ -41,7 +43,7 @@ def resolve_source(source: str) -> tuple[Kind, list[Path]]:
         matches = sorted(Path(p) for p in glob.glob(pattern, recursive=True))
         files = [p for p in matches if p.is_file()]
         if not files:
-            raise ValueError(f"data.source {source!r}: no files match this pattern")
+            raise MissingData("data.source", f"data.source {source!r}: no files match this pattern")
     else:
         path = Path(pattern)
         try:
@@ -51,10 +53,11 @@ def resolve_source(source: str) -> tuple[Kind, list[Path]]:
         except OSError as e:  # a name too long, a loop of links, a folder it cannot enter
             raise ValueError(f"data.source {source!r}: {e.strerror}") from None
         if not path.exists():
-            raise ValueError(
+            raise MissingData(
+                "data.source",
                 f"data.source {source!r}: no such file or folder (give a local "
                 ".parquet/.jsonl/.json/.csv/.txt file, folder or glob, builtin:pydoc, "
-                "builtin:copy, builtin:sort, or hf:<dataset>)"
+                "builtin:copy, builtin:sort, or hf:<dataset>)",
             )
         if path.is_dir():  # a dataset folder: its text files, not README.md or .git/
             files = sorted(
@@ -297,14 +300,14 @@ def _hub_batches(source: str, field: str, start: int) -> Iterator[list[str | Non
     import datasets
 
     from scalelab.jobs.config import DataConfig
-    from scalelab.jobs.data.classification import _HonourOfflineEnv, _hub_error, hub_id
+    from scalelab.jobs.data.classification import _HonourOfflineEnv, hub_error, hub_id
 
     path, config = hub_id(source)
     with _HonourOfflineEnv():
         try:
             ds = datasets.load_dataset(path, config, split="train", streaming=True)
         except Exception as e:
-            raise _hub_error(DataConfig(source=source), e) from None
+            raise hub_error(DataConfig(source=source), e) from None
         yield from stream_dataset(ds, field, start, where=source)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scalelab.jobs.config import DataConfig
+from scalelab.jobs.config import DataConfig, MissingData
 from scalelab.jobs.data import classification as classification_data
 from scalelab.jobs.data.batch import Batch
 from scalelab.jobs.data.classification import LabelledData
@@ -80,9 +80,16 @@ class ClassificationData:
         return Batch(d.tokens[indices].astype(np.int64), d.labels[indices].astype(np.int64))
 
 
-def check_data(cfg: DataConfig, model: ModelConfig) -> Tokenizer | None:
-    """Every input error a data config can have, raised before any process group starts."""
-    kind, files = resolve_source(cfg.source)
+def check_data(cfg: DataConfig, model: ModelConfig, hub: bool = True) -> Tokenizer | None:
+    """Every input error a data config can have, raised before any process group starts;
+    data that is not here (MissingData) is raised after the config's own errors. `hub`:
+    also resolve a hub dataset (a sweep's dry-run checks those in parallel, with a
+    time-out: orchestrator/data_availability.py)."""
+    try:
+        kind, files = resolve_source(cfg.source)
+        missing = None
+    except MissingData as e:  # a local path: check the rest of the config first
+        kind, files, missing = "local", [], e
     vocab_size = model.vocab_size
     if kind in ("classification", "topics") and model.task != "classify":
         raise ValueError(f"data.source {cfg.source!r} goes with model.task='classify'")
@@ -110,7 +117,10 @@ def check_data(cfg: DataConfig, model: ModelConfig) -> Tokenizer | None:
         )
     if model.task == "classify":
         classification_data.check_fields(cfg, tok)
-        if kind == "hub":
+    if missing is not None:
+        raise missing
+    if model.task == "classify":
+        if kind == "hub" and hub:
             classification_data.check_hub(cfg)
         if kind == "local":
             classification_data.local_splits(files)

@@ -1,7 +1,7 @@
 """Progress lines in the trial's log while it trains (docs/monitoring.md, "A trial's log").
 
 One line per report, `key=value` fields after a timestamp, on every rank, through the
-`scalelab.progress` logger to file descriptor 2: the rank's log while jobs.launch captures
+`scalelab.jobs.training.progress` logger to file descriptor 2: the rank's log while jobs.launch captures
 it (rank 0's `trial.log`, rank r's `rank<r>.log`), the terminal when the job runs by hand.
 Written with one unbuffered write per line, so `scalelab logs --follow` shows it at once.
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from scalelab.jobs.training.accounting import mfu
 from scalelab.jobs.training.step_metrics import Reduced
 
-LOGGER = "scalelab.progress"
+LOGGER = __name__  # scalelab.jobs.training.progress
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 

@@ -51,6 +51,19 @@ def problem_lines(result: Result) -> list[str]:
     return [lines[0].removeprefix("error: ").removesuffix(REFUSED)]
 
 
+def blocker_lines(result: Result) -> list[str]:
+    """The blockers (data not here) of a submit's clean refusal (exit 2, no traceback)."""
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output[-3000:]
+    lines = result.stderr.rstrip("\n").splitlines()
+    if len(lines) == 1:
+        assert lines[0].startswith("error: ") and lines[0].endswith(" (nothing submitted)")
+        return [lines[0].removeprefix("error: ").removesuffix(" (nothing submitted)")]
+    assert lines[0].startswith("error: ") and lines[0].endswith(
+        ": its data is not here, nothing submitted:"
+    ), result.stderr
+    return lines[1:]
+
+
 def one_line_error(result: Result) -> str:
     """The single problem of a clean refusal (exit 2, one line, no traceback)."""
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(

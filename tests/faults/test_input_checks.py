@@ -24,8 +24,6 @@ backend: {concurrency: 1, cpus_per_trial: 0.5, max_retries: 0}
 CASES = [
     ("seq_len above block_size", "block_size: 64", "block_size: 32",
      "4: base.data.seq_len: data.seq_len=64 exceeds model.block_size=32"),
-    ("a missing local data path", '"builtin:pydoc"', "/no/such/corpus.txt",
-     "4: base.data.source: data.source '/no/such/corpus.txt': no such file or folder"),
     ("a data.source path component over 255 characters (issue 33, item 6)", '"builtin:pydoc"',
      '"/tmp/' + "a" * 300 + '/x.txt"', "4: base.data.source: data.source '/tmp/aaaa"),
     ("a vocabulary smaller than the tokenizer's", "vocab_size: 256", "vocab_size: 100",
@@ -70,6 +68,20 @@ def test_a_trial_that_could_not_start_is_refused_before_any_run_exists(
     assert planned.startswith(f"{path}:{expected}"), planned
     submitted = one_line_error(scalelab(home, "submit", path))
     assert submitted == planned
+    assert runs_in(home) == 0 and not (home / "mlflow.db").exists()
+
+
+def test_missing_data_is_planned_and_listed_as_a_blocker_that_a_submit_refuses(tmp_path):
+    """Issue 27, item 7: data that is not here is no reason not to plan the sweep."""
+    path, home = tmp_path / "sweep.yaml", tmp_path / "home"
+    path.write_text(SWEEP.replace('"builtin:pydoc"', "/no/such/corpus.txt"))
+    blocker = f"{path}:4: base.data.source: data.source '/no/such/corpus.txt': no such file"
+    planned = scalelab(home, "submit", path, "--dry-run")
+    assert planned.exit_code == 2 and "Traceback" not in planned.output
+    assert "sweep checks: 1 trials on local" in planned.stdout
+    assert "missing" in planned.stdout and f"  {blocker}" in planned.stdout
+    assert "1 blocker(s)" in one_line_error(planned)
+    assert one_line_error(scalelab(home, "submit", path)).startswith(blocker)
     assert runs_in(home) == 0 and not (home / "mlflow.db").exists()
 
 

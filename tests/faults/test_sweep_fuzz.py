@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 from click.testing import Result
-from faults.input_cli import problem_lines, runs_in, scalelab
+from faults.input_cli import blocker_lines, problem_lines, runs_in, scalelab
 from faults.sweep_mutations import Mutant, mutate
 
 from scalelab.cli import sweeps as commands
@@ -55,6 +55,14 @@ def problems_of(result: Result, path: str) -> list[str]:
     return found
 
 
+def _blockers(result: Result) -> list[str]:
+    """The blockers of a dry-run's JSON plan; [] when it printed no plan."""
+    try:
+        return json.loads(result.stdout)["blockers"]
+    except (ValueError, KeyError, TypeError):
+        return []
+
+
 def assert_no_traceback(result: Result) -> None:
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(
         result.exception
@@ -75,6 +83,12 @@ def check_case(i: int, mutant: Mutant, folder: Path, home: Path) -> str:
         assert not mutant.must_fail, "a mutant built to be invalid was accepted"
         assert json.loads(dry.stdout)["trials"], dry.stdout[:500]
         outcome = "valid"
+    elif blockers := _blockers(dry):  # a valid sweep whose data is not here: planned, exit 2
+        assert json.loads(dry.stdout)["trials"], dry.stdout[:500]
+        keyed = re.compile(rf"{re.escape(str(path))}:\d+: .+?: \S")
+        assert all(keyed.match(line) for line in blockers), blockers
+        assert blocker_lines(scalelab(home, "submit", path)) == blockers
+        outcome = "refused"
     else:
         problems = problems_of(dry, str(path))
         real = scalelab(home, "submit", path)  # the submission path stops the same way
