@@ -9,13 +9,18 @@ it with every checkpoint.
 
 `convert` runs the converter as a process of its own with pools of workers, before the
 process group starts (jobs.training.checkpoint.prepare_resume), and records a finished
-conversion last, so a retry keeps it (docs/training.md, 'Checkpoints and preemption').
+conversion last, so a retry keeps it; a conversion cut short continues where it stopped:
+every work item of the converter's two long phases (one rank's shard extracted, one
+parameter merged) is recorded when it is done and skipped by a retry (docs/training.md,
+'Checkpoints and preemption').
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -33,6 +38,17 @@ import torch
 UNIVERSAL_DIR = "universal"  # ckpt/universal/<tag>: a conversion, removed once loaded
 CONVERTED = "CONVERTED"  # in a finished conversion, written last: {"source": its key, ...}
 FAILED_SUFFIX = ".FAILED"  # ckpt/universal/<tag>.FAILED: why it could not be converted
+PARTIAL_SUFFIX = ".partial"  # ckpt/universal/<tag>.partial: a conversion under way
+RESUME_DIR = "resume"  # in <tag>.partial: its source's key, and what of it is done
+DS_TEMP_DIR = "tmp"  # ds_to_universal's fragments, in its output folder (its main())
+# ds_to_universal's work items, each a call that its pools make with the item last: the
+# extract phase cuts one rank's optimizer shard into per-parameter fragments (in tmp/), the
+# merge phase joins one parameter's fragments into its files (in zero/); both overwrite
+# whatever an earlier, killed call left half-written.
+PHASE_WORK = {
+    "extract": ("extract_zero_shards", "extract_zero_shards_stage3"),
+    "merge": ("merge_tp_slices", "merge_zero3_slices"),
+}
 
 
 def record_info(model: torch.nn.Module) -> None:
@@ -117,14 +133,14 @@ def convert(tag_dir: Path, out_dir: Path, key: str, workers: tuple[int, int] | N
     it is there already; returns what the conversion took. The converter is a process of
     its own (`python -m scalelab.jobs.training.universal`, below: its pools are forked from
     a process that has done nothing else, with the safe-loading allow-list) that writes
-    into `<out_dir>.partial-<pid>`, then CONVERTED last, then renames the folder into
-    place: a conversion cut short is never taken for a finished one, and a finished one is
-    never redone. A conversion cut short is redone (ds_to_universal cannot continue one)."""
+    into `<out_dir>.partial`, then CONVERTED last, then renames the folder into place: a
+    conversion cut short is never taken for a finished one, and a finished one is never
+    redone. One cut short is continued: the work items it finished are skipped."""
     if converted(out_dir, key):
         return "already converted"
     extract, merge = workers or pool_sizes(tag_dir)
     for stale in out_dir.parent.glob(out_dir.name + ".partial-*"):
-        shutil.rmtree(stale, ignore_errors=True)  # a conversion killed part-way
+        shutil.rmtree(stale, ignore_errors=True)  # an earlier scalelab's per-process folders
     shutil.rmtree(out_dir, ignore_errors=True)  # another checkpoint's, saved under this tag
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "scalelab.jobs.training.universal", str(tag_dir),
@@ -136,7 +152,12 @@ def convert(tag_dir: Path, out_dir: Path, key: str, workers: tuple[int, int] | N
                            f"{done.returncode} (its output is in the trial log)")  # fmt: skip
     if not converted(out_dir, key):
         raise RuntimeError(f"the converter finished without writing {out_dir / CONVERTED}")
-    return f"{time.monotonic() - t0:.1f} s with {extract} extract and {merge} merge workers"
+    took = f"{time.monotonic() - t0:.1f} s with {extract} extract and {merge} merge workers"
+    resumed = _record(out_dir / CONVERTED).get("resumed") or {}
+    if any(resumed.values()):
+        done = " and ".join(f"{n} {phase}" for phase, n in resumed.items())
+        took += f", continuing a conversion cut short ({done} items done before)"
+    return took
 
 
 def _die_with_parent() -> None:
@@ -156,25 +177,84 @@ def _convert_here(tag_dir: Path, out_dir: Path, key: str, extract: int, merge: i
 
     from scalelab.jobs.training.safe_load import weights_only_loading
 
-    # ds_to_universal's pools must inherit the allow-list: forked, not spawned
+    # ds_to_universal's pools must inherit the allow-list (and the records of
+    # `_resumable_work`): forked, not spawned
     multiprocessing.set_start_method("fork", force=True)
-    partial = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
+    partial = out_dir.with_name(out_dir.name + PARTIAL_SUFFIX)
+    resume = partial / RESUME_DIR
     args = argparse.Namespace(
         input_folder=str(tag_dir),
         output_folder=str(partial),
         num_extract_workers=extract,
         num_merge_workers=merge,
-        keep_temp_folder=False,
+        keep_temp_folder=True,  # until the whole conversion is done: a retry may need it
         strict=True,
         inject_missing_state=False,
     )
     t0 = time.monotonic()
-    with weights_only_loading():
-        ds_to_universal.main(args)
-    record = {"source": key, "seconds": round(time.monotonic() - t0, 1),
-              "workers": {"extract": extract, "merge": merge}}  # fmt: skip
-    _write_atomic(partial / CONVERTED, json.dumps(record))  # last: the conversion is whole
-    partial.rename(out_dir)
+    with _locked(partial.with_name(partial.name + ".lock")):
+        if _record(resume / "source.json").get("source") != key:
+            shutil.rmtree(partial, ignore_errors=True)  # another checkpoint's, or none
+            resume.mkdir(parents=True)
+            _write_atomic(resume / "source.json", json.dumps({"source": key}))
+        resumed = {phase: len(list((resume / phase).glob("*.json"))) for phase in PHASE_WORK}
+        with weights_only_loading(), _resumable_work(resume):
+            ds_to_universal.main(args)
+        shutil.rmtree(partial / DS_TEMP_DIR)
+        shutil.rmtree(resume)
+        record = {"source": key, "seconds": round(time.monotonic() - t0, 1),
+                  "workers": {"extract": extract, "merge": merge}, "resumed": resumed}  # fmt: skip
+        _write_atomic(partial / CONVERTED, json.dumps(record))  # last: the conversion is whole
+        partial.rename(out_dir)
+
+
+@contextlib.contextmanager
+def _locked(lock_file: Path) -> Iterator[None]:
+    """One converter per partial folder: a POSIX lock (lockf), released when the converter
+    dies and, unlike flock, not held by the pool workers it forked."""
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "a") as f:
+        fcntl.lockf(f, fcntl.LOCK_EX)
+        yield
+
+
+@contextlib.contextmanager
+def _resumable_work(resume: Path) -> Iterator[None]:
+    """While ds_to_universal.main runs: each work item of PHASE_WORK recorded in
+    `resume/<phase>/` when its call returns (with what it returned), and a recorded one
+    not called again. DeepSpeed's own functions do the work; its pools pickle them by
+    name, so the recording stand-ins take their names in its module."""
+    from deepspeed.checkpoint import ds_to_universal
+
+    originals = {}
+    for phase, names in PHASE_WORK.items():
+        (resume / phase).mkdir(parents=True, exist_ok=True)
+        for name in names:
+            originals[name] = getattr(ds_to_universal, name)
+            setattr(ds_to_universal, name, _recorded(originals[name], phase, resume / phase))
+    try:
+        yield
+    finally:
+        for name, work in originals.items():
+            setattr(ds_to_universal, name, work)
+
+
+def _recorded(work: Any, phase: str, records: Path) -> Any:
+    @functools.wraps(work)
+    def once(*args: Any, **kwargs: Any) -> Any:
+        _die_with_parent()  # a pool worker (forked: that is not inherited) dies with the converter
+        item = repr(args[-1])  # the work item: a rank's indices, a parameter (and shapes)
+        record = records / (hashlib.sha256(item.encode()).hexdigest()[:24] + ".json")
+        if done := _record(record):
+            print(f"[scalelab] {phase} {item}: done before, skipped", flush=True)
+            return set(done["result"]) if done.get("set") else done["result"]
+        result = work(*args, **kwargs)  # None, or the set of patterns a merge left unused
+        is_set = isinstance(result, set)
+        saved = {"item": item, "result": sorted(result) if is_set else result, "set": is_set}
+        _write_atomic(record, json.dumps(saved))
+        return result
+
+    return once
 
 
 def set_loading(engine: Any, universal: bool) -> None:

@@ -10,6 +10,7 @@ itself in place (orchestrator/backends/requeue.py): the same job id, the same ar
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from scalelab.contract import workdir
-from scalelab.contract.outcome import EXIT_REQUEUE
+from scalelab.contract.outcome import EXIT_REFUSED, EXIT_REQUEUE
 from scalelab.contract.placement import DeviceAsk
 from scalelab.contract.runs import Status, Tag, job_ref
 from scalelab.jobs.launch import JobRef, launch
@@ -113,6 +114,9 @@ class SlurmTrial:
         outcome = launch(job_ref, job_json, run_id, artifact_uri=artifact_uri, ask=ask)
         if outcome["status"] == Status.PREEMPTED and requeue_in_place():
             raise SystemExit(EXIT_REQUEUE)  # no result file: watchers wait for the requeued run
+        if outcome.get("refused") and int(os.environ.get("SLURM_NTASKS", "1")) > 1:
+            record_refusal(outcome)
+            raise SystemExit(EXIT_REFUSED)  # srun --kill-on-bad-exit ends the waiting tasks
         return outcome
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
@@ -129,6 +133,37 @@ def slurm_client_options() -> dict[str, Any]:
     return {"runtime_env": {"env_vars": {"SLURM_CONF": conf}}} if conf else {}
 
 
+# A task that refused its node, in a job of several tasks: its outcome, beside submitit's
+# files. The exit code alone (78) does not survive: the step's is that of the tasks srun
+# then kills (sacct shows CANCELLED 0:15), and task 0 leaves no result.
+REFUSAL_FILE = "{job_id}_{task}_refused.json"
+
+
+def record_refusal(outcome: dict[str, Any]) -> None:
+    """In a SLURM task that refused its node: leave its outcome for the job's watcher."""
+    import submitit
+
+    env = submitit.JobEnvironment()
+    path = env.paths.folder / REFUSAL_FILE.format(job_id=env.job_id, task=env.global_rank)
+    reason = f"task {env.global_rank} of {env.num_tasks} refused its node: {outcome['reason']}"
+    path.write_text(json.dumps({**outcome, "reason": reason}))
+
+
+def refusal(folder: str, job_id: str) -> dict[str, Any] | None:
+    """The outcome a refusing task of the job recorded (the lowest task's), if one did."""
+    import submitit
+
+    job_folder = submitit.core.utils.JobPaths(folder, job_id=job_id).folder
+    found = sorted(job_folder.glob(REFUSAL_FILE.format(job_id=job_id, task="*")),
+                   key=lambda p: int(p.name.split("_")[-2]))  # fmt: skip
+    for path in found:
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 def watch_slurm(folder: str, job_id: str, poll_s: float) -> dict[str, Any]:
     """Wait for one SLURM job; its outcome dict, or FAILED with the reason."""
     import submitit
@@ -136,6 +171,8 @@ def watch_slurm(folder: str, job_id: str, poll_s: float) -> dict[str, Any]:
     job = submitit.SlurmJob(folder=folder, job_id=job_id)
     while not job.done():
         time.sleep(poll_s)
+    if refused := refusal(folder, job_id):
+        return refused  # not retried (orchestrator/scheduler.py)
     try:
         return job.result()
     except Exception as e:  # job failed, was cancelled, or left no result

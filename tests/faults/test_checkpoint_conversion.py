@@ -1,5 +1,5 @@
 """Converting a checkpoint for another rank count (issue 26, item 2): a conversion whose
-process is killed part-way is redone, one that finished is never redone, and a checkpoint
+process is killed part-way continues where it stopped, one that finished is never redone, and a checkpoint
 that fails its checks is recorded as such and the next older one converted instead. The
 trial here was written by 1 rank and is converted for 2 (as 2 ranks resuming it would)."""
 
@@ -28,43 +28,52 @@ def _universal_weights(folder) -> dict:
     return weights
 
 
+def _files(folder) -> dict:
+    """relative path -> bytes of every file under `folder`."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
 @pytest.mark.slow
-def test_a_conversion_killed_part_way_is_redone_and_a_finished_one_kept(trial_copy):
+def test_a_conversion_killed_part_way_continues_and_a_finished_one_is_kept(trial_copy, capfd):
     ckpt, tag_dir = trial_copy.ckpt, trial_copy.ckpt / TAG
     out = universal.conversion_dir(ckpt, TAG)
     key = universal.source_key(tag_dir / checkpoint.MARKER)
+    extracted = out.with_name(TAG + universal.PARTIAL_SUFFIX) / universal.RESUME_DIR / "extract"
     converter = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "scalelab.jobs.training.universal",
-            str(tag_dir),
-            str(out),
-            key,
-            "1",
-            "1",
-        ]  # fmt: skip
-    )
-    try:  # killed as soon as it has begun writing
-        while converter.poll() is None and not list(out.parent.glob(f"{TAG}.partial-*")):
+        [sys.executable, "-m", "scalelab.jobs.training.universal", str(tag_dir), str(out), key,
+         "1", "1"]
+    )  # fmt: skip
+    try:  # killed as soon as its extract phase (one shard: one rank wrote it) is recorded
+        while converter.poll() is None and not list(extracted.glob("*.json")):
             time.sleep(0.002)
         converter.kill()
     finally:
         converter.wait()
     assert converter.returncode == -9, "the converter finished before it could be killed"
-    assert list(out.parent.glob(f"{TAG}.partial-*")) and not out.exists()
+    assert not out.exists()
+    capfd.readouterr()
 
     done = checkpoint.prepare_resume(ckpt, world_size=2)  # as each of 2 ranks would
 
-    assert done.startswith(f"{TAG}: converted for 2 rank(s) in")
+    assert done.startswith(f"{TAG}: converted for 2 rank(s) in"), done
+    assert "continuing a conversion cut short (1 extract and " in done
+    assert "[scalelab] extract (0, 0, 0): done before, skipped" in capfd.readouterr().err
     assert universal.converted(out, key)
-    assert not list(out.parent.glob("*.partial-*"))  # the killed one's leftovers are gone
+    assert not list(out.parent.glob("*.partial*/"))  # the killed one's leftovers are gone
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
     saved = get_fp32_state_dict_from_zero_checkpoint(str(ckpt), tag=TAG)
     converted = _universal_weights(out)
     assert converted.keys() <= saved.keys() and len(converted) > 10
     assert all(torch.equal(w, saved[name]) for name, w in converted.items())
+    # the same files as a conversion never cut short
+    whole = trial_copy.home / "whole" / TAG
+    universal.convert(tag_dir, whole, key, workers=(1, 1))
+    resumed, uncut = _files(out), _files(whole)
+    assert resumed.keys() == uncut.keys()
+    assert [
+        name for name in uncut if name != universal.CONVERTED and resumed[name] != uncut[name]
+    ] == []
 
     finished = (out / universal.CONVERTED).stat().st_mtime_ns
     assert checkpoint.prepare_resume(ckpt, world_size=2).endswith("already")

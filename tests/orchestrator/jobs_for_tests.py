@@ -140,9 +140,12 @@ def refuses(job: JobConfig, run_id: str | None = None) -> dict:
 
 
 def rank_one_refuses(job: JobConfig, run_id: str | None = None) -> dict:
-    """Task 1 of a SLURM job refuses its node at once; task 0 stands for a rank waiting at
-    the rendezvous for the others (it would wait out deepspeed.dist_timeout_minutes)."""
+    """Task 1 of a SLURM job refuses its node at once, as the training job's device check
+    does; task 0 stands for a rank waiting at the rendezvous for the others (it would wait
+    out deepspeed.dist_timeout_minutes)."""
+    from scalelab.contract.outcome import EnvironmentRefused
+
     if os.environ.get("SLURM_PROCID") == "1":
-        raise SystemExit(78)  # contract.outcome.EXIT_REFUSED: the training job's refusal
+        raise EnvironmentRefused(f"task 1 found no GPU for seed {job.seed}")
     time.sleep(300)
     return {"status": "FINISHED"}

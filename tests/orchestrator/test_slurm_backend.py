@@ -100,11 +100,12 @@ def test_a_trial_asked_for_a_gpu_is_refused_by_the_cpu_node_not_retried(
 def test_one_task_failing_ends_the_job_not_the_time_limit(
     slurm_cluster, ray_session, work_home, sweep_name
 ):
-    """Task 1 refuses its node while task 0 waits (as at the rendezvous): srun runs with
-    --kill-on-bad-exit, so the job ends at once and the trial fails; before, task 0 held
-    the job (and the test cluster's CPUs) until its time limit."""
+    """Task 1 refuses its node while task 0 waits (as at the rendezvous): the refusing
+    task exits 78 and srun runs with --kill-on-bad-exit, so the job ends at once (before,
+    task 0 held the job and the test cluster's CPUs until its time limit), and the trial
+    is refused, with task 1's reason, not retried (max_retries: 1)."""
     backend = (
-        "{kind: slurm, concurrency: 1, max_retries: 0, "
+        "{kind: slurm, concurrency: 1, max_retries: 1, retry_backoff_s: 0.1, "
         f"slurm: {{partition: {slurm_cluster.partition}, time_min: 5, poll_s: 1, "
         "tasks_per_node: 2}}"
     )
@@ -114,6 +115,10 @@ def test_one_task_failing_ends_the_job_not_the_time_limit(
     out = run_sweep(spec, [trial], Ledger(spec.name), job="jobs_for_tests:rank_one_refuses")
     assert out.failed == [trial.trial_id], out
     assert time.monotonic() - started < 90  # the time limit is 300 s
+    rec = Ledger(spec.name).records()[trial.trial_id]
+    assert rec.tags[Tag.REFUSED] == "1", rec.tags.get(Tag.ERROR)
+    assert "task 1 found no GPU for seed 7700" in rec.tags[Tag.ERROR]
+    assert _sbatch_count(f"scalelab-{sweep_name}") == 1  # not retried
 
 
 def _sbatch_count(job_name: str) -> int:
