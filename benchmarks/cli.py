@@ -8,6 +8,7 @@ MLFLOW_TRACKING_URI. `scalelab ui` is timed from its start to the first
 HTTP answer of the MLflow UI (wall only: the server keeps running until stopped).
 
     python benchmarks/cli.py [--repeats 5] [--sweep demo] [--file sweeps/demo.yaml]
+    python benchmarks/cli.py --only dry-run     # rows whose label has this; no sweep needed
 """
 
 from __future__ import annotations
@@ -114,8 +115,15 @@ def main() -> None:
     ap.add_argument("--sweep", default="demo")
     ap.add_argument("--file", default="sweeps/demo.yaml")
     ap.add_argument("--no-ui", action="store_true", help="Skip timing `scalelab ui`.")
+    ap.add_argument(
+        "--only", action="append", default=[], help="Time only the rows whose label has this."
+    )
     args = ap.parse_args()
     os.chdir(ROOT)
+    rows = [c for c in commands(args.sweep, args.file) if any(o in c[0] for o in args.only or [""])]
+    if not any(label.startswith(READS_THE_SWEEP) for label, *_ in rows):
+        run(rows, args.repeats, ui=False)
+        return
     shown = subprocess.run([*scalelab(), "status", args.sweep, "--json"], capture_output=True)
     if shown.returncode != 0:
         sys.exit(f"no recorded sweep {args.sweep!r} to read (make demo): {shown.stderr[-300:]}")
@@ -124,14 +132,21 @@ def main() -> None:
     ]
     if live:  # `cancel` would cancel them: time it on a sweep that has ended
         sys.exit(f"sweep {args.sweep} has {len(live)} live trials; run this once it has ended")
+    run(rows, args.repeats, ui=not args.no_ui and not args.only)
+
+
+READS_THE_SWEEP = ("scalelab status", "scalelab logs", "scalelab cancel")
+
+
+def run(rows: list, repeats: int, ui: bool) -> None:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {os.getloadavg()}")
-    print(f"medians of {args.repeats} runs (after one warm-up run each)\n")
+    print(f"medians of {repeats} runs (after one warm-up run each)\n")
     header = f"{'command':<44} {'CPU s':>7} {'wall s':>7} {'goal':>8}  met"
     print(header)
     print("-" * len(header))
-    for label, argv, env, goal in commands(args.sweep, args.file):
+    for label, argv, env, goal in rows:
         timed(argv, env)  # warm the file cache and .pyc files
-        runs = [timed(argv, env) for _ in range(args.repeats)]
+        runs = [timed(argv, env) for _ in range(repeats)]
         cpu = statistics.median(r[0] for r in runs)
         wall = statistics.median(r[1] for r in runs)
         ok = all(r[2] == 0 for r in runs)
@@ -140,8 +155,8 @@ def main() -> None:
         print(
             f"{label:<44} {cpu:7.2f} {wall:7.2f} {goal_cell:>8}  {met}{'' if ok else ' (failed)'}"
         )
-    if not args.no_ui:
-        answers = [ui_answer_s() for _ in range(max(1, args.repeats // 2))]
+    if ui:
+        answers = [ui_answer_s() for _ in range(max(1, repeats // 2))]
         got = [a for a in answers if a is not None]
         wall = statistics.median(got) if got else float("nan")
         met = "yes" if got and len(got) == len(answers) and wall < UI_GOAL_S else "no"

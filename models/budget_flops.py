@@ -1,14 +1,13 @@
 """BudgetFormer's FLOP counts (models/budget.py): the budget and relevance nets, and the
 attention a layer's hard (inference) path executes for its head decisions. models/flops.py
-sums the model; these are the budget-specific terms."""
+sums the model; these are the budget-specific terms. Torch- and numpy-free to import: the
+mechanism's declaration counts with it when a sweep is planned."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from scalelab.models.mechanism import Seam
 
@@ -29,10 +28,12 @@ def budget_inference_flops(
     relevance nets) that BudgetFormer's inference executes for one batch, from the actual
     decisions: `k[l]` is layer l's heads per example, shape (B,) or (B, 1) for the encoder,
     (B, T) per query token for the decoder; `union[l]` (B,) counts the heads whose K/V the
-    decoder computed (models.budget.budget_decisions returns both). The Hadamard transform
-    runs over all d channels and is counted in forward_flops_per_token, not here. Attention
-    rows count all T keys, as for full attention (FlopCounterMode's convention for
-    is_causal); the decoder's chunked pair attention computes fewer for T >= 256."""
+    decoder computed (models.budget_layers.budget_decisions returns both). The Hadamard
+    transform runs over all d channels and is counted in forward_flops_per_token, not here.
+    Attention rows count all T keys, as for full attention (FlopCounterMode's convention
+    for is_causal); the decoder's chunked pair attention computes fewer for T >= 256."""
+    import numpy as np
+
     total = 0.0
     for layer, k_l in enumerate(k):
         u = None if union is None else np.asarray(union[layer], dtype=np.float64)

@@ -36,9 +36,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from scalelab.models.budget import BudgetAttention
-from scalelab.models.dense import FullDepth, MultiHeadAttention, merge_heads
-from scalelab.models.tsa import TokenSelectiveDepth, add_ffn_update
+from scalelab.models.budget_layers import BudgetAttention
+from scalelab.models.dense_layers import FullDepth, MultiHeadAttention, merge_heads
+from scalelab.models.tsa_layers import TokenSelectiveDepth, add_ffn_update
 
 
 @dataclass
@@ -244,8 +244,8 @@ def full_depth_step(model: nn.Module, x: Tensor, step: _Step) -> Tensor:
 
 
 def token_selective_step(model: nn.Module, x: Tensor, step: _Step) -> Tensor:
-    """TSA with the eval gates of models/tsa.py: binary under `sparse_inference` (a halted
-    token writes its K/V and skips the attention update and the FFN), else soft."""
+    """TSA with the eval gates of models/tsa_layers.py: binary under `sparse_inference` (a
+    halted token writes its K/V and skips the attention update and the FFN), else soft."""
     depth: TokenSelectiveDepth = model.depth
     blocks = model.blocks
     x = x + step.attention(blocks[0], 0, x, None)  # f_0 always runs

@@ -1,22 +1,15 @@
 """The dense baseline at the three seams: all heads (multi-head self-attention), a dense
 output projection W_O, and every token through every block.
 
-Each seam's dense component (models/mechanism.py) gives its counts and builds its module;
-a mechanism derives from the one it replaces. Attention is causal for language modelling,
-bidirectional for the classification encoder, and mixes its heads with the output mixing it
-is given (dense W_O here, Hadamard in models/hadamard.py). Dropout acts on the attention
-probabilities only, not on the output (the FFN drops its hidden layer:
-docs/reproducing/baseline.md).
+Each seam's dense component (models/mechanism.py) gives its counts here, torch-free (the CLI
+validates and plans sweeps with them), and builds its module from models/dense_layers.py; a
+mechanism derives from the one it replaces.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch.nn.functional as F
-from torch import Tensor, nn
-
-from scalelab.models.context import ForwardContext
 from scalelab.models.mechanism import (
     ActiveFractions,
     DepthRouting,
@@ -24,9 +17,10 @@ from scalelab.models.mechanism import (
     HeadSelection,
     OutputMixing,
 )
-from scalelab.models.parametrization import attention_scale
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from scalelab.models.config import ModelConfig
 
 
@@ -44,6 +38,8 @@ class DenseOutputMixing(OutputMixing):
         return 2 * model.d_head * model.d_model  # the head's d_head columns of W_O
 
     def build(self, model: ModelConfig, layer_idx: int) -> nn.Module:
+        from scalelab.models.dense_layers import DenseOutputProjection
+
         return DenseOutputProjection(model)
 
 
@@ -51,6 +47,8 @@ class AllHeads(HeadSelection):
     """Every head runs (the attention's Q/K/V and scores are the backbone's counts)."""
 
     def build(self, model: ModelConfig, layer_idx: int, out_proj: nn.Module) -> nn.Module:
+        from scalelab.models.dense_layers import MultiHeadAttention
+
         return MultiHeadAttention(model, layer_idx, out_proj)
 
 
@@ -58,64 +56,6 @@ class AllBlocks(DepthRouting):
     """Every token goes through every block."""
 
     def build(self, model: ModelConfig) -> nn.Module:
+        from scalelab.models.dense_layers import FullDepth
+
         return FullDepth()
-
-
-class DenseOutputProjection(nn.Linear):
-    """W_O: the dense d x d mixing of the concatenated heads."""
-
-    width_role = "residual"  # models/parametrization.py: N(0, 0.02^2 / (2 n_layer))
-
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__(cfg.d_model, cfg.d_model, bias=cfg.bias)
-
-
-class MultiHeadAttention(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer_idx: int, out_proj: nn.Module) -> None:
-        super().__init__()
-        self.n_head, self.d_head = cfg.n_head, cfg.d_head
-        self.causal = cfg.causal
-        self.dropout = cfg.dropout
-        self.scale = attention_scale(cfg)  # None: 1 / sqrt(d_head)
-        self.c_attn = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
-        self.out_proj = out_proj
-
-    def split_heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """(B, T, d) -> q, k, v each (B, H, T, d_head)."""
-        B, T, _ = x.shape
-        q, k, v = self.c_attn(x).split(self.n_head * self.d_head, dim=2)
-        return tuple(t.view(B, T, self.n_head, self.d_head).transpose(1, 2) for t in (q, k, v))
-
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, ctx: ForwardContext) -> Tensor:
-        """Scaled dot-product attention per head: softmax(q k^T / sqrt(d_head)) v (under µP
-        the scale is models.parametrization.attention_scale)."""
-        mask = None
-        if ctx.pad_mask is not None:  # encoder with padding: never attend to padded keys
-            mask = ctx.pad_mask[:, None, None, :]
-        return F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=mask,
-            is_causal=self.causal and mask is None,
-            dropout_p=self.dropout if self.training else 0.0,
-            scale=self.scale,
-        )
-
-    def forward(self, x: Tensor, ctx: ForwardContext) -> Tensor:
-        return self.out_proj(merge_heads(self.attend(*self.split_heads(x), ctx)))
-
-
-class FullDepth(nn.Module):
-    """Every token goes through every block: the baseline depth routing."""
-
-    def forward(self, x: Tensor, blocks: nn.ModuleList, ctx: ForwardContext) -> Tensor:
-        for block in blocks:
-            x = block(x, ctx)
-        return x
-
-
-def merge_heads(y: Tensor) -> Tensor:
-    """(B, H, T, d_head) -> (B, T, H * d_head)."""
-    B, H, T, dh = y.shape
-    return y.transpose(1, 2).reshape(B, T, H * dh)

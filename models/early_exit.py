@@ -25,7 +25,8 @@ from scipy.optimize import bisect
 from torch import Tensor
 
 from scalelab.models.context import ForwardContext
-from scalelab.models.tsa import add_ffn_update, tlops_saved
+from scalelab.models.tsa_counts import tlops_saved
+from scalelab.models.tsa_layers import add_ffn_update
 
 
 @dataclass

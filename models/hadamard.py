@@ -1,4 +1,5 @@
-"""Hadamard output projection (the attention-mixing seam's structured alternative).
+"""Hadamard output projection (the attention-mixing seam's structured alternative): the
+mechanism, its config and its counts (torch-free; the module: models/hadamard_layers.py).
 
 Attention's dense output projection W_O (d x d weights + d bias) is replaced by a fixed,
 orthonormal Walsh-Hadamard transform followed by a learned diagonal affine:
@@ -11,16 +12,11 @@ O(d^2) mixing FLOPs for O(d log d).
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Annotated, Literal
 
-import torch
 from pydantic import Field
-from torch import Tensor, nn
 
 from scalelab.contract.config import NotIdentity
-from scalelab.kernels import backend as kernel_backend
-from scalelab.kernels.hadamard import hadamard_transform_affine
 from scalelab.kernels.sizes import nearest_supported_sizes, supported_hadamard_size, transform_flops
 from scalelab.models.mechanism import (
     ActiveFractions,
@@ -29,9 +25,10 @@ from scalelab.models.mechanism import (
     MechanismConfig,
     OutputMixing,
 )
-from scalelab.models.parametrization import init_std
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from scalelab.models.config import ModelConfig
 
 
@@ -71,38 +68,6 @@ class Hadamard(Mechanism, OutputMixing):
         return FlopCount(output_mixing=model.n_layer * transform_flops(model.d_model))
 
     def build(self, model: ModelConfig, layer_idx: int) -> nn.Module:
+        from scalelab.models.hadamard_layers import HadamardOutputProjection
+
         return HadamardOutputProjection(model, self.settings(model).backend)
-
-
-def kernels_used() -> dict[str, kernel_backend.Use]:
-    """Which kernel computed this process's Hadamard transforms, by width, dtype and device,
-    and why `auto` fell back where it did (kernels/backend.py; the run's tag)."""
-    return kernel_backend.used()
-
-
-class HadamardOutputProjection(nn.Module):
-    def __init__(self, cfg: ModelConfig, backend: str = "auto") -> None:
-        super().__init__()
-        self.d_model = cfg.d_model
-        self.backend = backend
-        # The dense baseline's W_O is drawn with the residual std (0.02/sqrt(2L), and
-        # x m^-1/2 under µP), which scales the variance of its output by d * std^2.
-        # H/sqrt(d) is orthonormal and preserves it, so alpha starts at sqrt(d) * std: the
-        # block output has the baseline's variance at init (alpha = 1 would make every
-        # attention update ~sqrt(d) * std^-1 times louder). Under µP this alpha_init is the
-        # same at every width, and alpha and beta are vector-like (learning rate unscaled).
-        std = init_std(cfg, "residual", cfg.d_model)
-        self.alpha_init = math.sqrt(cfg.d_model) * std
-        self.alpha = nn.Parameter(torch.empty(cfg.d_model))
-        self.beta = nn.Parameter(torch.empty(cfg.d_model))
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        nn.init.constant_(self.alpha, self.alpha_init)
-        nn.init.zeros_(self.beta)
-
-    def forward(self, y: Tensor) -> Tensor:
-        return hadamard_transform_affine(y, self.alpha, self.beta, backend=self.backend)
-
-    def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, alpha_init={self.alpha_init:.4g}, backend={self.backend}"

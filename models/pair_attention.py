@@ -1,6 +1,6 @@
 """Causal attention for a set of (query, position) pairs: the queries BudgetFormer keeps
-after choosing each token's heads (models/budget.py), laid out per row and attended with
-one masked SDPA per position chunk."""
+after choosing each token's heads (models/budget_layers.py), laid out per row and attended
+with one masked SDPA per position chunk."""
 
 from __future__ import annotations
 

@@ -64,6 +64,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from scalelab.models.config import ModelConfig
+from scalelab.models.tsa_counts import tsa_router_hidden  # the router's width rule
 from scalelab.models.vocab import padded_vocab_size
 
 GIB = 2**30
@@ -103,8 +104,6 @@ def parameter_sizes(cfg: ModelConfig) -> list[int]:
         block += [hidden * d, hidden, hidden, 1, H * d, H]
     sizes = [padded_vocab_size(cfg.vocab_size) * d, cfg.block_size * d] + block * L + norm
     if cfg.tsa is not None:
-        from scalelab.models.tsa import tsa_router_hidden  # the router's width rule (loads torch)
-
         r = tsa_router_hidden(d)
         sizes += [r * d, r, r, 1] * (L - 1)
     if cfg.task == "classify":
@@ -315,8 +314,6 @@ def activation_model(
         full += (2 * h + 2 * cfg.budget.budget_hidden + a * a + 5 * a + 4) * act_bytes
     routed, gated = 0, 0.0
     if cfg.tsa is not None:
-        from scalelab.models.tsa import tsa_router_hidden
-
         routed = cfg.n_layer - 1
         gated = (2 * h + 2 * tsa_router_hidden(h) + 2) * act_bytes
     if cfg.task == "lm":

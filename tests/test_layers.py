@@ -54,6 +54,10 @@ TORCH_FREE = (
     "models.flops",
     "models.mechanism",
     "models.catalog",
+    "models.dense",  # the built-ins' declarations: validating a sweep's variants loads them
+    "models.hadamard",
+    "models.budget",
+    "models.tsa",
     "jobs.config",
     "contract.workdir",
     "contract.config",
@@ -333,9 +337,14 @@ def test_mlflow_names_are_spelled_only_in_the_contract():
     assert not stale, f"spelled in the contract now: remove from the allowlist: {sorted(stale)}"
 
 
-# Modules that import a mechanism's module directly, with why (everything else asks
-# models/catalog.py or the config's component at a seam).
-MECHANISM_MODULES = {"models.hadamard", "models.budget", "models.budget_flops", "models.tsa"}
+# Modules that import a mechanism's modules directly, with why (everything else asks
+# models/catalog.py or the config's component at a seam). A built-in mechanism's modules: its
+# declaration (torch-free), its arithmetic, and its torch modules (*_layers).
+MECHANISM_MODULES = {
+    *("models.hadamard", "models.hadamard_layers"),
+    *("models.budget", "models.budget_flops", "models.budget_layers"),
+    *("models.tsa", "models.tsa_counts", "models.tsa_layers"),
+}
 IMPORTS_MECHANISMS = {
     "models.catalog": "the registry's door: loads the built-ins",
     "models.decode": "a per-token decoding step for each built-in's module",

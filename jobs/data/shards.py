@@ -24,12 +24,14 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from scalelab.contract.workdir import data_dir
+
+if TYPE_CHECKING:
+    import numpy as np
 
 FORMAT = 1  # bump when the files change meaning
 DEFAULT_SHARD_TOKENS = 1 << 26  # 64M tokens: 128 MiB of uint16
@@ -177,6 +179,8 @@ class ShardWriter:
     size), under a temporary name until `commit`."""
 
     def __init__(self, path: Path, dtype: str) -> None:
+        import numpy as np  # here: reading a manifest (the CLI, a dry-run's data plan) needs none
+
         self.path, self.dtype = path, np.dtype(dtype)
         self.tmp = path.with_name(path.name + ".tmp")
         self.tokens, self.documents = 0, 0
@@ -184,6 +188,8 @@ class ShardWriter:
         self._file = self._guard(lambda: self.tmp.open("wb", buffering=1 << 22))
 
     def write(self, tokens: np.ndarray) -> None:
+        import numpy as np
+
         data = np.ascontiguousarray(tokens, dtype=self.dtype.newbyteorder("<")).tobytes()
         self.sha.update(data)
         self._guard(lambda: self._file.write(data))

@@ -72,7 +72,7 @@ def evaluate_early_exit(
     import torch.nn.functional as F
 
     from scalelab.models.early_exit import early_exit_logits, threshold_for_active_fraction
-    from scalelab.models.tsa import tlops_saved
+    from scalelab.models.tsa_counts import tlops_saved
 
     model = engine.module
     engine.eval()

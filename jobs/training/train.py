@@ -55,7 +55,7 @@ from scalelab.jobs.training.preemption import PreemptionFlag, PreemptionVote
 from scalelab.jobs.training.progress import Progress
 from scalelab.jobs.training.step_metrics import MetricWindow, Reduced
 from scalelab.models.flops import count_params, train_flops_per_token, train_flops_per_token_causal
-from scalelab.models.hadamard import kernels_used
+from scalelab.models.hadamard_layers import kernels_used
 
 DS_CONFIG_FILE = "deepspeed.json"
 COMPUTE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -372,9 +372,9 @@ class _Trainer:
         return Status.FINISHED, "", final_val
 
     def _report_kernels(self) -> None:
-        """Which Hadamard kernel ran (models/hadamard.py `kernels_used`) on the run's tag, and
-        why `auto` fell back to the torch path where it did; after the first step and at
-        sync steps."""
+        """Which Hadamard kernel ran (models/hadamard_layers.py `kernels_used`) on the run's
+        tag, and why `auto` fell back to the torch path where it did; after the first step
+        and at sync steps."""
         used = kernels_used()
         if not used or used == self.kernels_reported:
             return

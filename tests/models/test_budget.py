@@ -6,13 +6,9 @@ import torch
 from pydantic import ValidationError
 
 from scalelab.contract.config import format_config_error
-from scalelab.models.budget import (
-    BudgetAttention,
-    BudgetConfig,
-    budget_decisions,
-    schedule,
-)
+from scalelab.models.budget import BudgetConfig
 from scalelab.models.budget_flops import budget_inference_flops, budget_net_flops
+from scalelab.models.budget_layers import BudgetAttention, budget_decisions, schedule
 from scalelab.models.build import build
 from scalelab.models.config import ModelConfig
 from scalelab.models.context import ForwardContext

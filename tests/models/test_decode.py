@@ -47,7 +47,7 @@ def decisions_vary(model: torch.nn.Module, idx: torch.Tensor) -> None:
 
 
 def _budget_k(model):
-    from scalelab.models.budget import budget_decisions
+    from scalelab.models.budget_layers import budget_decisions
 
     return budget_decisions(model)
 

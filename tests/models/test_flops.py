@@ -106,8 +106,8 @@ def measured_flops_in_mode(cfg: ModelConfig, B: int, T: int, train: bool) -> int
 @pytest.mark.parametrize("task", ["classify", "lm"])
 @pytest.mark.parametrize("k", [1, 3])
 def test_budget_inference_flops_match_flop_counter_at_a_known_k(task, k):
-    from scalelab.models.budget import budget_decisions
     from scalelab.models.budget_flops import budget_inference_flops
+    from scalelab.models.budget_layers import budget_decisions
     from scalelab.models.flops import ActiveFractions
 
     extra = {"task": "classify", "n_classes": 3} if task == "classify" else {}

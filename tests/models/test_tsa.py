@@ -12,12 +12,11 @@ from scalelab.models.config import ModelConfig
 from scalelab.models.context import ForwardContext
 from scalelab.models.early_exit import early_exit_logits, threshold_for_active_fraction
 from scalelab.models.flops import count_params
-from scalelab.models.tsa import (
+from scalelab.models.tsa_counts import tlops_saved, tsa_router_hidden
+from scalelab.models.tsa_layers import (
     MAX_ACTIVE_FRACTION,
     MIN_SKIPPED_TOKENS,
     TokenSelectiveDepth,
-    tlops_saved,
-    tsa_router_hidden,
     use_sparse_ffn,
 )
 
