@@ -6,12 +6,11 @@ time the sweep is summarised: the latest value is the one the UI shows."""
 from __future__ import annotations
 
 import math
-import re
-import tempfile
 import time
 from pathlib import Path
-from urllib.parse import quote
 from typing import TYPE_CHECKING
+
+from scalelab.analysis.report_html import report_html
 
 if TYPE_CHECKING:
     from scalelab.analysis.results.fit import SweepFit
@@ -43,8 +42,8 @@ def _name(variant: str) -> str:
 def record_on_parent(
     parent_run_id: str | None, fit: SweepFit, report: Path, tracking_uri: str
 ) -> bool:
-    """Log the gains and constants as metrics and attach report.md (its plots shown from the
-    run's `plots/`: `in_mlflow`); False without a parent."""
+    """Log the gains and constants as metrics and attach report.md and report.html (the
+    same, its plots embedded: what the MLflow UI shows of it); False without a parent."""
     if parent_run_id is None:
         return False
     from mlflow import MlflowClient
@@ -55,25 +54,10 @@ def record_on_parent(
     metrics = [Metric(k, v, now, 0) for k, v in parent_metrics(fit).items()]
     for i in range(0, len(metrics), 1000):
         client.log_batch(parent_run_id, metrics=metrics[i : i + 1000])
-    with tempfile.TemporaryDirectory() as tmp:
-        copy = Path(tmp) / report.name
-        copy.write_text(in_mlflow(report.read_text(encoding="utf-8"), parent_run_id), "utf-8")
-        client.log_artifact(parent_run_id, str(copy))
+    client.log_artifact(parent_run_id, str(report))
+    page = report.with_suffix(".html")
+    page.write_text(
+        report_html(report.read_text("utf-8"), report.parent, f"sweep {fit.sweep}"), "utf-8"
+    )
+    client.log_artifact(parent_run_id, str(page))
     return True
-
-
-# an image of the report's plots/ folder: `![name](plots/loss_vs_flops.png)`
-_PLOT_IMAGE = re.compile(r"!\[([^\]]*)\]\((plots/[^)\s]+)\)")
-
-
-def in_mlflow(markdown: str, run_id: str) -> str:
-    """report.md as the MLflow UI's artifact viewer shows it: each plot, linked relative to
-    the report (results/<sweep>/plots/), is read from the run's own `plots/` artifacts
-    through the UI's `get-artifact` route (relative, so any host, port or static prefix
-    serves it). The viewer resolves a link against the page, not the artifact, and drops
-    `data:` images, so neither the relative link nor an embedded image would show."""
-
-    def link(m: re.Match[str]) -> str:
-        return f"![{m[1]}](get-artifact?path={quote(m[2], safe='')}&run_uuid={run_id})"
-
-    return _PLOT_IMAGE.sub(link, markdown)
