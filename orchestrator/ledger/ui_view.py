@@ -6,7 +6,7 @@ a browser keeps its own per experiment. What an experiment can carry is saved vi
 experiment tags `mlflow.sharedViewState.<id>` its "Views" menu lists (and an address with
 `viewStateShareKey=<id>` opens). scalelab saves one, `scalelab-trials`: the trials grouped by
 variant, the swept settings, `val/loss`, FLOPs, tokens and parameters as columns, every run
-in the charts (not the first ten), line charts against `compute/flops`, each run in its
+in the charts (not the first ten), the loss charts against `compute/flops`, each run in its
 variant's colour (the run tag `mlflow.runColor`).
 """
 
@@ -51,6 +51,7 @@ def view_state(swept_params: list[str]) -> dict[str, object]:
         "useGroupedValuesInCharts": False,  # every trial its own line, in its variant's colour
         "runsHiddenMode": "SHOW_ALL",  # the UI's default charts the first ten runs only
         "hideEmptyCharts": True,
+        "chartsSearchFilter": "loss",  # the loss charts first (the search box over the charts)
         "globalLineChartConfig": {
             "xAxisKey": "metric",
             "selectedXAxisMetricKey": X_METRIC,
