@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from scalelab.analysis.report_html import report_html
+
 if TYPE_CHECKING:
     from scalelab.analysis.results.fit import SweepFit
     from scalelab.analysis.scaling import Interval
@@ -40,7 +42,8 @@ def _name(variant: str) -> str:
 def record_on_parent(
     parent_run_id: str | None, fit: SweepFit, report: Path, tracking_uri: str
 ) -> bool:
-    """Log the gains and constants as metrics and attach report.md; False without a parent."""
+    """Log the gains and constants as metrics and attach report.md and report.html (the
+    same, its plots embedded: what the MLflow UI shows of it); False without a parent."""
     if parent_run_id is None:
         return False
     from mlflow import MlflowClient
@@ -52,4 +55,9 @@ def record_on_parent(
     for i in range(0, len(metrics), 1000):
         client.log_batch(parent_run_id, metrics=metrics[i : i + 1000])
     client.log_artifact(parent_run_id, str(report))
+    page = report.with_suffix(".html")
+    page.write_text(
+        report_html(report.read_text("utf-8"), report.parent, f"sweep {fit.sweep}"), "utf-8"
+    )
+    client.log_artifact(parent_run_id, str(page))
     return True

@@ -18,13 +18,14 @@ from scalelab.cli.console import err, fail
 from scalelab.cli.sweep_view import STATUS_COLUMNS, shared_settings, status_cells, status_notes
 from scalelab.cli.sweeps import door_errors, out
 from scalelab.cli.wide_tables import print_table
-from scalelab.contract.runs import TERMINAL, Status
+from scalelab.contract.runs import TERMINAL, ExperimentTag, Status
 from scalelab.orchestrator import door
 
 STATUSES = (Status.RUNNING, Status.SCHEDULED, Status.FINISHED, Status.FAILED, Status.KILLED)
 # MLflow 3's UI keeps "GenAI" or "Model training" as a browser setting (GenAI unless
 # changed), whatever the experiment's kind tag; this query in a link picks model training
-TRAINING_VIEW = "workflowType=machine_learning"
+# the model-training mode and scalelab's saved view of the trials (orchestrator/ledger/ui_view.py)
+TRAINING_VIEW = f"workflowType=machine_learning&viewStateShareKey={ExperimentTag.TRIALS_VIEW}"
 
 
 def _status_table(state: door.SweepStatus) -> Table:
@@ -208,6 +209,12 @@ def ui(
         "--workers",  # each loads MLflow and its store before the UI answers (issue 27)
         str(workers),
     ]
+    from importlib.metadata import entry_points
+
+    if entry_points(group="mlflow.app", name="scalelab"):  # cli/ui_server.py
+        cmd += ["--app-name", "scalelab"]
+    else:
+        err.print("note: scalelab's MLflow app is not installed (run scripts/bootstrap.sh)")
     out.print(f"MLflow UI on http://{host}:{port}/{runs_view} for {uri} (Ctrl-C to stop)")
     os.execv(sys.executable, cmd)
 

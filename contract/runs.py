@@ -50,6 +50,7 @@ class Tag:
     DRIVER_PREFIX = "scalelab.driver."  # on the parent: one heartbeat per driver
     RUN_NAME = "mlflow.runName"
     PARENT_RUN_ID = "mlflow.parentRunId"
+    RUN_COLOR = "mlflow.runColor"  # the run's colour in the UI's table and charts: its variant's
 
 
 class ExperimentTag:
@@ -58,6 +59,16 @@ class ExperimentTag:
     KIND = "mlflow.experimentKind"  # the UI's view of the experiment
     TRAINING = "custom_model_development"  # KIND's value for model training
     NOTE = "mlflow.note.content"  # the experiment's description (the sweep's)
+    VIEW_PREFIX = "mlflow.sharedViewState."  # + id: a saved view of the runs (its "Views" menu)
+    TRIALS_VIEW = "scalelab-trials"  # the id of scalelab's view: trials by variant
+
+
+# Matplotlib's tab10, hex: the i-th variant of a sweep is drawn in VARIANT_COLOURS[i % 10] in
+# the MLflow UI (Tag.RUN_COLOR) as in the plots (analysis/plots.py).
+VARIANT_COLOURS = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+)  # fmt: skip
 
 
 class Param:

@@ -5,9 +5,11 @@
 #   scripts/ui-screenshots.sh [SWEEP] [OUT_DIR]     (defaults: demo, docs/img)
 #
 # After `make demo` (or any finished sweep in $SCALELAB_HOME): starts `scalelab ui` on a free
-# port of 127.0.0.1, saves ui-experiment.png (what the experiment opens on), ui-runs.png (the
-# runs' chart view), ui-trial.png (one trial's run) and
-# ui-parent-artifacts.png (the sweep's parent run: its loss-vs-FLOPs plot), then stops the UI.
+# port of 127.0.0.1, saves ui-experiment.png (what the experiment opens on, reached without
+# the printed address's settings), ui-runs.png (the saved view `scalelab-trials`: the trials
+# by variant), ui-charts.png (its charts), ui-trial.png (one trial's run),
+# ui-parent-artifacts.png (the parent run's loss-vs-FLOPs plot) and ui-report.png (its
+# report.html), then stops the UI. Each picture is taken by a fresh browser profile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,14 +55,18 @@ print(exp["experiment_id"], trial["info"]["run_id"], parent["info"]["run_id"])
 EOF
 )
 
-shot() {  # name, URL fragment
+PROFILES=$(mktemp -d)
+shot() {  # name, URL fragment; a fresh profile: what a first visit shows
   "$CHROMIUM" --headless=new --no-sandbox --disable-gpu --hide-scrollbars \
-    --window-size=1600,1000 --virtual-time-budget=15000 \
-    --screenshot="$OUT/$1.png" "$BASE/$2" >/dev/null 2>&1
+    --user-data-dir="$(mktemp -d -p "$PROFILES")" --window-size=1600,1000 \
+    --virtual-time-budget=30000 --screenshot="$OUT/$1.png" "$BASE/$2" >/dev/null 2>&1
   echo "$OUT/$1.png"
 }
-VIEW="workflowType=machine_learning"  # the UI's model-training mode (docs/monitoring.md)
-shot ui-experiment "#/experiments/$EID?$VIEW"
-shot ui-runs "#/experiments/$EID/runs?$VIEW&compareRunsMode=CHART"  # the runs' charts
-shot ui-trial "#/experiments/$EID/runs/$TRIAL?$VIEW"
-shot ui-parent-artifacts "#/experiments/$EID/runs/$PARENT/artifacts/plots/loss_vs_flops.png?$VIEW"
+VIEW="viewStateShareKey=scalelab-trials"  # the saved view (orchestrator/ledger/ui_view.py)
+shot ui-experiment "#/experiments/$EID"  # no workflowType: the experiments list's link
+shot ui-runs "#/experiments/$EID/runs?$VIEW"
+shot ui-charts "#/experiments/$EID/runs?$VIEW&compareRunsMode=CHART"
+shot ui-trial "#/experiments/$EID/runs/$TRIAL"
+shot ui-parent-artifacts "#/experiments/$EID/runs/$PARENT/artifacts/plots/loss_vs_flops.png"
+shot ui-report "#/experiments/$EID/runs/$PARENT/artifacts/report.html"
+rm -rf "$PROFILES"

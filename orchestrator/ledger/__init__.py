@@ -59,7 +59,7 @@ class Ledger(ParentRun, Records, Claims):
     ) -> dict[str, TrialRecord]:
         """The parent run and a placeholder for every trial that has none (neither is
         ever duplicated); the records of every trial."""
-        parent = self.ensure_parent(spec, **parent_info)
+        parent = self.ensure_parent(spec, trials=trials, **parent_info)
         return self.create_placeholders(parent, spec, trials)
 
 

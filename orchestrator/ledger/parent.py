@@ -20,8 +20,10 @@ from scalelab.contract.runs import (
 )
 from scalelab.jobs.tracking.provenance import code_version
 from scalelab.orchestrator.ledger.store import MAX_TAG, SweepStore
+from scalelab.orchestrator.ledger.ui_view import same_view, view_tags
 
 if TYPE_CHECKING:
+    from scalelab.orchestrator.expand import Trial
     from scalelab.orchestrator.spec import SweepSpec
 
 SETTLE_S = 0.5  # > the time from creating a run to seeing it in a search, with margin
@@ -80,18 +82,23 @@ class ParentRun(SweepStore):
                 ).info.run_id
         return self.parent_id
 
-    def describe_experiment(self, spec: SweepSpec) -> None:
-        """Tell the MLflow UI what the experiment is: model training (it opens on the runs,
-        not the GenAI overview) and the sweep's description as its note."""
+    def describe_experiment(self, spec: SweepSpec, trials: list[Trial] | None = None) -> None:
+        """Tell the MLflow UI what the experiment is: model training (its kind), the sweep's
+        description as its note, and with `trials` the saved view of them
+        (orchestrator/ledger/ui_view.py)."""
         eid = self.experiment_id(create=True)
         tags = {ExperimentTag.KIND: ExperimentTag.TRAINING}
         if spec.description:
             tags[ExperimentTag.NOTE] = spec.description
+        if trials:
+            tags |= view_tags(trials, int(time.time() * 1000))
         from mlflow.exceptions import MlflowException
 
         current = self.client.get_experiment(eid).tags
         for key, value in tags.items():
-            if current.get(key) == value:
+            if current.get(key) == value or (
+                key.startswith(ExperimentTag.VIEW_PREFIX) and same_view(current.get(key), value)
+            ):
                 continue
             try:
                 self.client.set_experiment_tag(eid, key, value)
@@ -100,11 +107,17 @@ class ParentRun(SweepStore):
                     raise
 
     def ensure_parent(
-        self, spec: SweepSpec, spec_yaml: str = "", spec_path: str = "", overrides: str = "[]"
+        self,
+        spec: SweepSpec,
+        spec_yaml: str = "",
+        spec_path: str = "",
+        overrides: str = "[]",
+        trials: list[Trial] | None = None,
     ) -> str:
         """The sweep's parent run (created if missing), tagged with its YAML, path and
-        command-line overrides (a JSON list of KEY=VALUE) for `resume`."""
-        self.describe_experiment(spec)
+        command-line overrides (a JSON list of KEY=VALUE) for `resume`; the experiment
+        described for the UI (with the saved view of `trials`)."""
+        self.describe_experiment(spec, trials)
         if self.find_parent():
             self._update_parent_tags(spec, spec_yaml, spec_path, overrides)
             return self.parent_id

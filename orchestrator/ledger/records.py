@@ -26,6 +26,7 @@ from scalelab.jobs import identity
 from scalelab.jobs.tracking.provenance import code_version, mlflow_params
 from scalelab.orchestrator.ledger.parent import SETTLE_S
 from scalelab.orchestrator.ledger.store import LedgerUnavailable, SweepStore
+from scalelab.orchestrator.ledger.ui_view import variant_colours
 from scalelab.orchestrator.trial_names import run_names, swept_settings
 
 if TYPE_CHECKING:
@@ -138,6 +139,7 @@ class Records(SweepStore):
             return existing
         eid = self.experiment_id()
         names, swept = run_names(trials), swept_settings(trials)
+        colours = variant_colours(t.variant for t in trials)
 
         def create(t: Trial) -> str:
             tags = {
@@ -154,6 +156,7 @@ class Records(SweepStore):
                 Tag.CODE_VERSION: code_version(),
                 Tag.ATTEMPTS: "0",
                 Tag.IDENTITY_RULE: identity.IDENTITY_RULE,
+                Tag.RUN_COLOR: colours[t.variant],
             }
             run = self.client.create_run(eid, tags=tags, run_name=tags[Tag.RUN_NAME])
             params = mlflow_params(t.job) | {Param.N_PARAMS: str(t.n_params)}

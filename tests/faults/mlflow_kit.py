@@ -28,18 +28,19 @@ NO_JOB_RUNNER = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 class MlflowServer:
     """`mlflow server` on 127.0.0.1 over a sqlite store; stop() and start() keep the port."""
 
-    def __init__(self, store_uri: str) -> None:
+    def __init__(self, store_uri: str, app_name: str | None = None) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.uri = f"http://127.0.0.1:{self.port}"
         self.store_uri = store_uri
+        self.app = ["--app-name", app_name] if app_name else []  # `scalelab`: as `scalelab ui`
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> MlflowServer:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1",
-             "--port", str(self.port), "--workers", "1", "--backend-store-uri", self.store_uri],
+             "--port", str(self.port), "--workers", "1", "--backend-store-uri", self.store_uri, *self.app],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
             env=os.environ | NO_JOB_RUNNER,
         )  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -33,6 +34,39 @@ def test_sync_creates_scheduled_runs_once(work_home, sweep_name):
     assert {t: r.run_id for t, r in again.items()} == {t: r.run_id for t, r in recs.items()}
     parent = ledger.client.get_run(ledger.parent_id)
     assert parent.info.run_name == f"sweep:{spec.name}"
+
+
+def test_the_experiment_holds_a_view_of_the_trials_by_variant(work_home, sweep_name):
+    """What the MLflow UI shows of a sweep is the experiment's own (docs/monitoring.md): its
+    kind, a saved view with the swept settings, val/loss, FLOPs and tokens as columns and the
+    runs grouped by variant, and each trial in its variant's colour."""
+    text = sweep_yaml(sweep_name, seeds=2, extra="variants: [dense, hadamard]")
+    spec, source = parse_spec(text)
+    trials = expand(spec, source)
+    ledger = Ledger(spec.name)
+    recs = ledger.sync(spec, trials)
+    tags = ledger.client.get_experiment(ledger.experiment_id()).tags
+    assert tags["mlflow.experimentKind"] == "custom_model_development"
+    view = json.loads(tags["mlflow.sharedViewState.scalelab-trials"])
+    state = json.loads(view["state"])
+    assert view["name"] and isinstance(view["createdAt"], int)
+    columns = state["selectedColumns"]
+    assert {"tags.`scalelab.variant`", "params.`seed`", "metrics.`val/loss`",
+            "metrics.`compute/flops`", "metrics.`compute/tokens`"} <= set(columns)  # fmt: skip
+    assert state["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "scalelab.variant"}]
+    assert state["runsHiddenMode"] == "SHOW_ALL"  # every trial in the charts, not ten
+    colour = {}
+    for rec in recs.values():
+        run = ledger.client.get_run(rec.run_id).data.tags
+        colour.setdefault(run["scalelab.variant"], set()).add(run["mlflow.runColor"])
+    assert all(len(c) == 1 for c in colour.values())  # one colour per variant
+    assert colour["dense"] != colour["hadamard"]
+    Ledger(spec.name).sync(spec, trials)  # a second submit keeps the view as it was
+    again = ledger.client.get_experiment(ledger.experiment_id()).tags
+    assert (
+        again["mlflow.sharedViewState.scalelab-trials"]
+        == tags["mlflow.sharedViewState.scalelab-trials"]
+    )
 
 
 def test_concurrent_syncs_leave_one_run_per_trial(work_home, sweep_name):

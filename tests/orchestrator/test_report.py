@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from synthetic_sweep import write_sweep
@@ -80,3 +81,10 @@ def test_the_parent_run_carries_the_gains_and_the_report(summary):
     assert low <= m <= high and low <= 0.8 <= high  # the known multiplier, on the parent
     assert {"law/dense/E", "law/dense/alpha", "gain/hadamard/unpaired"} <= set(metrics)
     assert "report.md" in {a.path for a in client.list_artifacts(parent)}
+    # report.html beside it, what the UI's artifact viewer shows as a page (it shows a
+    # Markdown image as text): every plot embedded, nothing to fetch from elsewhere
+    page = Path(client.download_artifacts(parent, "report.html")).read_text()
+    images = re.findall(r'<img src="([^"]+)"', page)
+    plots = {a.path for a in client.list_artifacts(parent, "plots")}
+    assert len(images) == len(plots) and all(i.startswith("data:image/png;base64,") for i in images)
+    assert "<table>" in page and "Scaling results" in page

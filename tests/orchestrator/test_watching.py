@@ -5,11 +5,14 @@ REST API)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.parse
 import urllib.request
+import warnings
 from pathlib import Path
 
 import pytest
@@ -171,6 +174,29 @@ def _post(uri: str, route: str, body: dict) -> dict:
         return json.loads(r.read())
 
 
+def _in_a_browser(uri: str, experiment_id: str, sweep: str) -> None:
+    """What a first visit shows, through headless Chromium where the machine has one: the
+    saved view of the trials, in model training mode, with no workflowType in the address
+    (as from the experiments list). Without Chromium, only the page and tags are checked."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        warnings.warn(
+            "no Chromium (apt-get install chromium): the UI is not opened in a browser",
+            stacklevel=2,
+        )
+        return
+    url = f"{uri}/#/experiments/{experiment_id}/runs?viewStateShareKey=scalelab-trials"
+    with tempfile.TemporaryDirectory() as profile:
+        dom = subprocess.run(
+            [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
+             "--virtual-time-budget=15000", "--dump-dom", url],
+            capture_output=True, text=True, timeout=60,
+        ).stdout  # fmt: skip
+    found = {text: text in dom for text in ("dense-nano-lr0.001", "Group: dense")}
+    assert all(found.values()), found  # the trials' table, grouped by variant
+    assert "Detect issues" not in dom  # not the GenAI overview
+
+
 @pytest.mark.slow
 def test_what_the_mlflow_ui_shows(tmp_path, ray_session, work_home, sweep_name):
     text = sweep_yaml(sweep_name, seeds=1, backend=ONCE).replace(
@@ -179,12 +205,17 @@ def test_what_the_mlflow_ui_shows(tmp_path, ray_session, work_home, sweep_name):
     launched = int(time.time() * 1000)
     result = runner.invoke(app, ["submit", str(_write(tmp_path, text)), "--job", "jobs_for_tests:count"])  # fmt: skip
     assert result.exit_code == 0, result.output
-    server = MlflowServer(tracking_uri()).start()
+    server = MlflowServer(tracking_uri(), app_name="scalelab").start()  # as `scalelab ui`
     try:
         exp = _get(server.uri, "experiments/get-by-name", experiment_name=sweep_name)["experiment"]
         tags = {t["key"]: t["value"] for t in exp["tags"]}
         assert tags["mlflow.experimentKind"] == "custom_model_development"  # opens on runs
         assert tags["mlflow.note.content"] == "lr sweep of the nano model"
+        view = json.loads(json.loads(tags["mlflow.sharedViewState.scalelab-trials"])["state"])
+        assert {"params.`train.lr`", "metrics.`val/loss`"} <= set(view["selectedColumns"])
+        with urllib.request.urlopen(f"{server.uri}/", timeout=30) as page:
+            assert b'"mlflow.workflowType_v1"' in page.read()  # model training by default
+        _in_a_browser(server.uri, exp["experiment_id"], sweep_name)
         runs = _post(server.uri, "runs/search", {"experiment_ids": [exp["experiment_id"]]})["runs"]
         children = [r for r in runs if r["info"]["run_name"] != f"sweep:{sweep_name}"]
         names = sorted(r["info"]["run_name"] for r in children)
@@ -195,6 +226,7 @@ def test_what_the_mlflow_ui_shows(tmp_path, ray_session, work_home, sweep_name):
             assert "tokens" not in params  # no second spelling of train.tokens
             run_tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
             assert int(run_tags["scalelab.started_ms"]) >= launched  # when it really started
+            assert run_tags["mlflow.runColor"].startswith("#")  # its variant's colour
             listed = _get(server.uri, "artifacts/list", run_id=run["info"]["run_id"])
             assert {"job.json", "logs"} <= {f["path"] for f in listed["files"]}
     finally:
