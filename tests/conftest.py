@@ -17,6 +17,9 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+# pytest-xdist's workers start with COLUMNS=80 whatever the terminal, and the CLI honours
+# COLUMNS (cli/console.py): tests that depend on a width set it themselves
+os.environ.pop("COLUMNS", None)
 
 import pytest  # noqa: E402
 from empty_store import empty_store  # noqa: E402, F401
