@@ -150,7 +150,7 @@ def test_a_restarted_driver_reattaches_to_the_running_slurm_job(
         env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "driver.err", "wb"),
         start_new_session=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180  # a driver starting under the full suite's load
     rec = None
     while rec is None or calls(work_home, rec.run_id, "start") == 0:  # the job is running
         assert driver.poll() is None, (
