@@ -94,16 +94,19 @@ class ParentRun(SweepStore):
             tags |= view_tags(trials, int(time.time() * 1000))
         from mlflow.exceptions import MlflowException
 
+        def already(current: dict[str, str], key: str, value: str) -> bool:
+            if key.startswith(ExperimentTag.VIEW_PREFIX):  # its times differ each submit
+                return same_view(current.get(key), value)
+            return current.get(key) == value
+
         current = self.client.get_experiment(eid).tags
         for key, value in tags.items():
-            if current.get(key) == value or (
-                key.startswith(ExperimentTag.VIEW_PREFIX) and same_view(current.get(key), value)
-            ):
+            if already(current, key, value):
                 continue
             try:
                 self.client.set_experiment_tag(eid, key, value)
             except MlflowException:  # a second driver set it at once (a unique key)
-                if self.client.get_experiment(eid).tags.get(key) != value:
+                if not already(self.client.get_experiment(eid).tags, key, value):
                     raise
 
     def ensure_parent(

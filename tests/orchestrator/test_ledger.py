@@ -95,6 +95,49 @@ def test_concurrent_syncs_leave_one_run_per_trial(work_home, sweep_name):
     assert len(parents) == 1
 
 
+def test_drivers_that_save_the_view_at_once_all_succeed(work_home, sweep_name):
+    """Submits at once all find no saved view and all write it: a loser's write hits the
+    experiment tag's unique key in the real store, and it must take the winner's view as its
+    own (only the times differ), not fail the submit. A barrier lines the writes up."""
+    text = sweep_yaml(sweep_name, seeds=2, extra="variants: [dense, hadamard]")
+    spec, source = parse_spec(text)
+    trials = expand(spec, source)
+    drivers = [Ledger(spec.name) for _ in range(6)]
+    eid = drivers[0].experiment_id(create=True)
+    at_once = threading.Barrier(len(drivers))
+    errors: list[BaseException] = []
+
+    def line_up(ledger: Ledger) -> None:
+        write = ledger.client.set_experiment_tag
+
+        def lined_up(*args):
+            if args[1].startswith("mlflow.sharedViewState."):
+                at_once.wait(timeout=30)
+            return write(*args)
+
+        ledger.client.set_experiment_tag = lined_up  # the real store's write, lined up
+
+    def drive(ledger: Ledger) -> None:
+        try:
+            ledger.describe_experiment(spec, trials)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    for d in drivers:
+        line_up(d)
+    drivers[0].describe_experiment(spec, [])  # the experiment's kind, so only the view races
+    for _ in range(3):  # the race is the store's own (select, then insert): line it up thrice
+        threads = [threading.Thread(target=drive, args=(d,)) for d in drivers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        tags = drivers[0].client.get_experiment(eid).tags
+        assert "mlflow.sharedViewState.scalelab-trials" in tags
+        drivers[0].client.delete_experiment_tag(eid, "mlflow.sharedViewState.scalelab-trials")
+
+
 def test_only_one_driver_wins_a_claim(work_home, sweep_name):
     spec, trials = _sweep(sweep_name, seeds=1)
     a, b = Ledger(spec.name), Ledger(spec.name)
