@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from scalelab.contract import workdir as paths
 from scalelab.contract.trial_time import duration_text, run_seconds
+from scalelab.contract.trial_time import launched as trial_launched
 from scalelab.orchestrator.trial_names import run_names, short_count
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ class TrialLines:
 
         wanted = f"{trials_filter(self.ledger.sweep)} and {tag_filter(Tag.TRIAL_ID, trial_id)}"
         runs = [record_of(r) for r in self.ledger.search(wanted)]
-        launched = [r for r in runs if Tag.STARTED_MS in r.tags]
+        launched = [r for r in runs if trial_launched(r.tags)]
         if not launched:
             return None
         rec = launched[0]

@@ -29,7 +29,7 @@ class Tag:
     ERROR = "scalelab.error"  # why a trial failed
     ATTEMPTS = "scalelab.attempts"
     CANCEL = "scalelab.cancel"  # "1": cancel requested
-    PREEMPTED = "scalelab.preempted"  # time of the last preemption
+    PREEMPTED = "scalelab.preempted"  # time of the last preemption (UTC, ISO 8601)
     OUTBOX_PENDING = "scalelab.outbox_pending"  # points still spooled on a node
     TRAINED_IN_RUN = "scalelab.trained_in_run"  # the run a shared trial folder trained in
     CHECKPOINTS_SKIPPED = "scalelab.checkpoints_skipped"
@@ -41,7 +41,8 @@ class Tag:
     HADAMARD_BACKEND = "scalelab.hadamard_backend"  # the kernel(s) that ran; why auto fell back
     SWEPT = "scalelab.swept"  # JSON {dotted key: value} of the settings its axes vary
     TOKENS = "scalelab.tokens"  # the trial's resolved token budget
-    STARTED_MS = "scalelab.started_ms"  # its first launch: its run was created then
+    STARTED = "scalelab.started"  # its first launch (UTC, ISO 8601): its run was created then
+    STARTED_MS = "scalelab.started_ms"  # read only: epoch ms, as older runs have it
     QUEUED_S = "scalelab.queued_s"  # from its placeholder's creation to that launch
     N_TRIALS = "scalelab.n_trials"  # on the parent
     SPEC_YAML = "scalelab.spec_yaml"  # on the parent: the sweep file's text

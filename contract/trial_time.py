@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from datetime import datetime, timezone
 
 from scalelab.contract.runs import TERMINAL, Tag
 
@@ -17,11 +18,40 @@ def run_seconds(
 ) -> float | None:
     """Seconds from the trial's launch to its end (to now while it is not over); None
     before it was launched."""
-    started = _number(tags.get(Tag.STARTED_MS))
+    started = started_ms(tags)
     if not started:
         return None
     end = end_ms if status in TERMINAL and end_ms else now_ms or time.time() * 1000
     return max(round((end - started) / 1000, 1), 0.0)
+
+
+def timestamp_text(epoch_ms: int) -> str:
+    """'2026-12-02T23:45:01.123Z': how a time is written in a tag, read by people in the
+    MLflow UI and by `parse_timestamp`."""
+    moment = datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_timestamp(text: str | None) -> float | None:
+    """Epoch ms of a `timestamp_text`; None for anything else."""
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment.timestamp() * 1000 if moment.tzinfo else None
+
+
+def started_ms(tags: Mapping[str, str]) -> float | None:
+    """Epoch ms of the trial's launch (`Tag.STARTED`, or the epoch-ms tag of older runs);
+    None before it was launched."""
+    return parse_timestamp(tags.get(Tag.STARTED)) or _number(tags.get(Tag.STARTED_MS))
+
+
+def launched(tags: Mapping[str, str]) -> bool:
+    """Whether the run is a launched trial's, not the placeholder made at submit."""
+    return Tag.STARTED in tags or Tag.STARTED_MS in tags
 
 
 def queued_seconds(tags: Mapping[str, str]) -> float | None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from scalelab.contract import workdir
 from scalelab.contract.runs import Status, Tag
+from scalelab.contract.trial_time import timestamp_text
 from scalelab.jobs.launch import DEFAULT_JOB, JobRef
 from scalelab.jobs.tracking.outbox import Outbox
 from scalelab.orchestrator import delivery
@@ -314,7 +315,7 @@ def _settle(
             ledger.set_tags(run_id, {Tag.OUTBOX_PENDING: str(spooled)})
             out.undelivered.append(tid)
     elif status == Status.PREEMPTED:
-        ledger.set_tags(run_id, {Tag.PREEMPTED: str(int(time.time()))})
+        ledger.set_tags(run_id, {Tag.PREEMPTED: timestamp_text(int(time.time() * 1000))})
         live.not_before, live.requeued = 0.0, True
         pending.insert(0, live)  # same run id, resumes from its checkpoint
     elif status == Status.KILLED:

@@ -22,6 +22,7 @@ from scalelab.contract.runs import (
     cancelled_filter,
     trials_filter,
 )
+from scalelab.contract.trial_time import launched, timestamp_text
 from scalelab.jobs import identity
 from scalelab.jobs.tracking.provenance import code_version, mlflow_params
 from scalelab.orchestrator.ledger.parent import SETTLE_S
@@ -70,7 +71,7 @@ class TrialRecord:
     @property
     def launched(self) -> bool:
         """Launched once at least: not the placeholder made at scheduling (`start_run`)."""
-        return Tag.STARTED_MS in self.tags or Tag.JOB_REF in self.tags or self.attempts > 0
+        return launched(self.tags) or Tag.JOB_REF in self.tags or self.attempts > 0
 
 
 def record_of(run: Any) -> TrialRecord:
@@ -94,7 +95,7 @@ def latest_records(runs: list[Any]) -> dict[str, TrialRecord]:
     winner of a creation race (create_placeholders)."""
 
     def rank(run: Any) -> tuple[bool, int, str]:
-        placeholder = Tag.STARTED_MS not in run.data.tags
+        placeholder = not launched(run.data.tags)
         return placeholder, run.info.start_time, run.info.run_id
 
     out: dict[str, TrialRecord] = {}
@@ -205,10 +206,10 @@ class Records(SweepStore):
         # last, with the final params: a run tagged started is a whole copy (records()
         # prefers it to the placeholder, should this driver stop before the delete)
         queued_s = f"{(now_ms - rec.start_time) / 1000:.1f}"
-        started = [RunTag(Tag.STARTED_MS, str(now_ms)), RunTag(Tag.QUEUED_S, queued_s)]
+        started = [RunTag(Tag.STARTED, timestamp_text(now_ms)), RunTag(Tag.QUEUED_S, queued_s)]
         self.client.log_batch(run_id, params=batches[-1], tags=started)
         self.client.delete_run(rec.run_id)
-        tags = {**rec.tags, Tag.STARTED_MS: str(now_ms), Tag.QUEUED_S: queued_s}
+        tags = {**rec.tags, Tag.STARTED: timestamp_text(now_ms), Tag.QUEUED_S: queued_s}
         if self.client.get_run(rec.run_id).data.tags.get(Tag.CANCEL) == "1":
             self.client.log_batch(run_id, tags=[RunTag(Tag.CANCEL, "1")])
             tags[Tag.CANCEL] = "1"

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from scalelab.contract import workdir
+from scalelab.contract.trial_time import timestamp_text
 from scalelab.jobs.tracking.provenance import mlflow_params
 
 LAW_E, LAW_A, LAW_ALPHA = 1.7, 270.0, 0.15
@@ -86,7 +87,7 @@ def write_sweep(
     per mechanism, the settings its trials take (one trial each; default one with
     lambda_depth 0.01 for tsa and the defaults for the others). Trials of `nan_variants`
     get a NaN final loss (diverged). With `run_time_s`, each run is launched as a driver
-    launches it (`Ledger.start_run`: its start, `scalelab.started_ms`, 3 s queued) and ends
+    launches it (`Ledger.start_run`: its start, `scalelab.started`, 3 s queued) and ends
     that many seconds later, its job's own clock (result.json) saying less."""
     from mlflow import MlflowClient
 
@@ -191,7 +192,7 @@ def _write_trial(
     }
     start_ms = int(time.time() * 1000 - (ctx.run_time_s or 0) * 1000)
     if ctx.run_time_s is not None:
-        tags.update({"scalelab.started_ms": str(start_ms), "scalelab.queued_s": "3.0"})
+        tags.update({"scalelab.started": timestamp_text(start_ms), "scalelab.queued_s": "3.0"})
     run_name = f"{variant}-{size}-{tid[:8]}"
     run_id = client.create_run(eid, start_time=start_ms, run_name=run_name).info.run_id
     params = mlflow_params(job)

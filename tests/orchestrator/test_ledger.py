@@ -10,6 +10,7 @@ import threading
 import pytest
 from conftest import sweep_yaml
 
+from scalelab.contract.trial_time import parse_timestamp
 from scalelab.orchestrator.expand import expand
 from scalelab.orchestrator.ledger import Ledger
 from scalelab.orchestrator.spec import parse_spec
@@ -180,7 +181,9 @@ def test_start_run_replaces_the_placeholder_with_a_run_created_now(work_home, sw
     assert ledger.claim(placeholder)
     started = ledger.start_run(placeholder)
     run = ledger.client.get_run(started.run_id)
-    assert run.info.start_time == int(run.data.tags["scalelab.started_ms"]) > placeholder.start_time
+    assert run.data.tags["scalelab.started"].endswith("Z")  # a time people read: UTC, ISO 8601
+    assert run.info.start_time == parse_timestamp(run.data.tags["scalelab.started"])
+    assert run.info.start_time > placeholder.start_time
     assert run.info.status == "SCHEDULED" and run.info.run_name == placeholder.name
     assert run.data.params == placeholder.params  # science params and the claim
     assert {k: run.data.tags[k] for k in placeholder.tags} == placeholder.tags  # parent too

@@ -135,3 +135,21 @@ def test_columns_is_honoured_in_a_pipe(home):
     assert done.returncode == 0, done.stderr
     assert max(len(line) for line in done.stdout.splitlines()) <= 80, done.stdout
     assert "long explanation" in done.stdout and "dense-nano-s872" in done.stdout
+
+
+def test_a_launch_time_is_written_for_people_and_read_back_from_older_runs_too():
+    """`scalelab.started` is UTC ISO 8601 in the MLflow UI (not epoch ms); runs recorded
+    before it have `scalelab.started_ms`, and their times still read the same."""
+    from scalelab.contract.trial_time import parse_timestamp, run_seconds, timestamp_text
+
+    ms = 1_796_251_437_893
+    assert timestamp_text(ms) == "2026-12-02T22:43:57.893Z"
+    assert parse_timestamp(timestamp_text(ms)) == ms
+    assert parse_timestamp("1796251437893") is None  # not a time a person wrote
+    new = {"scalelab.started": timestamp_text(ms)}
+    old = {"scalelab.started_ms": str(ms)}
+    assert (
+        run_seconds(new, "FINISHED", ms + 70_000)
+        == run_seconds(old, "FINISHED", ms + 70_000)
+        == 70.0
+    )

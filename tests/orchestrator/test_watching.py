@@ -21,6 +21,7 @@ from faults.mlflow_kit import MlflowServer
 from typer.testing import CliRunner
 
 from scalelab.cli.main import app
+from scalelab.contract.trial_time import parse_timestamp
 from scalelab.contract.workdir import tracking_uri, trial_dir, trial_log
 from scalelab.jobs.tracking.trial_logs import follow
 from scalelab.orchestrator.expand import expand
@@ -225,7 +226,9 @@ def test_what_the_mlflow_ui_shows(tmp_path, ray_session, work_home, sweep_name):
             assert "null" not in params.values() and params["train.tokens"] == "4096"
             assert "tokens" not in params  # no second spelling of train.tokens
             run_tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
-            assert int(run_tags["scalelab.started_ms"]) >= launched  # when it really started
+            assert (
+                parse_timestamp(run_tags["scalelab.started"]) >= launched
+            )  # when it really started
             assert run_tags["mlflow.runColor"].startswith("#")  # its variant's colour
             listed = _get(server.uri, "artifacts/list", run_id=run["info"]["run_id"])
             assert {"job.json", "logs"} <= {f["path"] for f in listed["files"]}
@@ -253,10 +256,13 @@ def test_the_mlflow_ui_shows_when_each_trial_really_started(
     tags = [{t["key"]: t["value"] for t in run["data"]["tags"]} for run in runs]
     assert len(runs) == 2 and len({t["scalelab.trial_id"] for t in tags}) == 2  # one run each
     (first, first_tags), (second, second_tags) = sorted(
-        zip(runs, tags, strict=True), key=lambda pair: int(pair[1]["scalelab.started_ms"])
+        zip(runs, tags, strict=True), key=lambda pair: parse_timestamp(pair[1]["scalelab.started"])
     )
     for run, run_tags in ((first, first_tags), (second, second_tags)):
-        assert abs(int(run["info"]["start_time"]) - int(run_tags["scalelab.started_ms"])) < 3000
+        assert (
+            abs(int(run["info"]["start_time"]) - parse_timestamp(run_tags["scalelab.started"]))
+            < 3000
+        )
     assert int(second["info"]["start_time"]) >= int(first["info"]["end_time"])  # it queued
     assert float(second_tags["scalelab.queued_s"]) > 0
     placeholders = [{t["key"]: t["value"] for t in r["data"]["tags"]} for r in deleted["runs"]]
