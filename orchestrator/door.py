@@ -5,7 +5,9 @@
     plan(sweep)             -> SweepPlan   each trial's cost, data and state; what stops a submit
     run(sweep, ...)         -> SweepRun    drive every live trial to its end (blocking)
     detach(sweep, ...)      -> Detached    the same as a Ray job, returning at once
-    status / cancel / migrate / find (a recorded sweep, by name or YAML file)
+    status / cancel / migrate / find / read / trial
+                                           a recorded sweep, by name or YAML file
+                                           (orchestrator/recorded_sweep.py)
 
 The CLI (`cli/sweeps.py`, `cli/watch.py`) and the notebook API (`scalelab`) call these and
 render what they return; the order of the steps is decided here only. `run` and `detach`
@@ -19,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from scalelab.contract.runs import TERMINAL, Status
+from scalelab.contract.runs import Status
 from scalelab.jobs.launch import DEFAULT_JOB, JobRef
 from scalelab.orchestrator.backends import BackendError
 from scalelab.orchestrator.expand import Trial, check_size, expand, gpu_hours
 from scalelab.orchestrator.job_checks import Missing, check_trials
-from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable, TrialRecord, find_sweep
+from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable
 from scalelab.orchestrator.planner import (
     PLAN_COLUMNS,
     Placement,
@@ -34,23 +36,35 @@ from scalelab.orchestrator.planner import (
     plan_sweep,
     unfit_lines,
 )
+from scalelab.orchestrator.recorded_sweep import (
+    Cancelled,
+    Migrated,
+    SweepStatus,
+    cancel,
+    find,
+    migrate,
+    read,
+    status,
+    trial,
+)
 from scalelab.orchestrator.spec import (
     DEFAULT_MAX_TRIALS,
     SourceMap,
     SpecError,
     SweepSpec,
-    load_spec,
     parse_spec,
     read_sweep,
 )
 
 if TYPE_CHECKING:
-    from scalelab.orchestrator.ledger.view import SweepReads
-    from scalelab.orchestrator.migrate import MigrationReport
     from scalelab.orchestrator.scheduler import SweepOutcome
     from scalelab.orchestrator.trial_status import Failure
 
 __all__ = [
+    "Cancelled",
+    "Migrated",
+    "SweepStatus",
+    "trial",
     "DEFAULT_JOB",
     "DEFAULT_MAX_TRIALS",
     "PLAN_COLUMNS",
@@ -401,102 +415,6 @@ def detach(sweep: Sweep, *, job: str = DEFAULT_JOB, ignore_fit: bool = False) ->
     except RuntimeError as e:
         raise BackendError(str(e)) from None
     return Detached(sweep, job_id, address)
-
-
-def find(sweep: str) -> Ledger:
-    """A recorded sweep's ledger, by name or by its YAML file; LookupError when there is no
-    such sweep."""
-    if sweep.endswith((".yaml", ".yml")) and Path(sweep).exists():
-        spec, _ = load_spec(sweep)
-        sweep = spec.name
-    return find_sweep(sweep)
-
-
-def read(sweep: str) -> SweepReads:
-    """A recorded sweep's state, read only, by name or YAML file (LookupError when there is
-    none): on the default sqlite store without building MLflow's client
-    (orchestrator/ledger/view.py)."""
-    from scalelab.orchestrator.ledger.view import read_sweep
-
-    if sweep.endswith((".yaml", ".yml")) and Path(sweep).exists():
-        spec, _ = load_spec(sweep)
-        sweep = spec.name
-    return read_sweep(sweep)
-
-
-@dataclass(frozen=True)
-class SweepStatus:
-    sweep: str
-    experiment: str
-    trials: list[dict[str, Any]]  # a row per trial (orchestrator/trial_status.py)
-
-
-def status(sweep: str, trials: list[str] | None = None) -> SweepStatus:
-    """Each trial's state (or the given ones', by run name or id: UnknownTrial when one
-    names no trial or several), after sending what finished trials still hold spooled."""
-    from scalelab.orchestrator.trial_select import select_all
-    from scalelab.orchestrator.trial_status import trial_rows
-
-    ledger = read(sweep)
-    rows = trial_rows(ledger)
-    if trials:
-        chosen = set(select_all({r["trial_id"]: r["name"] for r in rows}, trials, ledger.sweep))
-        rows = [r for r in rows if r["trial_id"] in chosen]
-    return SweepStatus(ledger.sweep, ledger.experiment, rows)
-
-
-def trial(ledger: Ledger | SweepReads, selector: str) -> TrialRecord:
-    """One trial of a found (or read) sweep, by run name or id (a unique prefix will do); an
-    UnknownTrial (a LookupError) says which trials come close."""
-    from scalelab.orchestrator.trial_select import select
-
-    records = ledger.records()
-    return records[select({r.trial_id: r.name for r in records.values()}, selector, ledger.sweep)]
-
-
-@dataclass(frozen=True)
-class Cancelled:
-    sweep: str
-    run_ids: list[str]  # the runs marked cancelled
-    slurm_jobs: list[str]  # SLURM jobs asked to stop (scancel)
-
-
-def cancel(sweep: str, trials: list[str] | None = None) -> Cancelled:
-    """Cancel a sweep's live trials (or the given ones, by run name or id): SCHEDULED ones
-    at once, running ones by their driver within seconds; their SLURM jobs are scancelled."""
-    from scalelab.orchestrator.backends.slurm import cancel_jobs, slurm_job_ids
-    from scalelab.orchestrator.trial_select import select_all
-
-    recorded = read(sweep)  # nothing live to cancel: no MLflow client to build
-    trial_ids = None
-    if trials:
-        names = {r.trial_id: r.name for r in recorded.records().values()}
-        trial_ids = select_all(names, trials, recorded.sweep)
-    if not any(
-        r.status not in TERMINAL and (not trial_ids or r.trial_id in trial_ids)
-        for r in recorded.records().values()
-    ):
-        return Cancelled(recorded.sweep, [], [])
-    ledger = find(sweep)
-    touched = ledger.request_cancel(trial_ids)
-    jobs = slurm_job_ids(r for r in ledger.records().values() if r.run_id in touched)
-    cancel_jobs(jobs)
-    return Cancelled(ledger.sweep, touched, jobs)
-
-
-@dataclass(frozen=True)
-class Migrated:
-    sweep: str
-    report: MigrationReport
-
-
-def migrate(sweep: str, dry_run: bool = False) -> Migrated:
-    """Re-key the trials a sweep recorded under an older identity rule (MigrationRefused
-    while one of its drivers is alive or a trial runs)."""
-    from scalelab.orchestrator.migrate import migrate_sweep
-
-    ledger = find(sweep)
-    return Migrated(ledger.sweep, migrate_sweep(ledger, dry_run=dry_run))
 
 
 def schema() -> dict[str, Any]:
