@@ -60,11 +60,14 @@ def queued_seconds(tags: Mapping[str, str]) -> float | None:
 
 
 def duration_text(seconds: float | None) -> str:
-    """'34s', '1m10s', '2h05m'; '' for no time."""
+    """'34s', '1m10s', '2h05m', '3d04h'; '' for no time."""
     if seconds is None or seconds != seconds or seconds < 0:
         return ""
     minutes, s = divmod(int(round(seconds)), 60)
     hours, minutes = divmod(minutes, 60)
+    days, hours_of_day = divmod(hours, 24)
+    if days >= 2:
+        return f"{days}d{hours_of_day:02d}h"
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{s:02d}s" if minutes else f"{s}s"
 
 

@@ -19,6 +19,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from scalelab.contract.trial_time import duration_text
 from scalelab.jobs.config import JobConfig
 from scalelab.jobs.gpus import GpuSpec, gpu_spec
 from scalelab.jobs.training.ds_config import deepspeed_config, plan_batch
@@ -127,13 +128,6 @@ class TrialPlan:
         out = asdict(self)
         out["fix"] = None if self.fix is None else {**asdict(self.fix), "text": self.fix.describe()}
         return out
-
-
-def duration_text(seconds: float) -> str:
-    hours = seconds / 3600
-    if hours < 1:
-        return f"{seconds / 60:.0f} min"
-    return f"{hours / 24:.1f} d" if hours >= 48 else f"{hours:.1f} h"
 
 
 def plan_trial(
@@ -345,7 +339,11 @@ def placement_summary(spec: SweepSpec, placement: Placement | None = None) -> st
     p = placement or Placement.of(spec)
     where = f"{p.nodes} node(s) x {p.ranks_per_node} rank(s)"
     if not p.gpus:
-        rate = f"; wall time at {p.cpu.describe()}" if p.cpu else ""
+        rate = (
+            f"; wall time (training only: starting a trial takes seconds more) at {p.cpu.describe()}"
+            if p.cpu
+            else ""
+        )
         return f"each trial: {where}, no GPUs (memory per rank shown, nothing to check it against){rate}"
     if p.gpu is None:
         gpu = f"{p.gpus} GPU(s) of an unnamed model (set backend.gpu to check memory)"

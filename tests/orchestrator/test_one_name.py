@@ -140,7 +140,12 @@ def test_columns_is_honoured_in_a_pipe(home):
 def test_a_launch_time_is_written_for_people_and_read_back_from_older_runs_too():
     """`scalelab.started` is UTC ISO 8601 in the MLflow UI (not epoch ms); runs recorded
     before it have `scalelab.started_ms`, and their times still read the same."""
-    from scalelab.contract.trial_time import parse_timestamp, run_seconds, timestamp_text
+    from scalelab.contract.trial_time import (
+        duration_text,
+        parse_timestamp,
+        run_seconds,
+        timestamp_text,
+    )
 
     ms = 1_796_251_437_893
     assert timestamp_text(ms) == "2026-12-02T22:43:57.893Z"
@@ -153,3 +158,7 @@ def test_a_launch_time_is_written_for_people_and_read_back_from_older_runs_too()
         == run_seconds(old, "FINISHED", ms + 70_000)
         == 70.0
     )
+    # one way to write a time, the plan's hours-long trials included
+    assert [duration_text(s) for s in (1.2, 70, 2 * 3600 + 300, 3 * 86400 + 4 * 3600)] == [
+        "1s", "1m10s", "2h05m", "3d04h"
+    ]  # fmt: skip
