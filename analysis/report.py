@@ -12,7 +12,7 @@ import datetime as dt
 import io
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -150,6 +150,33 @@ def _trial_rows(fit: SweepFit) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _print_ranked(sweep: str, root: Path | None, console: Any) -> None:
+    """Without a law (one size, say a learning-rate sweep), what there is to read: the
+    finished trials, lowest final validation loss first, with the settings they vary."""
+    from rich.table import Table
+
+    from scalelab.analysis.results import load_trials
+    from scalelab.analysis.results.store import ResultsError
+
+    try:
+        rows = load_trials(sweep, root).to_pylist()
+    except ResultsError:
+        return
+    done = [r for r in rows if r.get("final_val_loss") is not None]
+    if not done:
+        return
+    table = Table(title=f"{sweep}: trials by final val loss", title_justify="left")
+    for head in ("trial (its swept settings)", "id", "variant", "size", "tokens", "val loss"):
+        table.add_column(head, justify="right" if head in ("tokens", "val loss") else "left")
+    for r in sorted(done, key=lambda r: r["final_val_loss"]):
+        table.add_row(
+            r.get("name") or r["trial_id"][:8], r["trial_id"][:8], r["variant"], r["size"],
+            f"{r['tokens']:.3g}", f"{r['final_val_loss']:.4f}",
+        )  # fmt: skip
+    console.print(table)
+    console.print(f"all columns: scalelab results query {sweep}")
+
+
 def mlflow_ui_hint(uri: str, sweep: str) -> str:
     if uri.startswith(("http://", "https://")):
         return f"open {uri} in a browser"
@@ -195,6 +222,7 @@ def summarise_sweep(
         fit = fit_sweep(sweep, baseline=baseline, n_resamples=n_resamples, root=root)
     except ResultsError as e:
         console.print(f"no fit: {e}")
+        _print_ranked(sweep, root, console)
         console.print(f"MLflow UI: {mlflow_ui_hint(uri, sweep)}")
         return f"{synced}\n{console.export_text()}"
     out = sweep_dir(sweep, root)

@@ -54,6 +54,10 @@ def test_report_has_the_tables_and_links_existing_plots(summary):
 def test_summary_of_a_sweep_that_cannot_be_fitted_says_why(summary):
     _, text = summary
     assert "no fit:" in text and "one size (nano)" in text
+    # what there is to read without a law: the trials, lowest final val loss first
+    assert "tiny: trials by final val loss" in text
+    losses = [float(x) for x in re.findall(r"│ +(\d\.\d{4}) │", text)]
+    assert losses and losses == sorted(losses)
     assert not (sweep_dir("tiny") / "report.md").exists()
 
 
