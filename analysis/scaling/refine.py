@@ -40,7 +40,7 @@ def huber(r: np.ndarray, delta: float = HUBER_DELTA) -> np.ndarray:
 
 def refine(
     X: np.ndarray, y: np.ndarray, mask: np.ndarray, theta0: np.ndarray, *, has_E: bool,
-    delta: float = HUBER_DELTA, max_iter: int = 200, tol: float = 1e-10,
+    delta: float = HUBER_DELTA, max_iter: int = 200, tol: float = 1e-8,
 ) -> np.ndarray:  # fmt: skip
     """The Huber optimum near theta0 (B, p) for each of B problems (module doc)."""
     theta = np.array(theta0, dtype=float)
@@ -49,30 +49,37 @@ def refine(
     hi = np.r_[np.full(p - 2, np.inf), np.full(2, _ALPHA_BOUNDS[1])]
     mask = mask.astype(float)
 
-    def objective(t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        pred, jac = predict_and_jacobian(X, t, has_E)
-        r = pred - y
-        return (huber(r, delta) * mask).sum(axis=1), r, jac
+    def objective(t: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        pred, jac = predict_and_jacobian(X[rows], t, has_E)
+        r = pred - y[rows]
+        return (huber(r, delta) * mask[rows]).sum(axis=1), r, jac
 
-    f, r, jac = objective(theta)
+    f, r, jac = objective(theta, np.arange(theta.shape[0]))
     lam = np.full(theta.shape[0], 1e-3)
-    active = np.ones(theta.shape[0], bool)
+    act = np.arange(theta.shape[0])  # the problems still moving
     eye = np.eye(p)
     for _ in range(max_iter):
-        if not active.any():
+        if act.size == 0:
             break
-        w = mask * np.minimum(1.0, delta / np.maximum(np.abs(r), 1e-300))
-        jw = jac * w[..., None]
-        h = np.einsum("bnp,bnq->bpq", jw, jac)
-        g = np.einsum("bnp,bn->bp", jw, r)
-        damp = h + lam[:, None, None] * (np.einsum("bpp->bp", h)[:, :, None] * eye + 1e-12 * eye)
-        step = -np.linalg.solve(damp, g[..., None])[..., 0]
-        new = np.clip(theta + step, lo, hi)
-        f_new, r_new, jac_new = objective(new)
-        better = (f_new <= f) & active
-        moved = np.abs(new - theta).max(axis=1)
-        theta[better], f[better], r[better], jac[better] = (
-            new[better], f_new[better], r_new[better], jac_new[better])  # fmt: skip
-        lam = np.where(better, np.maximum(lam / 3, 1e-9), lam * 4)
-        active &= ~(better & (moved < tol)) & (lam < 1e12)
+        ra, ja, ma = r[act], jac[act], mask[act]
+        w = ma * np.minimum(1.0, delta / np.maximum(np.abs(ra), 1e-300))
+        jw = ja * w[..., None]
+        h = np.einsum("bnp,bnq->bpq", jw, ja)
+        g = np.einsum("bnp,bn->bp", jw, ra)
+        diag = np.einsum("bpp->bp", h)[:, :, None] * eye
+        step = -np.linalg.solve(h + lam[act, None, None] * diag + 1e-12 * eye, g[..., None])
+        new = np.clip(theta[act] + step[..., 0], lo, hi)
+        f_new, r_new, jac_new = objective(new, act)
+        better = f_new <= f[act]
+        done = better & ((np.abs(new - theta[act]).max(axis=1) < tol)
+                         | (f[act] - f_new <= 1e-10 * f[act]))  # fmt: skip
+        up = act[better]
+        theta[up], f[up], r[up], jac[up] = (
+            new[better],
+            f_new[better],
+            r_new[better],
+            jac_new[better],
+        )
+        lam[act] = np.where(better, np.maximum(lam[act] / 3, 1e-9), lam[act] * 4)
+        act = act[~done & (lam[act] < 1e12)]
     return theta

@@ -144,15 +144,25 @@ def huber_kappa(s: float, delta: float = HUBER_DELTA) -> float:
     return float(psi2 / max(inside, 1e-300) ** 2)
 
 
+SCALE_FLOOR = 1e-4  # a law exact to 0.01% has no outliers worth the name
+
+
+def outliers(stack: LawStack) -> np.ndarray:
+    """(B, n): rows whose standardised residual r / s is beyond OUTLIER_Z."""
+    z = stack.residuals() / np.maximum(stack.scale, SCALE_FLOOR)[:, None]
+    return np.abs(np.nan_to_num(z)) > OUTLIER_Z
+
+
 def misfit(stack: LawStack, n_params: np.ndarray, tokens: np.ndarray, *, level: float = 0.95,
            exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """Leave-one-size-out misfit m (B,) of each fitted law (module doc), with the number
     of folds and of points scored. `exclude` (B, n) marks rows (outliers) that stay in the
-    fits but are not scored. A fold whose remaining rows cannot support the law (< 3 sizes
+    fits but are not scored (default: `outliers(stack)`). A fold whose remaining rows cannot support the law (< 3 sizes
     or token counts, no degree of freedom) is skipped."""
     B, n = stack.y.shape
     p = stack.theta.shape[1]
-    scored = stack.mask & (True if exclude is None else ~exclude.astype(bool))
+    exclude = outliers(stack) if exclude is None else exclude.astype(bool)
+    scored = stack.mask & ~exclude
     keeps, helds, owner = [], [], []
     for b in range(B):
         on = stack.mask[b]
@@ -280,7 +290,7 @@ def robust_law(
 ) -> RobustLaw:  # fmt: skip
     """fit_chinchilla through the points (or `fit`, made on them already), its covariance
     and its leave-one-size-out misfit at `level`; `exclude` marks outliers (fitted, not
-    scored)."""
+    scored; by default those of `outliers`)."""
     y, xs = clean(loss, {"n_params": n_params, "tokens": tokens}, what="robust L(N, D)")
     n, d = xs["n_params"], xs["tokens"]
     if fit is None:
