@@ -11,7 +11,7 @@ Checks on a law L(C) fitted to points (C_i, L_i):
   (the demo's frontier laws once reported alpha 0.58 [0, 2.6] as if it meant something);
 - the points show no decline: the law falls by less than twice the residual scatter over
   the compute range, so the data cannot tell a power law from a constant;
-- points off the law: a standardised residual r_i / s beyond 3.5 (s the robust scale,
+- points off the law: a standardised residual r_i / s beyond 4 (s the robust scale,
   robust.py), or, for L(N, D), a point whose removal moves a constant outside its 95%
   interval (influence, by leave-one-out refits warm-started from the fit); each listed by
   its trial's label;

@@ -8,8 +8,8 @@ L(N, D) is the Huber fit `fit_chinchilla`, the same estimator and the same point
 widened by the misfit its leave-one-size-out backtests measure on the ladder itself
 (robust.py): half-width sqrt(parameter^2 + scatter^2 + misfit^2) in log L, each part
 reported. On synthetic ladders drawn from the law plus a smooth 1% drift with N and off-law
-runs at small D/N, the 95% interval covers a held-out largest size in 96-97% of 200
-ladders (93% without the misfit term); on exact-law ladders in 97%
+runs at small D/N, the 95% interval covers a held-out largest size's runs in 96% of 200
+ladders (94% without the misfit term); on exact-law ladders in 95-97%
 (tests/orchestrator/test_forecast_nd.py).
 
 L(C) is a least-squares fit (lsq.py), as in `results fit`, and gives, for a new run, the

@@ -38,10 +38,15 @@ def test_fit_and_its_backtest_report_the_same_law_for_the_same_points():
     table = _table(ladder)
     full = fit_table(table, "nd", resample=False)  # the backtest needs no bootstrap
     train, _ = ladder.split()
-    smaller = fit_table(table.filter(pa.array(train)), "nd", n_resamples=8)
+    smaller = fit_table(table.filter(pa.array(train)), "nd", n_resamples=8,
+                        exclude_outliers=True)  # fmt: skip
     backtest = full.backtest.law.law.values()
     fitted = smaller.chinchilla["dense"].point.values()
     assert backtest == pytest.approx(fitted, rel=1e-9)
+    # --exclude-outliers: both fits, the second without the points the first flagged
+    flagged = {o.label for o in smaller.chinchilla_checks["dense"].outliers}
+    assert flagged and "dense without outliers" in smaller.chinchilla
+    assert smaller.chinchilla["dense without outliers"].point.n_trials == 25 - len(flagged)
     assert full.backtest.law.name == "L(N, D)"
     assert all(p.spread is not None and p.spread.total > 0 for p in full.backtest.predictions)
 
@@ -71,7 +76,8 @@ def test_the_check_flags_five_off_law_points_and_excluding_them_recovers_the_exp
     check = check_chinchilla(law, n, d, y, labels=[f"t{i}" for i in range(y.size)])
     assert {f"t{i}" for i in np.flatnonzero(ladder.off_law)} <= {o.label for o in check.outliers}
     assert not check.ok and "off the law" in check.summary()
-    assert check.to_dict()["outliers"][0]["z"] > 3.5
+    off = {f"t{i}" for i in np.flatnonzero(ladder.off_law)}
+    assert all(abs(o["z"]) > 4 for o in check.to_dict()["outliers"] if o["label"] in off)
     keep = ~check.outlier_mask(y.size)
     clean = robust_law(n[keep], d[keep], y[keep]).intervals()
     assert truth.alpha in clean["alpha"] and truth.beta in clean["beta"]
@@ -116,7 +122,7 @@ def _coverage(truth: ChinchillaTruth, seed: int) -> tuple[float, float]:
 
 def test_forecast_interval_covers_a_held_out_largest_size_when_the_law_is_approximate():
     """200 ladders: the law plus a 1% drift growing with N and three runs 8% off it at small
-    D/N. Measured: 96.6% (the law's own interval without the misfit term: 93.6%)."""
+    D/N. Measured: 96.2% (the law's own interval without the misfit term: 93.6%)."""
     covered, own = _coverage(APPROXIMATE, seed=1)
     assert 0.90 <= covered <= 0.98, (covered, own)
 
