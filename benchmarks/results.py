@@ -11,6 +11,9 @@ files (goal: < 30 s), cold and incremental (all FINISHED: nothing re-read). The 
 sweep (real MLflow sqlite runs + trial directories) is written once to
 $SCALELAB_BENCH_DIR (default /tmp/scalelab-bench-results) and reused.
 
+forecast: issue 28's one L(N, D) law on 250 points: fit, bootstrap, checks and the
+calibrated forecast.
+
 query: group-by over 10M curve rows (goal: < 1 s) with pyarrow compute, on a Parquet
 partition written by the results store (1,000 trials x 10 metrics x 1,000 steps).
 """
@@ -205,8 +208,44 @@ def bench_query(
         print(f"| {name} | {wall:.2f} | {cpu:.2f} | {goal or '-'} | {ok} |")
 
 
+def bench_forecast(n_resamples: int = 200, repeats: int = 3) -> None:
+    """Issue 28: the one L(N, D) law on 250 points (10 sizes x 25 tokens per parameter,
+    0.5% noise): the grid-searched Huber fit, its bootstrap, the checks (standardised
+    residuals, 250 leave-one-out refits for influence) and the calibrated forecast (the
+    fit, its delta-method covariance, leave-one-size-out misfit, checks)."""
+    from scalelab.analysis.scaling.checks import check_chinchilla
+    from scalelab.analysis.scaling.forecast import fit_forecast_law
+    from scalelab.analysis.scaling.robust import robust_law
+
+    rng = np.random.default_rng(0)
+    law = ChinchillaFit(E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28, n_trials=0)
+    n, ratio = np.meshgrid(np.geomspace(5e7, 1e10, 10), np.geomspace(4, 160, 25))
+    n, d = n.ravel(), (n * ratio).ravel()
+    loss = law.predict(n, d) * np.exp(rng.normal(0, 0.005, n.size))
+    point = fit_chinchilla(n, d, loss)
+    robust = robust_law(n, d, loss, fit=point)
+    cases: dict[str, Callable[[], object]] = {
+        "fit_chinchilla (grid + L-BFGS-B)": lambda: fit_chinchilla(n, d, loss),
+        f"bootstrap, {n_resamples} resamples": lambda: bootstrap(
+            fit_chinchilla, n, d, loss, n_resamples=n_resamples
+        ),
+        "covariance + leave-one-size-out misfit": lambda: robust_law(n, d, loss, fit=point),
+        "checks (incl. 250 leave-one-out refits)": lambda: check_chinchilla(robust, n, d, loss),
+        "forecast law (fit + all of the above but the bootstrap)": lambda: fit_forecast_law(
+            n, d, 6 * n * d, loss, law="ND"
+        ),
+    }
+    print(f"\n## forecast: L(N, D) on {n.size} points (median of {repeats})")
+    print("| operation | wall s | CPU s |")
+    print("|---|---|---|")
+    for name, fn in cases.items():
+        wall, cpu = np.median([_timed(fn) for _ in range(repeats)], axis=0)
+        print(f"| {name} | {wall:.2f} | {cpu:.2f} |")
+
+
 SECTIONS: dict[str, Callable[[], None]] = {
     "bootstrap": bench_bootstrap,
+    "forecast": bench_forecast,
     "sync": bench_sync,
     "query": bench_query,
 }

@@ -30,6 +30,9 @@ URI = typer.Option(
 )
 BASELINE = typer.Option("dense", "--baseline", "-b", help="Variant the others are compared with.")
 RESAMPLES = typer.Option(1000, "--resamples", help="Bootstrap resamples for the intervals.")
+EXCLUDE_OUTLIERS = typer.Option(
+    False, "--exclude-outliers", help="Also refit without the points the check flags; print both."
+)
 
 
 def _synced(sweep: str, uri: str | None) -> None:
@@ -231,6 +234,7 @@ def fit_cmd(
     loss: str = typer.Option("final_val_loss", "--loss", help="final_val_loss or best_val_loss"),
     resamples: int = RESAMPLES,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    exclude_outliers: bool = EXCLUDE_OUTLIERS,
     tracking_uri: str | None = URI,
 ) -> None:
     """Scaling laws per variant, the compute-equivalent gain vs the baseline with bootstrap
@@ -240,7 +244,8 @@ def fit_cmd(
 
     def run():  # noqa: ANN202
         _synced(sweep, tracking_uri)
-        return fit_sweep(sweep, baseline=baseline, loss=loss, n_resamples=resamples)
+        return fit_sweep(sweep, baseline=baseline, loss=loss, n_resamples=resamples,
+                         exclude_outliers=exclude_outliers)  # fmt: skip
 
     fit = _guard(run)
     if as_json:
@@ -332,6 +337,7 @@ def forecast_cmd(
     level: float = typer.Option(0.95, "--level", help="Level of the prediction interval."),
     loss: str = typer.Option("final_val_loss", "--loss", help="final_val_loss or best_val_loss"),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    exclude_outliers: bool = EXCLUDE_OUTLIERS,
     tracking_uri: str | None = URI,
 ) -> None:
     """Forecast the final loss of a larger run from the smaller ones, with a prediction
@@ -353,12 +359,19 @@ def forecast_cmd(
                 f"unknown loss column {loss!r} (use final_val_loss or best_val_loss)"
             )
         return forecast_table(table, sweep, variant=variant, size=target, flops=flops,
-                              holdout=holdout, loss=loss, law=law, level=level)  # fmt: skip
+                              holdout=holdout, loss=loss, law=law, level=level,
+                              exclude_outliers=exclude_outliers)  # fmt: skip
 
     result = _guard(run)
     if as_json:
         print(json.dumps(result.to_dict(), indent=1, allow_nan=False))
         return
+    for shown in (result, result.without_outliers):
+        if shown is not None:
+            _print_forecast(shown, level, holdout is not None)
+
+
+def _print_forecast(result, level: float, holdout: bool) -> None:  # noqa: ANN001
     from rich.table import Table
 
     check = result.law.check
@@ -367,12 +380,17 @@ def forecast_cmd(
         caption=f"fit check: {check.summary()}; residuals up to {check.max_residual:.1%}",
         title_justify="left",
     )
+    spread = result.predictions[0].spread is not None
     head = ["run", "predicted", f"{level:.0%} prediction interval"]
+    head += ["± parameters", "± scatter", "± misfit"] if spread else []
     head += ["actual", "covered"] if holdout else []
     for h in head:
         table.add_column(h, justify="left" if h == "run" else "right")
     for t, p in zip(result.targets, result.predictions, strict=True):
         row = [t.label, f"{p.loss:.4g}", f"[{p.low:.4g}, {p.high:.4g}]"]
+        if p.spread is not None:  # half-widths in log L, i.e. about a share of the loss
+            s = p.spread
+            row += [f"{s.parameter:.2%}", f"{s.scatter:.2%}", f"{s.misfit:.2%}"]
         if holdout:
             row += [f"{t.actual:.4g}", "yes" if t.actual in p else "NO"]
         table.add_row(*row)

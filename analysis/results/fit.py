@@ -93,6 +93,7 @@ def fit_table(
     effect: float = 0.05,
     power: float = 0.8,
     resample: bool = True,
+    exclude_outliers: bool = False,
 ) -> SweepFit:
     from scalelab.analysis.scaling import ScalingError, ScalingWarning
 
@@ -126,7 +127,8 @@ def fit_table(
 
     boot_opts = {"n_resamples": n_resamples, "level": level, "seed": seed} if resample else None
     for v in variants:
-        _fit_variant(fit, used.filter(_eq(used, "variant", v)), v, attempt, boot_opts)
+        _fit_variant(fit, used.filter(_eq(used, "variant", v)), v, attempt, boot_opts,
+                     exclude_outliers)  # fmt: skip
     if not fit.laws and not fit.chinchilla and not fit.isoflop:
         sizes = sorted(set(used["size"].to_pylist()))
         why = (
@@ -153,10 +155,12 @@ def fit_table(
 
 
 def _fit_variant(
-    fit: SweepFit, rows: pa.Table, v: str, attempt: Any, boot_opts: dict | None
-) -> None:
-    """The per-variant laws: L(C) on the frontier, Chinchilla (unless boot_opts is None),
-    IsoFLOP."""
+    fit: SweepFit, rows: pa.Table, v: str, attempt: Any, boot_opts: dict | None,
+    exclude_outliers: bool = False,
+) -> None:  # fmt: skip
+    """The per-variant laws: L(C) on the frontier, Chinchilla (unless boot_opts is None;
+    with exclude_outliers, again without the points its check flags, as
+    "<variant> without outliers"), IsoFLOP."""
     from scalelab.analysis.scaling import bootstrap, fit_chinchilla, fit_isoflop, pareto_frontier
     from scalelab.analysis.scaling.checks import check_chinchilla, check_power_law
     from scalelab.analysis.scaling.lsq import lsq_power_law
@@ -175,7 +179,8 @@ def _fit_variant(
         law = attempt(f"L(C) of {v}", lambda: lsq_power_law(c[front], y[front]))
         if law is not None:
             fit.laws[v] = law
-            fit.law_checks[v] = check_power_law(law, c[front], y[front])
+            labels = [ids[i] for i in front]
+            fit.law_checks[v] = check_power_law(law, c[front], y[front], labels=labels)
     n, d = _col(rows, "n_params"), _col(rows, "tokens")
     rich = np.unique(n).size >= 3 and np.unique(d).size >= 3 and rows.num_rows >= 6
     if boot_opts is not None and rich:
@@ -185,7 +190,25 @@ def _fit_variant(
         )
         if ch is not None:
             fit.chinchilla[v] = ch
-            fit.chinchilla_checks[v] = check_chinchilla(ch.point, n, d, y)
+            check = check_chinchilla(ch.point, n, d, y, intervals=ch.intervals, labels=ids)
+            fit.chinchilla_checks[v] = check
+            if exclude_outliers and check.outliers:
+                keep = ~check.outlier_mask(y.size)
+                name = f"{v} without outliers"
+                clean = attempt(
+                    f"Chinchilla L(N, D) of {name}",
+                    lambda: bootstrap(fit_chinchilla, n[keep], d[keep], y[keep], **boot_opts),
+                )
+                if clean is not None:
+                    fit.chinchilla[name] = clean
+                    fit.chinchilla_checks[name] = check_chinchilla(
+                        clean.point, n[keep], d[keep], y[keep], intervals=clean.intervals,
+                        labels=[i for i, k in zip(ids, keep, strict=True) if k],
+                    )  # fmt: skip
+                    fit.notes.append(
+                        f"{name}: refitted without {len(check.outliers)} flagged point(s): "
+                        + ", ".join(o.label for o in check.outliers)
+                    )
     budgets = _col(rows, "budget_flops") if "budget_flops" in rows.column_names else None
     if budgets is not None and np.isfinite(budgets).all() and np.unique(budgets).size >= 2:
         iso = attempt(f"IsoFLOP of {v}", lambda: fit_isoflop(budgets, n, y, tokens=d))

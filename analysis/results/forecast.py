@@ -11,7 +11,7 @@ was run: the law through the smaller sizes only, each of its trials a target).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,6 +43,7 @@ class Forecast:
     predictions: list[Prediction]
     holdout: str | None = None
     notes: list[str] = field(default_factory=list)
+    without_outliers: Forecast | None = None  # the same, refitted without the flagged points
 
     @property
     def covered(self) -> list[bool]:
@@ -91,10 +92,20 @@ class Forecast:
                     "level": p.level,
                     "actual": num(t.actual) if np.isfinite(t.actual) else None,
                     "covered": (t.actual in p) if np.isfinite(t.actual) else None,
+                    "spread": None
+                    if p.spread is None
+                    else {
+                        "parameter": p.spread.parameter,
+                        "scatter": p.spread.scatter,
+                        "misfit": p.spread.misfit,
+                    },
                 }
                 for t, p in zip(self.targets, self.predictions, strict=True)
             ],
             "notes": self.notes,
+            "without_outliers": (
+                self.without_outliers.to_dict() if self.without_outliers is not None else None
+            ),
         }
 
 
@@ -109,12 +120,13 @@ def forecast_table(
     loss: str = "final_val_loss",
     law: str = "auto",
     level: float = 0.95,
+    exclude_outliers: bool = False,
 ) -> Forecast:
     """A forecast (module doc) from the FINISHED trials with a finite loss in `table`;
-    exactly one of size, flops and holdout."""
+    exactly one of size, flops and holdout. exclude_outliers: also the same forecast
+    refitted without the points its check flags (`without_outliers`)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
-
-    from scalelab.analysis.scaling import ScalingError, pareto_frontier
 
     if sum(x is not None for x in (size, flops, holdout)) != 1:
         raise ResultsError("forecast: give exactly one of --target SIZE, --flops C, --holdout SIZE")
@@ -124,6 +136,25 @@ def forecast_table(
     rows = rows.filter(pc.equal(rows["variant"], variant))
     if rows.num_rows == 0:
         raise ResultsError(f"forecast: no finished trials of variant {variant!r} in {sweep!r}")
+    first = _forecast_rows(rows, sweep, variant, size, flops, holdout, loss, law, level)
+    # an L(C) point is a cell: its label lists the cell's trials
+    flagged = {t for o in first.law.check.outliers for t in o.label.split(", ")}
+    if exclude_outliers and flagged:
+        ids = np.array([str(t) for t in rows["trial_id"].to_pylist()])
+        rest = rows.filter(pa.array(~np.isin(ids, sorted(flagged))))
+        again = _forecast_rows(rest, sweep, variant, size, flops, holdout, loss, law, level)
+        again.notes.insert(0, f"refitted without {len(flagged)} flagged point(s): "
+                              + ", ".join(sorted(flagged)))  # fmt: skip
+        return replace(first, without_outliers=again)
+    return first
+
+
+def _forecast_rows(
+    rows: pa.Table, sweep: str, variant: str, size: str | None, flops: float | None,
+    holdout: str | None, loss: str, law: str, level: float,
+) -> Forecast:  # fmt: skip
+    from scalelab.analysis.scaling import ScalingError, pareto_frontier
+
     n, d, c, y = (_col(rows, k) for k in ("n_params", "tokens", "flops", loss))
     sizes = np.array(rows["size"].to_pylist())
     notes: list[str] = []
@@ -142,7 +173,7 @@ def forecast_table(
                     f"forecast: --holdout {holdout}: needs 2 or more smaller sizes to fit a "
                     f"law, got {len(smaller)}"
                 )
-            fitted = _fit_cells(rows, train, loss, law)
+            fitted = _fit_cells(rows, train, loss, law, level)
             held = np.flatnonzero(sizes == holdout)
             held = held[np.argsort(d[held], kind="stable")]
             targets = [
@@ -150,7 +181,7 @@ def forecast_table(
             ]
             on = f"{', '.join(smaller)} ({int(train.sum())} trials)"
         elif size is not None:
-            fitted = _fit_cells(rows, np.ones(rows.num_rows, bool), loss, law)
+            fitted = _fit_cells(rows, np.ones(rows.num_rows, bool), loss, law, level)
             targets = _size_targets(rows, size)
             on = f"{', '.join(sorted(set(sizes), key=lambda s: n[sizes == s].min()))} "
             on += f"({rows.num_rows} trials)"
@@ -158,7 +189,7 @@ def forecast_table(
             front = pareto_frontier(c, y)
             mask = np.zeros(rows.num_rows, bool)
             mask[front] = True
-            fitted = _fit_cells(rows, mask, loss, "C")
+            fitted = _fit_cells(rows, mask, loss, "C", level)
             targets = [Target(f"C = {flops:.3g} FLOPs", float("nan"), float("nan"), float(flops))]
             on = f"the compute frontier ({mask.sum()} trials)"
         covariates = (
@@ -175,8 +206,10 @@ def forecast_table(
     return Forecast(sweep, variant, fitted, on, targets, predictions, holdout, notes)
 
 
-def _fit_cells(rows: pa.Table, mask: np.ndarray, loss: str, law: str) -> ForecastLaw:
-    """The forecast law through the cell means (seeds averaged) of the masked trials."""
+def _fit_cells(rows: pa.Table, mask: np.ndarray, loss: str, law: str, level: float) -> ForecastLaw:
+    """The forecast law through the masked trials: L(N, D) through the trials themselves,
+    as `results fit` does (one law per question); L(C) through the cell means (seeds
+    averaged)."""
     from scalelab.analysis.scaling.forecast import fit_forecast_law
 
     keys: dict[tuple[float, float], list[int]] = {}
@@ -184,12 +217,19 @@ def _fit_cells(rows: pa.Table, mask: np.ndarray, loss: str, law: str) -> Forecas
     for i in np.flatnonzero(mask):
         keys.setdefault((n[i], d[i]), []).append(int(i))
     groups = list(keys.values())
+    rich = np.unique(n[mask]).size >= 3 and np.unique(d[mask]).size >= 3 and len(groups) >= 7
+    if law == "ND" or (law == "auto" and rich):
+        ids = [str(t) for t, m in zip(rows["trial_id"].to_pylist(), mask, strict=True) if m]
+        return fit_forecast_law(n[mask], d[mask], c[mask], y[mask], law="ND", level=level,
+                                labels=ids)  # fmt: skip
     return fit_forecast_law(
         np.array([n[g].mean() for g in groups]),
         np.array([d[g].mean() for g in groups]),
         np.array([c[g].mean() for g in groups]),
         np.array([np.exp(np.log(y[g]).mean()) for g in groups]),
         law=law,
+        level=level,
+        labels=[", ".join(str(rows["trial_id"][i]) for i in g) for g in groups],
     )
 
 

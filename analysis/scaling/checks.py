@@ -11,6 +11,12 @@ Checks on a law L(C) fitted to points (C_i, L_i):
   (the demo's frontier laws once reported alpha 0.58 [0, 2.6] as if it meant something);
 - the points show no decline: the law falls by less than twice the residual scatter over
   the compute range, so the data cannot tell a power law from a constant;
+- points off the law: a standardised residual r_i / s beyond 4 (s the robust scale,
+  robust.py), or, for L(N, D), a point whose removal moves a constant outside its 95%
+  interval (influence, by leave-one-out refits warm-started from the fit); each listed by
+  its trial's label;
+- an interval spanning more than an order of magnitude (high / low > 10) for any positive
+  constant, for every law (least-squares t intervals or a bootstrap's percentile ones);
 - the points steepen with compute: a parabola in log-log (log L against log C) through
   them bends down by more than two standard errors. Every E + A C^-alpha with E >= 0 bends
   up (its local exponent shrinks towards E), so such points are not yet in the power-law
@@ -19,12 +25,14 @@ Checks on a law L(C) fitted to points (C_i, L_i):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .objective import alpha_on_bound, on_lower_bound_E
+from .robust import OUTLIER_Z, SCALE_FLOOR, _robust_scale, raw_theta, stack_fit
 
 _AT_LOWEST = 0.999  # E at or above this share of the lowest loss: on its upper bound
 
@@ -39,6 +47,8 @@ class FitCheck:
     residuals: tuple[float, ...]  # L_fit / L - 1 per point
     regime: str  # '' when the points look like a power law, else why they do not
     unidentified: tuple[str, ...] = ()  # e.g. ("alpha's 95% CI reaches 0",)
+    outliers: tuple[Outlier, ...] = ()
+    wide: tuple[str, ...] = ()  # e.g. ("B's 95% CI spans 120x",)
 
     @property
     def rms(self) -> float:
@@ -55,6 +65,12 @@ class FitCheck:
         """A problem beyond the fallback (which is a fix, said in `fallback`)."""
         return bool(self.problems())
 
+    def outlier_mask(self, n: int) -> np.ndarray:
+        """The flagged points among the n fitted, as a mask."""
+        mask = np.zeros(n, bool)
+        mask[[o.index for o in self.outliers]] = True
+        return mask
+
     @property
     def ok(self) -> bool:
         return not (self.fallback or self.failed)
@@ -66,6 +82,13 @@ class FitCheck:
             parts.append(", ".join(self.on_bound) + " (on its bound)")
         if self.unidentified:
             parts.append(", ".join(self.unidentified) + " (not pinned down by the data)")
+        if self.wide:
+            parts.append(", ".join(self.wide) + " (more than an order of magnitude)")
+        if self.outliers:
+            parts.append(
+                f"{len(self.outliers)} point(s) off the law: "
+                + ", ".join(o.describe() for o in self.outliers)
+            )
         if self.regime:
             parts.append(self.regime)
         return parts
@@ -84,13 +107,35 @@ class FitCheck:
             "on_bound": list(self.on_bound),
             "regime": self.regime,
             "unidentified": list(self.unidentified),
+            "wide": list(self.wide),
+            "outliers": [o.to_dict() for o in self.outliers],
             "residuals": [float(r) for r in self.residuals],
             "rms": self.rms,
             "max_residual": self.max_residual,
         }
 
 
-def check_power_law(fit: Any, flops: np.ndarray, loss: np.ndarray) -> FitCheck:
+@dataclass(frozen=True)
+class Outlier:
+    """A point the law does not describe: its label (trial id or run name), its residual
+    L_fit / L - 1, standardised residual z and, if its removal moves a constant outside
+    its interval, which (e.g. "beta 0.45 -> 0.38")."""
+
+    label: str
+    residual: float
+    z: float
+    moves: str = ""
+    index: int = -1  # its row among the fitted points
+
+    def describe(self) -> str:
+        text = f"{self.label} ({self.residual:+.1%}, z = {self.z:+.1f}"
+        return text + (f"; without it {self.moves}" if self.moves else "") + ")"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "residual": self.residual, "z": self.z, "moves": self.moves}
+
+
+def check_power_law(fit: Any, flops: np.ndarray, loss: np.ndarray, labels: Any = None) -> FitCheck:
     """Checks of an L(C) fit (PowerLawFit or an LsqFit of L(C)) on its points."""
     c = np.asarray(flops, dtype=float)
     y = np.asarray(loss, dtype=float)
@@ -113,18 +158,100 @@ def check_power_law(fit: Any, flops: np.ndarray, loss: np.ndarray) -> FitCheck:
             "regime, extrapolation biased"
         )
     unidentified = _unidentified(fit, y, exponents=("alpha",))
-    return FitCheck(fit.form, fit.fallback, bounds, tuple(residuals), regime, unidentified)
+    intervals = fit.intervals(0.95) if hasattr(fit, "intervals") else {}
+    z = _standardised(np.log1p(residuals), fit.theta.size if hasattr(fit, "theta") else 3)
+    outliers = tuple(
+        Outlier(_label(labels, i), float(residuals[i]), float(z[i]), index=int(i))
+        for i in np.flatnonzero(np.abs(z) > OUTLIER_Z)
+    )
+    return FitCheck(fit.form, fit.fallback, bounds, tuple(residuals), regime, unidentified,
+                    outliers, _wide(intervals))  # fmt: skip
 
 
 def check_chinchilla(
-    fit: Any, n_params: np.ndarray, tokens: np.ndarray, loss: np.ndarray
-) -> FitCheck:
-    """Checks of an L(N, D) fit: bounds, fallback and residuals."""
+    fit: Any, n_params: np.ndarray, tokens: np.ndarray, loss: np.ndarray, *,
+    intervals: Mapping[str, Any] | None = None, labels: Any = None,
+) -> FitCheck:  # fmt: skip
+    """Checks of an L(N, D) fit (ChinchillaFit, its robust.RobustLaw or an LsqFit):
+    bounds, fallback, residuals, outliers and influence against `intervals` (a
+    bootstrap's; by default the fit's own delta-method ones, if it has them)."""
+    from .chinchilla import ChinchillaFit
+
+    n = np.asarray(n_params, dtype=float)
+    d = np.asarray(tokens, dtype=float)
     y = np.asarray(loss, dtype=float)
-    predicted = np.asarray(fit.predict(n_params, tokens), dtype=float)
+    predicted = np.asarray(fit.predict(n, d), dtype=float)
+    residuals = predicted / y - 1.0
+    if intervals is None:
+        intervals = fit.intervals(0.95) if hasattr(fit, "intervals") else {}
     bounds = _bounds(fit.values(), y, fit.has_E, exponents=("alpha", "beta"))
-    unidentified = _unidentified(fit, y, exponents=("alpha", "beta"))
-    return FitCheck(fit.form, fit.fallback, bounds, tuple(predicted / y - 1.0), "", unidentified)
+    unidentified = _unidentified(fit, y, exponents=("alpha", "beta"), intervals=intervals)
+    point = fit if isinstance(fit, ChinchillaFit) else getattr(fit, "fit", None)
+    z = _standardised(np.log1p(residuals), 5 if fit.has_E else 4)
+    moves = _influence(point, n, d, y, intervals) if point is not None and intervals else {}
+    flagged = sorted(set(np.flatnonzero(np.abs(z) > OUTLIER_Z)) | set(moves))
+    outliers = tuple(
+        Outlier(_label(labels, i), float(residuals[i]), float(z[i]), moves.get(i, ""), int(i))
+        for i in flagged
+    )
+    return FitCheck(fit.form, fit.fallback, bounds, tuple(residuals), "", unidentified,
+                    outliers, _wide(intervals))  # fmt: skip
+
+
+_MOVABLE = ("E", "A", "B", "alpha", "beta")
+
+
+def _influence(
+    point: Any, n: np.ndarray, d: np.ndarray, y: np.ndarray, intervals: Mapping[str, Any]
+) -> dict[int, str]:
+    """Points whose removal moves a constant outside its interval: every leave-one-out
+    refit at once, warm-started from the fit (refine.py)."""
+    if y.size <= 7:
+        return {}
+    p = 5 if point.has_E else 4
+    mask = ~np.eye(y.size, dtype=bool)
+    rep = np.broadcast_to
+    stack = stack_fit(rep(n, mask.shape), rep(d, mask.shape), rep(y, mask.shape),
+                      rep(raw_theta(point), (y.size, p)), has_E=point.has_E, mask=mask)  # fmt: skip
+    o = p - 4
+    theta = stack.theta.copy()
+    theta[:, o : o + 2] += theta[:, o + 2 :] * stack.shift  # uncentre
+    values = {"A": np.exp(theta[:, o]), "B": np.exp(theta[:, o + 1]),
+              "alpha": theta[:, o + 2], "beta": theta[:, o + 3]}  # fmt: skip
+    if point.has_E:
+        values["E"] = np.exp(theta[:, 0])
+    base = point.values()
+    out = {}
+    for i in range(y.size):
+        moved = [f"{k} {base[k]:.3g} -> {v[i]:.3g}" for k, v in values.items()
+                 if k in intervals and v[i] not in intervals[k]]  # fmt: skip
+        if moved:
+            out[i] = ", ".join(moved)
+    return out
+
+
+def _standardised(log_residuals: np.ndarray, p: int) -> np.ndarray:
+    """r / s with s the robust scale of robust.py (outliers left out of it)."""
+    r = np.asarray(log_residuals, dtype=float)
+    if r.size <= p:
+        return np.zeros_like(r)
+    s0 = _robust_scale(r[None], p)[0]
+    s = _robust_scale(np.where(np.abs(r) > OUTLIER_Z * s0, np.nan, r)[None], p)[0]
+    return r / max(s, SCALE_FLOOR)
+
+
+def _label(labels: Any, i: int) -> str:
+    return f"point {i}" if labels is None else str(list(labels)[i])
+
+
+def _wide(intervals: Mapping[str, Any]) -> tuple[str, ...]:
+    out = []
+    for name, iv in intervals.items():
+        if name in _MOVABLE and iv.low > 0 and iv.high / iv.low > 10:
+            out.append(f"{name}'s {iv.level:.0%} CI spans {iv.high / iv.low:.3g}x")
+        elif name in _MOVABLE and iv.low <= 0 < iv.high and name in ("E", "A", "B"):
+            out.append(f"{name}'s {iv.level:.0%} CI reaches 0")
+    return tuple(out)
 
 
 def _bounds(
@@ -141,12 +268,18 @@ def _bounds(
     return tuple(out)
 
 
-def _unidentified(fit: Any, loss: np.ndarray, exponents: tuple[str, ...]) -> tuple[str, ...]:
-    """The constants whose 95% interval says the data do not pin them down (fits with
-    intervals only: lsq.LsqFit; a bootstrap's are checked by its reader)."""
-    if not hasattr(fit, "intervals"):
-        return ()
-    intervals = fit.intervals(0.95)  # the fits keep a degree of freedom: finite bounds
+def _unidentified(
+    fit: Any,
+    loss: np.ndarray,
+    exponents: tuple[str, ...],
+    intervals: Mapping[str, Any] | None = None,
+) -> tuple[str, ...]:
+    """The constants whose 95% interval says the data do not pin them down (`intervals`,
+    or the fit's own: lsq.LsqFit and robust.RobustLaw have them)."""
+    if not intervals:
+        if not hasattr(fit, "intervals"):
+            return ()
+        intervals = fit.intervals(0.95)  # the fits keep a degree of freedom: finite bounds
     out = [f"{name}'s 95% CI reaches 0" for name in exponents if intervals[name].low <= 1e-6]
     if fit.has_E and intervals["E"].high >= loss.min():
         out.append("E's 95% CI reaches the lowest loss")

@@ -1,8 +1,19 @@
 """Forecast the final loss of a run that was not made, with a prediction interval.
 
 The law: Chinchilla's L(N, D) when the trials span at least 3 sizes and 3 token counts
-(and 7 trials, so one degree of freedom is left), else L(C) through the cells. Both are
-least-squares fits (lsq.py) and give, for a new run, the prediction interval
+(and 7 trials, so one degree of freedom is left), else L(C) through the cells.
+
+L(N, D) is the Huber fit `fit_chinchilla`, the same estimator and the same points as
+`results fit` (one law per question), with its delta-method covariance and an interval
+widened by the misfit its leave-one-size-out backtests measure on the ladder itself
+(robust.py): half-width sqrt(parameter^2 + scatter^2 + misfit^2) in log L, each part
+reported. On synthetic ladders drawn from the law plus a smooth 1% drift with N and off-law
+runs at small D/N, the 95% interval covers a held-out largest size's runs in 96% of 200
+ladders (94% without the misfit term); on exact-law ladders in 95-97%
+(tests/orchestrator/test_forecast_nd.py).
+
+L(C) is a least-squares fit (lsq.py), as in `results fit`, and gives, for a new run, the
+prediction interval
 
     log L_hat +- t(n - p) * sqrt(se(log L_hat)^2 + sigma^2)
 
@@ -25,7 +36,8 @@ import numpy as np
 
 from .checks import FitCheck, check_chinchilla, check_power_law
 from .data import ScalingError, clean
-from .lsq import LsqFit, lsq_chinchilla, lsq_power_law
+from .lsq import LsqFit, lsq_power_law
+from .robust import RobustLaw, Spread, robust_law
 
 _MIN_POINTS_FOR_E = 5  # 3 constants + 2 degrees of freedom, else the t quantile explodes
 
@@ -36,6 +48,7 @@ class Prediction:
     low: float
     high: float
     level: float
+    spread: Spread | None = None  # L(N, D): the interval's parts, in log L (robust.py)
 
     def __contains__(self, value: float) -> bool:
         return bool(self.low <= value <= self.high)
@@ -46,8 +59,8 @@ class ForecastLaw:
     """The law a forecast extrapolates, with and without E (module doc)."""
 
     name: str  # "L(C)" or "L(N, D)"
-    law: LsqFit  # with E, unless E fell to 0 (then the law without E, law.fallback says so)
-    plain: LsqFit  # without E
+    law: LsqFit | RobustLaw  # with E, unless E fell to 0 (law.fallback says so)
+    plain: LsqFit | None  # L(C) without E (None for L(N, D))
     check: FitCheck
 
     @property
@@ -56,6 +69,11 @@ class ForecastLaw:
 
     def predict(self, *covariates: np.ndarray | float, level: float = 0.95) -> list[Prediction]:
         """One prediction per target: (C,) or (N, D) arrays, as the law's covariates."""
+        if isinstance(self.law, RobustLaw):
+            est, low, high, spreads = self.law.prediction(*covariates, level=level)
+            return [Prediction(float(e), float(lo), float(hi), level, s) for e, lo, hi, s in
+                    zip(est, low, high, spreads, strict=True)]  # fmt: skip
+        assert self.plain is not None
         est, low, high = self.law.prediction_interval(*covariates, level=level)
         _, low2, high2 = self.plain.prediction_interval(*covariates, level=level)
         low, high = np.fmin(low, low2), np.fmax(high, high2)
@@ -65,22 +83,27 @@ class ForecastLaw:
 
 def fit_forecast_law(
     n_params: np.ndarray, tokens: np.ndarray, flops: np.ndarray, loss: np.ndarray,
-    *, law: str = "auto",
+    *, law: str = "auto", level: float = 0.95, labels: list[str] | None = None,
 ) -> ForecastLaw:  # fmt: skip
     """The forecast's law (module doc) through these points: `law` is "auto", "C" (L(C))
-    or "ND" (Chinchilla's L(N, D))."""
+    or "ND" (Chinchilla's L(N, D), calibrated at `level`); `labels` name the points in
+    the check's list of outliers."""
     y, xs = clean(loss, {"n_params": n_params, "tokens": tokens, "flops": flops},
                   what="forecast")  # fmt: skip
     n, d, c = xs["n_params"], xs["tokens"], xs["flops"]
-    rich = np.unique(n).size >= 3 and np.unique(d).size >= 3 and y.size >= 7
+    cells = np.unique(np.column_stack([n, d]), axis=0).shape[0]
+    rich = np.unique(n).size >= 3 and np.unique(d).size >= 3 and cells >= 7
     if law == "ND" or (law == "auto" and rich):
         if not rich:
             raise ScalingError(
                 "forecast with L(N, D): needs 3 or more sizes and token counts and 7 trials"
             )
-        full = lsq_chinchilla(n, d, y)
-        plain = lsq_chinchilla(n, d, y, with_E=False)
-        return ForecastLaw("L(N, D)", full, plain, check_chinchilla(full, n, d, y))
+        first = robust_law(n, d, y, level=level)
+        check = check_chinchilla(first, n, d, y, labels=labels)
+        if check.outliers:  # scored without them: they are not like the run forecast
+            off = check.outlier_mask(y.size)
+            first = robust_law(n, d, y, level=level, fit=first.fit, exclude=off)
+        return ForecastLaw("L(N, D)", first, None, check)
     if law not in ("auto", "C", "ND"):
         raise ScalingError(f"forecast: law must be auto, C or ND, got {law!r}")
     plain = lsq_power_law(c, y, with_E=False)

@@ -88,3 +88,74 @@ def as_trials(table: pa.Table) -> pa.Table:
     table = table.drop_columns(["final_loss"]).append_column("final_val_loss", loss)
     table = table.append_column("status", pa.array(["FINISHED"] * n))
     return table.append_column("trial_id", pa.array([f"t{i}" for i in range(n)]))
+
+
+# --- Chinchilla ladders: L(N, D), optionally only approximately ---------------------------
+
+
+@dataclass(frozen=True)
+class ChinchillaTruth:
+    """L(N, D) = E + A/N^alpha + B/D^beta (Hoffmann et al.'s fitted constants by default),
+    each run's log loss off it by N(0, noise_sd), and two ways real ladders depart from it:
+    `drift` (the log loss rises smoothly by up to `drift` at the largest size, as the
+    square of log N: large models a little above the law) and `n_off` off-law runs at the two smallest
+    tokens per parameter, `off` above the law in log (undertrained runs)."""
+
+    E: float = 1.69
+    A: float = 406.4
+    B: float = 410.7
+    alpha: float = 0.34
+    beta: float = 0.28
+    noise_sd: float = 0.004
+    drift: float = 0.0
+    n_off: int = 0
+    off: float = 0.08
+
+    def loss(self, n: np.ndarray, d: np.ndarray) -> np.ndarray:
+        return (
+            self.E
+            + self.A * np.asarray(n, float) ** -self.alpha
+            + self.B * np.asarray(d, float) ** -self.beta
+        )
+
+
+EXACT = ChinchillaTruth()
+APPROXIMATE = ChinchillaTruth(drift=0.01, n_off=3)
+LADDER_N = np.geomspace(4e7, 1.6e9, 6)  # six sizes, x2.1 apart
+RATIOS = (5.0, 10.0, 20.0, 40.0, 80.0)  # tokens per parameter
+
+
+@dataclass(frozen=True)
+class NDLadder:
+    n_params: np.ndarray
+    tokens: np.ndarray
+    loss: np.ndarray
+    off_law: np.ndarray  # bool: the runs made off the law
+    truth: ChinchillaTruth
+
+    def split(self) -> tuple[np.ndarray, np.ndarray]:
+        """(train, test) masks: the largest size held out."""
+        test = self.n_params == self.n_params.max()
+        return ~test, test
+
+
+def chinchilla_ladder(
+    rng: np.random.Generator,
+    truth: ChinchillaTruth = EXACT,
+    *,
+    sizes: np.ndarray = LADDER_N,
+    ratios: tuple[float, ...] = RATIOS,
+) -> NDLadder:
+    """Every size at every tokens per parameter, drawn from `truth` (its docstring); the
+    off-law runs are drawn among the smaller sizes' runs at the two smallest ratios."""
+    n, r = np.meshgrid(np.asarray(sizes, float), np.asarray(ratios, float), indexing="ij")
+    n, d = n.ravel(), (n * r).ravel()
+    log_loss = np.log(truth.loss(n, d)) + rng.normal(0, truth.noise_sd, n.size)
+    span = np.log(n.max() / n.min())
+    log_loss += truth.drift * (np.log(n / n.min()) / span) ** 2
+    off = np.zeros(n.size, bool)
+    if truth.n_off:
+        candidates = np.flatnonzero((d / n <= sorted(ratios)[1]) & (n < n.max()))
+        off[rng.choice(candidates, size=truth.n_off, replace=False)] = True
+        log_loss[off] += truth.off
+    return NDLadder(n, d, np.exp(log_loss), off, truth)

@@ -1,0 +1,304 @@
+"""Chinchilla's L(N, D) by its one estimator (the Huber fit, chinchilla.py) with what a
+forecast needs: the covariance of the constants and a prediction interval calibrated on
+the ladder itself (docs/scaling.md, "Forecasts").
+
+Covariance: the Huber fit is an M-estimator, whose asymptotic covariance is
+kappa (J'J)^-1 with J the Jacobian of log L_hat at the optimum and
+kappa = E[psi(e)^2] / E[psi'(e)]^2 (psi the Huber score), times n / (n - p). kappa is
+evaluated for normal errors at the robust scale s = 1.4826 x the median absolute residual
+(leaving out the p residuals the fit makes ~0, as a median fit does, and then the points
+beyond 4 s, the outliers): s^2 when s << delta
+(least squares), pi/2 s^2 when s >> delta (the median regression it then is). Off-law
+points inflate neither s nor the covariance.
+
+Calibration (split-conformal style): each size is left out in turn, the law refitted on
+the others (warm-started from the full fit, refine.py) and its held-out runs predicted.
+The part of each out-of-sample error that the fold's own interval t * sqrt(se^2 + s^2)
+does not explain is its excess; the misfit m is the level-quantile (the ceil(n level)-th
+smallest) of the excesses over the n points not flagged as outliers. (With split
+conformal's ceil((n + 1) level) it is the largest excess on a 25-run ladder, positive in
+most exact-law ladders: 97.4% coverage there instead of 96.6%.) A forecast's half-width in log L is
+
+    sqrt((t se)^2 + (t s)^2 + m^2)     parameter uncertainty, one run's scatter, misfit.
+
+Everything is batched over B problems of n rows (a ladder is B = 1; a coverage test
+stacks its ladders), rows switched off by a mask.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import special, stats
+
+from .bootstrap import Interval
+from .chinchilla import ChinchillaFit, fit_chinchilla
+from .data import clean
+from .objective import _ALPHA_BOUNDS, HUBER_DELTA
+from .refine import predict_and_jacobian, refine
+
+_NAMES = ("E", "A", "B", "alpha", "beta")
+MAD_TO_SD = 1.4826  # a normal's standard deviation per median absolute deviation
+OUTLIER_Z = 4.0  # |standardised residual| beyond which a point is flagged (checks.py)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Half-widths in log L of a prediction interval, by source (module doc)."""
+
+    parameter: float  # t * se(log L_hat): the constants' uncertainty at the target
+    scatter: float  # t * s: one run's scatter about the law
+    misfit: float  # the out-of-sample error the law's own interval does not explain
+
+    @property
+    def total(self) -> float:
+        return float(np.sqrt(self.parameter**2 + self.scatter**2 + self.misfit**2))
+
+
+@dataclass(frozen=True, eq=False)
+class LawStack:
+    """B fitted Huber laws: centred log (N, D) X (B, n, 2), log L y (B, n), row mask,
+    centred theta (B, p), its covariance (B, p, p) and the robust scale s (B,)."""
+
+    X: np.ndarray
+    y: np.ndarray
+    mask: np.ndarray
+    shift: np.ndarray  # (B, 2)
+    theta: np.ndarray
+    cov: np.ndarray
+    scale: np.ndarray
+    has_E: bool
+
+    @property
+    def dof(self) -> np.ndarray:
+        return self.mask.sum(axis=1) - self.theta.shape[1]
+
+    def t(self, level: float) -> np.ndarray:
+        dof = self.dof
+        return np.where(dof > 0, stats.t.ppf((1 + level) / 2, np.maximum(dof, 1)), np.nan)
+
+    def residuals(self) -> np.ndarray:
+        """log L_hat - log L (B, n); NaN on masked rows."""
+        pred, _ = predict_and_jacobian(self.X, self.theta, self.has_E)
+        return np.where(self.mask, pred - self.y, np.nan)
+
+    def predict_log(self, n_params: np.ndarray, tokens: np.ndarray):  # noqa: ANN201
+        """(log L_hat, its standard error), each (B, m), at (N, D) (B, m)."""
+        X = np.stack([np.log(n_params), np.log(tokens)], axis=-1) - self.shift[:, None, :]
+        value, jac = predict_and_jacobian(X, self.theta, self.has_E)
+        var = np.einsum("bip,bpq,biq->bi", jac, self.cov, jac)
+        return value, np.sqrt(np.maximum(var, 0.0))
+
+
+def stack_fit(
+    n_params: np.ndarray, tokens: np.ndarray, loss: np.ndarray, theta0: np.ndarray, *,
+    has_E: bool, mask: np.ndarray | None = None, shift: np.ndarray | None = None,
+    refit: bool = True,
+) -> LawStack:  # fmt: skip
+    """Huber fits of B problems (B, n) refined from raw theta0 (B, p) = [log E?, log A,
+    log B, alpha, beta] (refit=False: theta0 is the optimum already), with covariances."""
+    mask = np.ones(loss.shape, bool) if mask is None else mask.astype(bool)
+    log_x = np.stack([np.log(n_params), np.log(tokens)], axis=-1)
+    if shift is None:
+        shift = (log_x * mask[..., None]).sum(axis=1) / mask.sum(axis=1)[:, None]
+    X = log_x - shift[:, None, :]
+    theta = np.array(theta0, dtype=float)
+    o = 1 if has_E else 0
+    theta[:, o : o + 2] -= theta[:, o + 2 :] * shift  # centre (objective.centre)
+    y = np.log(loss)
+    if refit:
+        theta = refine(X, y, mask, theta, has_E=has_E)
+    pred, jac = predict_and_jacobian(X, theta, has_E)
+    r = np.where(mask, pred - y, np.nan)
+    p = theta.shape[1]
+    scale = _robust_scale(r, p)
+    # again without the outliers it shows (the checks' |z| > OUTLIER_Z): a few off-law runs
+    # would otherwise widen every interval (a 12% contamination moves a MAD by ~30%)
+    scale = _robust_scale(np.where(np.abs(r) > OUTLIER_Z * scale[:, None], np.nan, r), p)
+    n = mask.sum(axis=1)
+    dof = n - p
+    kappa = np.array([huber_kappa(max(s, 1e-12)) for s in scale])
+    jm = jac * mask[..., None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inflate = np.where(dof > 0, kappa * n / dof, np.nan)
+    cov = inflate[:, None, None] * np.linalg.pinv(np.einsum("bnp,bnq->bpq", jm, jm))
+    return LawStack(X, y, mask, shift, theta, cov, scale, has_E)
+
+
+def _robust_scale(r: np.ndarray, p: int) -> np.ndarray:
+    """MAD_TO_SD x the median |r| over the rows, less the p smallest (module doc)."""
+    a = np.sort(np.abs(r), axis=1)  # NaN (masked) last
+    n = np.isfinite(a).sum(axis=1)
+    k = np.where(n - p >= 3, p, 0)
+    m = n - k
+    lo = np.clip(k + (m - 1) // 2, 0, a.shape[1] - 1)
+    hi = np.clip(k + m // 2, 0, a.shape[1] - 1)
+    rows = np.arange(a.shape[0])
+    return MAD_TO_SD * 0.5 * (a[rows, lo] + a[rows, hi])
+
+
+def huber_kappa(s: float, delta: float = HUBER_DELTA) -> float:
+    """E[psi^2] / E[psi']^2 for e ~ N(0, s^2) and the Huber score psi (module doc)."""
+    c = delta / s
+    inside = special.erf(c / np.sqrt(2))  # P(|e| <= delta)
+    psi2 = s**2 * (inside - 2 * c * stats.norm.pdf(c)) + delta**2 * (1 - inside)
+    return float(psi2 / max(inside, 1e-300) ** 2)
+
+
+SCALE_FLOOR = 1e-4  # a law exact to 0.01% has no outliers worth the name
+
+
+def outliers(stack: LawStack) -> np.ndarray:
+    """(B, n): rows whose standardised residual r / s is beyond OUTLIER_Z."""
+    z = stack.residuals() / np.maximum(stack.scale, SCALE_FLOOR)[:, None]
+    return np.abs(np.nan_to_num(z)) > OUTLIER_Z
+
+
+def misfit(stack: LawStack, n_params: np.ndarray, tokens: np.ndarray, *, level: float = 0.95,
+           exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """Leave-one-size-out misfit m (B,) of each fitted law (module doc), with the number
+    of folds and of points scored. `exclude` (B, n) marks rows (outliers) that stay in the
+    fits but are not scored (default: `outliers(stack)`). A fold whose remaining rows cannot support the law (< 3 sizes
+    or token counts, no degree of freedom) is skipped."""
+    B, n = stack.y.shape
+    p = stack.theta.shape[1]
+    exclude = outliers(stack) if exclude is None else exclude.astype(bool)
+    scored = stack.mask & ~exclude
+    keeps, helds, owner = [], [], []
+    for b in range(B):
+        on = stack.mask[b]
+        for size in np.unique(n_params[b][on]):
+            held = on & (n_params[b] == size)
+            keep = on & ~held
+            if (np.unique(n_params[b][keep]).size < 3 or np.unique(tokens[b][keep]).size < 3
+                    or keep.sum() <= p):  # fmt: skip
+                continue
+            keeps.append(keep)
+            helds.append(held)
+            owner.append(b)
+    folds = np.bincount(owner, minlength=B) if owner else np.zeros(B, int)
+    if not owner:
+        return np.zeros(B), folds, np.zeros(B, int)
+    idx = np.array(owner)
+    keep, held = np.array(keeps), np.array(helds)
+    # the folds keep the full fit's centring, so its theta is their warm start as it is
+    raw = stack.theta[idx].copy()
+    o = 1 if stack.has_E else 0
+    raw[:, o : o + 2] += raw[:, o + 2 :] * stack.shift[idx]
+    fold = stack_fit(np.exp(stack.X[idx, :, 0] + stack.shift[idx, None, 0]),
+                     np.exp(stack.X[idx, :, 1] + stack.shift[idx, None, 1]),
+                     np.exp(stack.y[idx]), raw, has_E=stack.has_E, mask=keep,
+                     shift=stack.shift[idx])  # fmt: skip
+    mean, se = fold.predict_log(n_params[idx], tokens[idx])
+    r = np.log(np.exp(stack.y[idx])) - mean
+    own = fold.t(level)[:, None] * np.sqrt(se**2 + fold.scale[:, None] ** 2)
+    excess = np.where(held & scored[idx], np.sqrt(np.maximum(r**2 - own**2, 0.0)), np.nan)
+    out = np.zeros(B)
+    counts = np.zeros(B, int)
+    for b in range(B):
+        scores = np.sort(excess[idx == b][np.isfinite(excess[idx == b])])
+        counts[b] = scores.size
+        if scores.size:
+            rank = min(int(np.ceil(scores.size * level)), scores.size)
+            out[b] = scores[rank - 1]
+    return out, folds, counts
+
+
+@dataclass(frozen=True, eq=False)
+class RobustLaw:
+    """One ladder's Huber Chinchilla fit, its covariance and its misfit (module doc)."""
+
+    fit: ChinchillaFit
+    stack: LawStack  # B = 1
+    n_folds: int = 0
+    n_scored: int = 0
+    misfit: float = 0.0  # m in log L, at `level`
+    level: float = 0.95
+    covariates: tuple[str, ...] = ("N", "D")
+
+    @property
+    def has_E(self) -> bool:
+        return self.fit.has_E
+
+    @property
+    def fallback(self) -> str:
+        return self.fit.fallback
+
+    @property
+    def form(self) -> str:
+        return self.fit.form
+
+    @property
+    def scale(self) -> float:
+        return float(self.stack.scale[0])
+
+    @property
+    def dof(self) -> int:
+        return int(self.stack.dof[0])
+
+    def values(self) -> dict[str, float]:
+        return self.fit.values()
+
+    def predict(self, n_params: np.ndarray | float, tokens: np.ndarray | float) -> np.ndarray:
+        return self.fit.predict(n_params, tokens)
+
+    def residuals(self) -> np.ndarray:
+        return self.stack.residuals()[0]
+
+    def prediction(self, n_params, tokens, level: float = 0.95):  # noqa: ANN001, ANN201
+        """(L_hat, low, high, spreads) for one new run at each (N, D) (module doc). The
+        misfit was measured at the calibration's level and is used at that level."""
+        n = np.atleast_1d(np.asarray(n_params, float))[None]
+        d = np.atleast_1d(np.asarray(tokens, float))[None]
+        mean, se = self.stack.predict_log(n, d)
+        t = float(self.stack.t(level)[0])
+        spreads = [Spread(float(t * s), t * self.scale, self.misfit) for s in se[0]]
+        half = np.array([s.total for s in spreads])
+        return np.exp(mean[0]), np.exp(mean[0] - half), np.exp(mean[0] + half), spreads
+
+    def intervals(self, level: float = 0.95) -> dict[str, Interval]:
+        """Delta-method t intervals: E, A, B log-normal, the exponents clipped to [0, 10]."""
+        t = float(self.stack.t(level)[0])
+        cov, shift = self.stack.cov[0], self.stack.shift[0]
+        p = cov.shape[0]
+        o = p - 4
+        eye = np.eye(p)
+        grads = {"A": eye[o] + shift[0] * eye[o + 2], "B": eye[o + 1] + shift[1] * eye[o + 3]}
+        if self.has_E:
+            grads["E"] = eye[0]
+        out = {"E": Interval(0.0, 0.0, 0.0, level)}
+        for name, g in grads.items():
+            value = float(np.log(getattr(self.fit, name)))
+            se = float(np.sqrt(max(g @ cov @ g, 0.0)))
+            out[name] = Interval(np.exp(value), np.exp(value - t * se), np.exp(value + t * se),
+                                 level)  # fmt: skip
+        low, high = _ALPHA_BOUNDS
+        for j, name in enumerate(("alpha", "beta")):
+            se = float(np.sqrt(max(cov[o + 2 + j, o + 2 + j], 0.0)))
+            v = getattr(self.fit, name)
+            out[name] = Interval(v, max(v - t * se, low), min(v + t * se, high), level)
+        return {k: out[k] for k in _NAMES}
+
+
+def raw_theta(fit: ChinchillaFit) -> np.ndarray:
+    head = [np.log(fit.E)] if fit.has_E else []
+    return np.array(head + [np.log(fit.A), np.log(fit.B), fit.alpha, fit.beta])
+
+
+def robust_law(
+    n_params: np.ndarray, tokens: np.ndarray, loss: np.ndarray, *, level: float = 0.95,
+    fit: ChinchillaFit | None = None, exclude: np.ndarray | None = None,
+) -> RobustLaw:  # fmt: skip
+    """fit_chinchilla through the points (or `fit`, made on them already), its covariance
+    and its leave-one-size-out misfit at `level`; `exclude` marks outliers (fitted, not
+    scored; by default those of `outliers`)."""
+    y, xs = clean(loss, {"n_params": n_params, "tokens": tokens}, what="robust L(N, D)")
+    n, d = xs["n_params"], xs["tokens"]
+    if fit is None:
+        fit = fit_chinchilla(n, d, y)
+    stack = stack_fit(n[None], d[None], y[None], raw_theta(fit)[None], has_E=fit.has_E,
+                      refit=False)  # fmt: skip
+    ex = None if exclude is None else np.asarray(exclude, bool)[None]
+    m, folds, scored = misfit(stack, n[None], d[None], level=level, exclude=ex)
+    return RobustLaw(fit, stack, int(folds[0]), int(scored[0]), float(m[0]), level)
