@@ -34,8 +34,10 @@ def write_report(
         f"variants: {', '.join(fit.variants)}; baseline: `{fit.baseline}` "
         f"({_parametrization(fit)}); "
         f"intervals: {fit.level:.0%}, Student-t for the paired gains, the L(C) laws and the "
-        "forecast, bootstrap over trials for the unpaired gains and L(N, D). "
-        f"Generated {dt.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}."
+        "forecast, bootstrap over trials for the unpaired gains and L(N, D) "
+        f"(Huber δ {fit.huber_delta:g} on log loss). "
+        + (f"Trials filtered by `{fit.where}`. " if fit.where else "")
+        + f"Generated {dt.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}."
     )
     headline = headline_lines(fit)
     if headline:
@@ -177,13 +179,16 @@ def summarise_sweep(
     from scalelab.analysis.results import load_curves, sweep_dir, sync
     from scalelab.analysis.results.advice import advice_lines, costing
     from scalelab.analysis.results.fit import fit_sweep
+    from scalelab.analysis.results.imports import imported_only, parent_run
     from scalelab.analysis.results.render import rich_tables
-    from scalelab.analysis.results.sources import find_sweep_runs
     from scalelab.analysis.results.store import ResultsError
     from scalelab.contract import workdir
 
     uri = tracking_uri or workdir.tracking_uri()
-    synced = sync(sweep, uri, root=root)
+    if imported_only(sweep, root):  # no MLflow run to sync from or to log to
+        synced = f"sweep {sweep!r}: imported trials (no MLflow run to sync)"
+    else:
+        synced = str(sync(sweep, uri, root=root))
     cache = sweep_dir(sweep, root) / "summary.cache.json"
     key = _summary_key(sweep, root, baseline, n_resamples, width)
     if cache.exists() and (cache.parent / "report.md").exists():
@@ -199,7 +204,7 @@ def summarise_sweep(
         return f"{synced}\n{console.export_text()}"
     out = sweep_dir(sweep, root)
     files = plotting.make_plots(fit, load_curves(sweep, root), out / "plots")
-    parent_run_id = find_sweep_runs(sweep, uri).parent_run_id
+    parent_run_id = parent_run(sweep, uri, root)
     plotting.log_plots(parent_run_id, files, uri)
     report = write_report(fit, files, out, uri)
     record_on_parent(parent_run_id, fit, report, uri)

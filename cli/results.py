@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from scalelab.cli.console import err, fail, stdout_console
+from scalelab.cli.fit_options import BUDGETS, HOLDOUT_FLOPS, HUBER, ISO_BINS, WHERE, fit_options
 from scalelab.cli.wide_tables import print_table
 
 app = typer.Typer(
@@ -33,7 +34,8 @@ RESAMPLES = typer.Option(1000, "--resamples", help="Bootstrap resamples for the 
 
 
 def _synced(sweep: str, uri: str | None) -> None:
-    """Sync first when the sweep has never been synced (queries then just work)."""
+    """Sync first when the sweep has never been synced or imported (queries then just
+    work)."""
     from scalelab.analysis.results import store, sync
 
     if store.read_table(store.TRIALS, sweep) is None:
@@ -230,17 +232,25 @@ def fit_cmd(
     baseline: str = BASELINE,
     loss: str = typer.Option("final_val_loss", "--loss", help="final_val_loss or best_val_loss"),
     resamples: int = RESAMPLES,
+    where: str | None = WHERE,
+    budget: str | None = BUDGETS,
+    huber_delta: float = HUBER,
+    holdout_flops: float | None = HOLDOUT_FLOPS,
+    isoflop_bin_width: float | None = ISO_BINS,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     tracking_uri: str | None = URI,
 ) -> None:
     """Scaling laws per variant, the compute-equivalent gain vs the baseline with bootstrap
-    intervals, and per-size differences."""
+    intervals, per-size differences, and the compute-optimal allocation at --budget."""
     from scalelab.analysis.results.fit import fit_sweep
     from scalelab.analysis.results.render import rich_tables
 
+    options = fit_options(budget, huber_delta, holdout_flops, isoflop_bin_width)
+
     def run():  # noqa: ANN202
         _synced(sweep, tracking_uri)
-        return fit_sweep(sweep, baseline=baseline, loss=loss, n_resamples=resamples)
+        return fit_sweep(sweep, baseline=baseline, loss=loss, n_resamples=resamples,
+                         where=where, **options)  # fmt: skip
 
     fit = _guard(run)
     if as_json:
@@ -252,18 +262,21 @@ def fit_cmd(
         console.print(f"[yellow]note:[/] {note}", highlight=False)
 
 
-def _fit_and_plot(sweep: str, baseline: str, resamples: int, tracking_uri: str | None):  # noqa: ANN202
+def _fit_and_plot(sweep: str, baseline: str, resamples: int, tracking_uri: str | None,
+                  **options: object):  # noqa: ANN202  # fmt: skip
+    """Fit and plot; the plots go on the sweep's parent run when it has one (an imported
+    sweep has none)."""
     from scalelab.analysis import plots
     from scalelab.analysis.results import load_curves, sweep_dir
     from scalelab.analysis.results.fit import fit_sweep
-    from scalelab.analysis.results.sources import find_sweep_runs
+    from scalelab.analysis.results.imports import parent_run
     from scalelab.contract import workdir
 
     _synced(sweep, tracking_uri)
-    fit = fit_sweep(sweep, baseline=baseline, n_resamples=resamples)
+    fit = fit_sweep(sweep, baseline=baseline, n_resamples=resamples, **options)
     files = plots.make_plots(fit, load_curves(sweep), sweep_dir(sweep) / "plots")
     uri = tracking_uri or workdir.tracking_uri()
-    logged = plots.log_plots(find_sweep_runs(sweep, uri).parent_run_id, files, uri)
+    logged = plots.log_plots(parent_run(sweep, uri), files, uri)
     return fit, files, logged, uri
 
 
@@ -287,13 +300,21 @@ def report_cmd(
     sweep: str = SWEEP,
     baseline: str = BASELINE,
     resamples: int = RESAMPLES,
+    where: str | None = WHERE,
+    budget: str | None = BUDGETS,
+    huber_delta: float = HUBER,
+    holdout_flops: float | None = HOLDOUT_FLOPS,
+    isoflop_bin_width: float | None = ISO_BINS,
     tracking_uri: str | None = URI,
 ) -> None:
     """One Markdown report (tables + plots) at results/<sweep>/report.md."""
     from scalelab.analysis.report import write_report
     from scalelab.analysis.results import sweep_dir
 
-    fit, files, _, uri = _guard(lambda: _fit_and_plot(sweep, baseline, resamples, tracking_uri))
+    options = fit_options(budget, huber_delta, holdout_flops, isoflop_bin_width)
+    fit, files, _, uri = _guard(
+        lambda: _fit_and_plot(sweep, baseline, resamples, tracking_uri, where=where, **options)
+    )
     console.print(str(write_report(fit, files, sweep_dir(sweep), uri)), highlight=False)
 
 
@@ -327,6 +348,11 @@ def forecast_cmd(
     holdout: str | None = typer.Option(
         None, "--holdout", help="A size that was run: forecast it from the smaller sizes"
     ),
+    holdout_flops: float | None = typer.Option(
+        None,
+        "--holdout-above-flops",
+        help="Forecast the trials above this compute (FLOPs) from the others",
+    ),  # fmt: skip
     variant: str = typer.Option("dense", "--variant", "-v", help="The variant to forecast."),
     law: str = typer.Option("auto", "--law", help="auto | C (L(C)) | ND (Chinchilla's L(N, D))"),
     level: float = typer.Option(0.95, "--level", help="Level of the prediction interval."),
@@ -353,7 +379,8 @@ def forecast_cmd(
                 f"unknown loss column {loss!r} (use final_val_loss or best_val_loss)"
             )
         return forecast_table(table, sweep, variant=variant, size=target, flops=flops,
-                              holdout=holdout, loss=loss, law=law, level=level)  # fmt: skip
+                              holdout=holdout, loss=loss, law=law, level=level,
+                              holdout_flops=holdout_flops)  # fmt: skip
 
     result = _guard(run)
     if as_json:
@@ -368,12 +395,13 @@ def forecast_cmd(
         title_justify="left",
     )
     head = ["run", "predicted", f"{level:.0%} prediction interval"]
-    head += ["actual", "covered"] if holdout else []
+    held = result.holdout is not None
+    head += ["actual", "covered"] if held else []
     for h in head:
         table.add_column(h, justify="left" if h == "run" else "right")
     for t, p in zip(result.targets, result.predictions, strict=True):
         row = [t.label, f"{p.loss:.4g}", f"[{p.low:.4g}, {p.high:.4g}]"]
-        if holdout:
+        if held:
             row += [f"{t.actual:.4g}", "yes" if t.actual in p else "NO"]
         table.add_row(*row)
     console.print(table)
@@ -434,3 +462,8 @@ def advise_cmd(
         console.print(str(fit.paired_gain(a.variant)), highlight=False)
         for line in advice_lines(a, cost):
             console.print(f"  next: {line}", highlight=False)
+
+
+from scalelab.cli.results_import import import_cmd  # noqa: E402
+
+app.command("import")(import_cmd)

@@ -109,15 +109,20 @@ def forecast_table(
     loss: str = "final_val_loss",
     law: str = "auto",
     level: float = 0.95,
+    holdout_flops: float | None = None,
 ) -> Forecast:
     """A forecast (module doc) from the FINISHED trials with a finite loss in `table`;
-    exactly one of size, flops and holdout."""
+    exactly one of size, flops, holdout and holdout_flops (the trials above this compute
+    held out, the law through the rest)."""
     import pyarrow.compute as pc
 
     from scalelab.analysis.scaling import ScalingError, pareto_frontier
 
-    if sum(x is not None for x in (size, flops, holdout)) != 1:
-        raise ResultsError("forecast: give exactly one of --target SIZE, --flops C, --holdout SIZE")
+    if sum(x is not None for x in (size, flops, holdout, holdout_flops)) != 1:
+        raise ResultsError(
+            "forecast: give exactly one of --target SIZE, --flops C, --holdout SIZE, "
+            "--holdout-above-flops C"
+        )
     from .usable import usable_trials
 
     rows = usable_trials(table, loss, [])
@@ -149,7 +154,15 @@ def forecast_table(
                 Target(f"{holdout} @ {d[i]:.3g} tokens", n[i], d[i], c[i], y[i]) for i in held
             ]
             on = f"{', '.join(smaller)} ({int(train.sum())} trials)"
+        elif holdout_flops is not None:
+            fitted, targets, on = _above(rows, holdout_flops, loss, law)
+            holdout = f"runs above {holdout_flops:.3g} FLOPs"
         elif size is not None:
+            if any(c is None for c in rows["config"].to_pylist()):
+                raise ResultsError(
+                    "forecast: --target SIZE counts a size preset from the trials' configs, "
+                    "which imported trials have not: use --flops C"
+                )
             fitted = _fit_cells(rows, np.ones(rows.num_rows, bool), loss, law)
             targets = _size_targets(rows, size)
             on = f"{', '.join(sorted(set(sizes), key=lambda s: n[sizes == s].min()))} "
@@ -173,6 +186,33 @@ def forecast_table(
         notes.append(fitted.check.fallback)
     notes.extend(fitted.check.problems())
     return Forecast(sweep, variant, fitted, on, targets, predictions, holdout, notes)
+
+
+def _above(
+    rows: pa.Table, threshold: float, loss: str, law: str
+) -> tuple[ForecastLaw, list[Target], str]:
+    """The law through the trials at or below `threshold` FLOPs; those above, the targets."""
+    n, d, c, y = (_col(rows, k) for k in ("n_params", "tokens", "flops", loss))
+    sizes = rows["size"].to_pylist()
+    train = c <= threshold
+    held = np.flatnonzero(~train)
+    if held.size == 0:
+        raise ResultsError(
+            f"forecast: --holdout-above-flops {threshold:.3g}: no trial above it "
+            f"(the largest has {c.max():.3g} FLOPs)"
+        )
+    if np.unique(n[train]).size < 2:
+        raise ResultsError(
+            f"forecast: --holdout-above-flops {threshold:.3g}: needs 2 or more sizes at or "
+            f"below it to fit a law, got {np.unique(n[train]).size}"
+        )
+    held = held[np.argsort(c[held], kind="stable")]
+    targets = [
+        Target(f"{sizes[i]} @ {d[i]:.3g} tokens ({c[i]:.3g} FLOPs)", n[i], d[i], c[i], y[i])
+        for i in held
+    ]
+    on = f"the {int(train.sum())} trials at or below {threshold:.3g} FLOPs"
+    return _fit_cells(rows, train, loss, law), targets, on
 
 
 def _fit_cells(rows: pa.Table, mask: np.ndarray, loss: str, law: str) -> ForecastLaw:
