@@ -116,7 +116,7 @@ def read_points(path: Path) -> tuple[pa.Table, Any]:
             return pq.read_table(path), lambda i: f"row {i + 1}"
         lines = _content_lines(path)
         if kind == "csv":
-            return _read_csv(path), lambda i: str(lines[i + 1])
+            return _read_csv(path, lines), lambda i: str(lines[i + 1])
         return _read_jsonl(path, lines), lambda i: str(lines[i])
     except (pa.ArrowInvalid, OSError) as e:
         raise ResultsError(f"{path}: cannot read it ({e})") from None
@@ -128,13 +128,20 @@ def _content_lines(path: Path) -> list[int]:
         return [n for n, line in enumerate(f, 1) if line.strip(b"\r\n")]
 
 
-def _read_csv(path: Path) -> pa.Table:
+def _read_csv(path: Path, lines: list[int]) -> pa.Table:
     import pyarrow.csv as pcsv
 
     bad: list[str] = []
+    with open(path, "rb") as f:
+        texts = [line.rstrip(b"\r\n").decode("utf-8", "replace") for line in f]
+    searched = [0]  # rows come in order: look for the next one after the last found
 
-    def invalid(row: Any) -> str:  # pyarrow's InvalidRow: its line number and text
-        line = row.number if row.number is not None else "?"
+    def invalid(row: Any) -> str:  # pyarrow's InvalidRow: its text (its number is unknown)
+        line: int | str = row.number if row.number is not None else "?"
+        for k, n in enumerate(lines[searched[0] :], searched[0]):
+            if texts[n - 1] == row.text:
+                line, searched[0] = n, k + 1
+                break
         bad.append(
             f"{path}:{line}: {row.actual_columns} fields where the header has "
             f"{row.expected_columns} ({row.text!r})"
@@ -159,18 +166,32 @@ def _read_jsonl(path: Path, lines: list[int]) -> pa.Table:
 
     try:
         return pjson.read_json(path)
-    except pa.ArrowInvalid as e:
-        with open(path, "rb") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    value = json.loads(line)
-                except ValueError as bad:
-                    raise ResultsError(f"{path}:{n}: not a JSON object ({bad})") from None
-                if not isinstance(value, dict):
-                    raise ResultsError(f"{path}:{n}: not a JSON object") from None
-        raise ResultsError(f"{path}: cannot read it ({e})") from None
+    except pa.ArrowInvalid:
+        pass
+    # pyarrow refuses a column whose type changes from line to line ("3.1", then "x"), and
+    # says neither where nor why in words: read each line, every value as text, and let the
+    # row checks name the line
+    records = []
+    with open(path, "rb") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip(b"\r\n"):
+                continue
+            try:
+                value = json.loads(line.strip())
+            except json.JSONDecodeError as bad:
+                raise ResultsError(
+                    f"{path}:{n}: not JSON ({bad.msg} at column {bad.colno})"
+                ) from None
+            except ValueError as bad:  # not UTF-8
+                raise ResultsError(f"{path}:{n}: not JSON ({bad})") from None
+            if not isinstance(value, dict):
+                raise ResultsError(f"{path}:{n}: not a JSON object")
+            records.append(value)
+    names = list(dict.fromkeys(k for r in records for k in r))
+    return pa.table(
+        {k: pa.array([None if r.get(k) is None else str(r[k]) for r in records], pa.string())
+         for k in names}
+    )  # fmt: skip
 
 
 def _fields(names: list[str], path: Path) -> tuple[dict[str, str], list[str]]:
