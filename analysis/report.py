@@ -176,10 +176,10 @@ def summarise_sweep(
 
     from scalelab.analysis import plots as plotting
     from scalelab.analysis.parent_record import record_on_parent
-    from scalelab.analysis.results import load_curves, sweep_dir, sync
+    from scalelab.analysis.results import sweep_dir, sync
     from scalelab.analysis.results.advice import advice_lines, costing
     from scalelab.analysis.results.fit import fit_sweep
-    from scalelab.analysis.results.imports import imported_only, parent_run
+    from scalelab.analysis.results.imports import curves_of, imported_only, parent_run
     from scalelab.analysis.results.render import rich_tables
     from scalelab.analysis.results.store import ResultsError
     from scalelab.contract import workdir
@@ -203,7 +203,7 @@ def summarise_sweep(
         console.print(f"MLflow UI: {mlflow_ui_hint(uri, sweep)}")
         return f"{synced}\n{console.export_text()}"
     out = sweep_dir(sweep, root)
-    files = plotting.make_plots(fit, load_curves(sweep, root), out / "plots")
+    files = plotting.make_plots(fit, curves_of(sweep, root), out / "plots")
     parent_run_id = parent_run(sweep, uri, root)
     plotting.log_plots(parent_run_id, files, uri)
     report = write_report(fit, files, out, uri)

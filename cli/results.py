@@ -267,14 +267,14 @@ def _fit_and_plot(sweep: str, baseline: str, resamples: int, tracking_uri: str |
     """Fit and plot; the plots go on the sweep's parent run when it has one (an imported
     sweep has none)."""
     from scalelab.analysis import plots
-    from scalelab.analysis.results import load_curves, sweep_dir
+    from scalelab.analysis.results import sweep_dir
     from scalelab.analysis.results.fit import fit_sweep
-    from scalelab.analysis.results.imports import parent_run
+    from scalelab.analysis.results.imports import curves_of, parent_run
     from scalelab.contract import workdir
 
     _synced(sweep, tracking_uri)
     fit = fit_sweep(sweep, baseline=baseline, n_resamples=resamples, **options)
-    files = plots.make_plots(fit, load_curves(sweep), sweep_dir(sweep) / "plots")
+    files = plots.make_plots(fit, curves_of(sweep), sweep_dir(sweep) / "plots")
     uri = tracking_uri or workdir.tracking_uri()
     logged = plots.log_plots(parent_run(sweep, uri), files, uri)
     return fit, files, logged, uri

@@ -354,3 +354,14 @@ def parent_run(sweep: str, tracking_uri: str, root: Path | None = None) -> str |
     from .sources import find_sweep_runs
 
     return find_sweep_runs(sweep, tracking_uri).parent_run_id
+
+
+def curves_of(sweep: str, root: Path | None = None) -> pa.Table:
+    """The sweep's curves; an empty table when it has none (trials written without them,
+    as a table written by hand or an older import: the plots draw what there is)."""
+    curves = store.read_table(store.CURVES, sweep, root)
+    if curves is not None:
+        return curves
+    import pyarrow as pa
+
+    return pa.Table.from_pylist([], store.curves_schema())
