@@ -185,7 +185,8 @@ def summarise_sweep(
     from scalelab.contract import workdir
 
     uri = tracking_uri or workdir.tracking_uri()
-    if imported_only(sweep, root):  # no MLflow run to sync from or to log to
+    imported = imported_only(sweep, root)
+    if imported:  # no MLflow run to sync from, to log to or to point at
         synced = f"sweep {sweep!r}: imported trials (no MLflow run to sync)"
     else:
         synced = str(sync(sweep, uri, root=root))
@@ -206,7 +207,7 @@ def summarise_sweep(
     files = plotting.make_plots(fit, curves_of(sweep, root), out / "plots")
     parent_run_id = parent_run(sweep, uri, root)
     plotting.log_plots(parent_run_id, files, uri)
-    report = write_report(fit, files, out, uri)
+    report = write_report(fit, files, out, "" if imported else uri)
     record_on_parent(parent_run_id, fit, report, uri)
     tables = rich_tables(fit)
     for table in tables[:1] if fit.gains or fit.paired else tables[:2]:
@@ -219,7 +220,8 @@ def summarise_sweep(
         console.print(fit.backtest.summary(), highlight=False, soft_wrap=True)
     console.print(f"plots: {out / 'plots'} ({', '.join(files)})", highlight=False, soft_wrap=True)
     console.print(f"report: {report}", highlight=False, soft_wrap=True)
-    console.print(f"MLflow UI: {mlflow_ui_hint(uri, sweep)}", highlight=False, soft_wrap=True)
+    if not imported:
+        console.print(f"MLflow UI: {mlflow_ui_hint(uri, sweep)}", highlight=False, soft_wrap=True)
     cost = costing(fit.table)
     for advice in fit.advice:  # the summary ends with what to run next
         for line in advice_lines(advice, cost):

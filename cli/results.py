@@ -310,11 +310,13 @@ def report_cmd(
     """One Markdown report (tables + plots) at results/<sweep>/report.md."""
     from scalelab.analysis.report import write_report
     from scalelab.analysis.results import sweep_dir
+    from scalelab.analysis.results.imports import imported_only
 
     options = fit_options(budget, huber_delta, holdout_flops, isoflop_bin_width)
     fit, files, _, uri = _guard(
         lambda: _fit_and_plot(sweep, baseline, resamples, tracking_uri, where=where, **options)
     )
+    uri = "" if imported_only(sweep) else uri  # no MLflow record to point at
     console.print(str(write_report(fit, files, sweep_dir(sweep), uri)), highlight=False)
 
 

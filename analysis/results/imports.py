@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from scalelab.contract.runs import Status
+
 from . import store
 from .store import ResultsError
 
@@ -268,7 +270,7 @@ def _trial(row: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
         "name": str(name) if name not in (None, "") else f"{path.name}:{where}",
         "variant": variant.strip(),
         "size": None if size in (None, "") else str(size).strip(),
-        "status": "FINISHED",
+        "status": Status.FINISHED,
         "n_params": round(n),
         "tokens": round(d),
         "flops": c,
