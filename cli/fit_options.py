@@ -19,7 +19,10 @@ BUDGETS = typer.Option(
     "(default: the largest trial's FLOPs, 10x and 100x)",
 )  # fmt: skip
 HUBER = typer.Option(
-    1e-3, "--huber-delta", help="Huber delta of the robust L(N, D) fit (residuals in log loss)."
+    None,
+    "--huber-delta",
+    help="Huber delta of the robust L(N, D) fit, on log loss (default 1e-3).",
+    show_default=False,
 )
 HOLDOUT_FLOPS = typer.Option(
     None, "--holdout-above-flops", help="Backtest: hold out the trials above this compute (FLOPs)."
@@ -31,7 +34,10 @@ ISO_BINS = typer.Option(
 
 
 def fit_options(
-    budget: str | None, huber_delta: float, holdout_flops: float | None, bin_width: float | None
+    budget: str | None,
+    huber_delta: float | None,
+    holdout_flops: float | None,
+    bin_width: float | None,
 ) -> dict:
     """The fit's options from the command line's (exit 2 on a bad one)."""
     from scalelab.analysis.results.allocation import parse_budgets

@@ -65,7 +65,7 @@ class SweepFit:
     advice: list[Advice] = field(default_factory=list)
     allocation: list[Allocation] = field(default_factory=list)  # N*, D* at the budgets
     notes: list[str] = field(default_factory=list)
-    huber_delta: float = 1e-3  # the robust fits' (L(N, D)); objective.HUBER_DELTA
+    huber_delta: float | None = None  # the robust L(N, D) fit's (fit_table sets it)
     where: str | None = None  # the filter the trials went through, if any
 
     def to_dict(self) -> dict[str, Any]:
@@ -111,16 +111,16 @@ def fit_table(
     power: float = 0.8,
     resample: bool = True,
     budgets: tuple[float, ...] | None = None,
-    huber_delta: float = 1e-3,
+    huber_delta: float | None = None,
     holdout_flops: float | None = None,
     isoflop_bin_width: float | None = None,
 ) -> SweepFit:
     """The fits (module doc). `budgets`: the compute budgets of the allocation N*(C), D*(C)
     (default: the largest FLOPs of the trials, 10x and 100x it); `huber_delta`: the robust
-    L(N, D) fit's; `holdout_flops`: the backtest holds out the trials above this compute
+    L(N, D) fit's (default objective.HUBER_DELTA); `holdout_flops`: the backtest holds out the trials above this compute
     instead of the largest size; `isoflop_bin_width`: IsoFLOP profiles from the trials'
     real FLOPs binned in bins this many decades wide, instead of nominal budgets."""
-    from scalelab.analysis.scaling import ScalingError, ScalingWarning
+    from scalelab.analysis.scaling import HUBER_DELTA, ScalingError, ScalingWarning
 
     if loss not in table.column_names:
         raise ResultsError(f"unknown loss column {loss!r} (use final_val_loss or best_val_loss)")
@@ -134,7 +134,7 @@ def fit_table(
         )
     fit = SweepFit(sweep, baseline, loss, level, table.num_rows, used.num_rows, variants, used)
     fit.notes.extend(notes)
-    fit.huber_delta = huber_delta
+    fit.huber_delta = HUBER_DELTA if huber_delta is None else huber_delta
 
     def attempt(what: str, fn: Any) -> Any:
         with warnings.catch_warnings(record=True) as caught:
@@ -160,8 +160,8 @@ def fit_table(
 
         chosen = tuple(budgets) if budgets else default_budgets(used)
         for v, law in fit.chinchilla.items():
-            fit.allocation += attempt(f"allocation of {v}", lambda v=v, law=law: allocate(
-                v, law, chosen)) or []  # fmt: skip
+            found = attempt(f"allocation of {v}", lambda v=v, law=law: allocate(v, law, chosen))
+            fit.allocation += found or []
     elif budgets:
         fit.notes.append(
             "allocation at --budget: needs Chinchilla's L(N, D) (3 or more sizes and token "

@@ -94,7 +94,7 @@ def import_file(path: Path | str, sweep: str, *, root: Path | None = None) -> Im
             f"{path}: {len(problems)} bad row(s), nothing imported:\n" if len(problems) > 1 else ""
         )
         raise ResultsError(head + "\n".join(listed))
-    _label_sizes(rows, has_label="size" in fields)
+    _label_sizes(rows)
     _number_duplicates(rows)
     return _write(sweep, path, rows, tuple(ignored), root)
 
@@ -119,7 +119,7 @@ def read_points(path: Path) -> tuple[pa.Table, Any]:
         lines = _content_lines(path)
         if kind == "csv":
             return _read_csv(path, lines), lambda i: str(lines[i + 1])
-        return _read_jsonl(path, lines), lambda i: str(lines[i])
+        return _read_jsonl(path), lambda i: str(lines[i])
     except (pa.ArrowInvalid, OSError) as e:
         raise ResultsError(f"{path}: cannot read it ({e})") from None
 
@@ -160,7 +160,7 @@ def _read_csv(path: Path, lines: list[int]) -> pa.Table:
     return table
 
 
-def _read_jsonl(path: Path, lines: list[int]) -> pa.Table:
+def _read_jsonl(path: Path) -> pa.Table:
     """pyarrow's reader; when it refuses the file, the first line json cannot read or that
     is not an object says where."""
     import pyarrow as pa
@@ -224,28 +224,29 @@ def _fields(names: list[str], path: Path) -> tuple[dict[str, str], list[str]]:
     return fields, ignored
 
 
-def _positive(row: dict[str, Any], field: str, name: str) -> float | None:
+def _positive(row: dict[str, Any], field: str) -> float | None:
+    """The field's value as a positive finite number; None when it is missing."""
     value = row.get(field)
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     try:
         x = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} {value!r} is not a number") from None
+        raise ValueError(f"{field} {value!r} is not a number") from None
     if not math.isfinite(x) or x <= 0:
-        raise ValueError(f"{name} {value!r}: expected a positive finite number")
+        raise ValueError(f"{field} {value!r}: expected a positive finite number")
     return x
 
 
 def _trial(row: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
     """One checked row of the trials table (ValueError saying what is wrong)."""
-    n = _positive(row, "N", "N")
+    n = _positive(row, "N")
     if n is None:
         raise ValueError("N is missing")
-    d, c = _positive(row, "D", "D"), _positive(row, "C", "C")
+    d, c = _positive(row, "D"), _positive(row, "C")
     if d is None and c is None:
         raise ValueError("both D and C are missing")
-    loss = _positive(row, "loss", "loss")
+    loss = _positive(row, "loss")
     if loss is None:
         raise ValueError("loss is missing")
     d = d if d is not None else c / (FLOPS_PER_PARAM_TOKEN * n)  # type: ignore[operator]
@@ -263,7 +264,7 @@ def _trial(row: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
         seed = int(f)
     variant = row.get("variant")
     variant = DEFAULT_VARIANT if variant is None or str(variant).strip() == "" else str(variant)
-    budget = _positive(row, "budget", "budget")
+    budget = _positive(row, "budget")
     size = row.get("size")
     name = row.get("name")
     return {
@@ -282,7 +283,7 @@ def _trial(row: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
     }
 
 
-def _label_sizes(rows: list[dict[str, Any]], has_label: bool) -> None:
+def _label_sizes(rows: list[dict[str, Any]]) -> None:
     """A row without a size label gets one from N (124M, 1.3B), with as many digits as
     keep different N apart."""
     ns = sorted({r["n_params"] for r in rows if r["size"] is None})
