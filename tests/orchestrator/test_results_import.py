@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+import scalelab
 from scalelab.analysis.results import ResultsError, store
 from scalelab.analysis.results.imports import import_file
 from scalelab.analysis.scaling import ChinchillaFit, bootstrap, fit_chinchilla
@@ -77,6 +78,9 @@ def test_import_fit_forecast_advise_report_without_mlflow(home: Path, tmp_path: 
     assert all(t["flops"] > 1e18 and t["actual"] is not None for t in held["targets"])
     [advice] = json.loads(_run("advise", "pub", "--json"))
     assert advice["variant"] == "hadamard"
+    # the notebook API: no sync to fail for want of MLflow
+    assert scalelab.results("pub").num_rows == 48
+    assert scalelab.forecast("pub", flops=1e21).predictions[0].loss > TRUTH.E
     # trials written without curves (by hand, as in issue 28): the plots draw what there is
     shutil.rmtree(store.partition_dir(store.CURVES, "pub"))
     where = "variant == 'dense'"
