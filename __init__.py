@@ -130,11 +130,11 @@ def results(
 ) -> pa.Table:
     """The sweep's trials table (one row per trial), or with `curves` its curves table
     (trial, step, tokens, FLOPs, metric, value), as a pyarrow Table (`.to_pandas()`).
-    `sync` first brings the Parquet tables up to date with MLflow (incremental)."""
+    `sync` first brings the Parquet tables up to date with MLflow (incremental; not for
+    a sweep of imported trials)."""
     from scalelab.analysis import results as tables
 
-    if sync:
-        tables.sync(sweep, tracking_uri)
+    _sync(sweep, tracking_uri, sync)
     return tables.load_curves(sweep) if curves else tables.load_trials(sweep)
 
 
@@ -146,16 +146,26 @@ def fit(
     n_resamples: int = 1000,
     sync: bool = True,
     tracking_uri: str | None = None,
+    **options: Any,
 ) -> SweepFit:
     """Scaling laws per variant, each variant's compute-equivalent gain over `baseline`
-    with bootstrap intervals, per-size comparisons and the notes on what the data does not
-    support (`scalelab results fit`); `.to_dict()` is its JSON."""
-    from scalelab.analysis.results import sync as sync_tables
+    with bootstrap intervals, per-size comparisons, the compute-optimal allocation and the
+    notes on what the data does not support (`scalelab results fit`); `.to_dict()` is its
+    JSON. `options`: where, budgets, huber_delta, holdout_flops, isoflop_bin_width (the
+    command's --where, --budget, ...). A sweep of imported trials is not synced."""
     from scalelab.analysis.results.fit import fit_sweep
 
-    if sync:
+    _sync(sweep, tracking_uri, sync)
+    return fit_sweep(sweep, baseline=baseline, loss=loss, n_resamples=n_resamples, **options)
+
+
+def _sync(sweep: str, tracking_uri: str | None, wanted: bool) -> None:
+    """Bring the tables up to date with MLflow, unless the sweep's trials were imported."""
+    from scalelab.analysis.results import sync as sync_tables
+    from scalelab.analysis.results.imports import imported_only
+
+    if wanted and not imported_only(sweep):
         sync_tables(sweep, tracking_uri)
-    return fit_sweep(sweep, baseline=baseline, loss=loss, n_resamples=n_resamples)
 
 
 def forecast(
@@ -170,24 +180,25 @@ def forecast(
     loss: str = "final_val_loss",
     sync: bool = True,
     tracking_uri: str | None = None,
+    holdout_flops: float | None = None,
 ) -> Forecast:
     """A larger run's loss with a prediction interval (`scalelab results forecast`): at a
     size preset `target`, a compute budget `flops`, or `holdout`, a size that was run,
-    forecast from the smaller ones."""
+    forecast from the smaller ones, or `holdout_flops`: the runs above this compute,
+    forecast from the others."""
     from scalelab.analysis.results import load_trials
-    from scalelab.analysis.results import sync as sync_tables
     from scalelab.analysis.results.forecast import forecast_table
 
-    if sync:
-        sync_tables(sweep, tracking_uri)
+    _sync(sweep, tracking_uri, sync)
     return forecast_table(load_trials(sweep), sweep, variant=variant, size=target, flops=flops,
-                          holdout=holdout, loss=loss, law=law, level=level)  # fmt: skip
+                          holdout=holdout, loss=loss, law=law, level=level,
+                          holdout_flops=holdout_flops)  # fmt: skip
 
 
 def plot(fit: SweepFit, *, curves: bool = True) -> dict[str, Figure]:
     """The figures a fit's data supports, by name (loss vs FLOPs with each trial's curve,
     loss vs parameters, IsoFLOP, gains, each mechanism's own): matplotlib Figures."""
     from scalelab.analysis import plots
-    from scalelab.analysis.results import load_curves
+    from scalelab.analysis.results.imports import curves_of
 
-    return plots.figures(fit, load_curves(fit.sweep) if curves else None)
+    return plots.figures(fit, curves_of(fit.sweep) if curves else None)

@@ -18,8 +18,10 @@ if TYPE_CHECKING:
 
 
 def parent_metrics(fit: SweepFit) -> dict[str, float]:
-    """`gain/<variant>/paired` (and `_low`, `_high`), `gain/<variant>/unpaired` (...), and
-    `law/<variant>/<constant>`; '+' in a variant's name becomes '-' (MLflow's names)."""
+    """`gain/<variant>/paired` (and `_low`, `_high`), `gain/<variant>/unpaired` (...),
+    `law/<variant>/<constant>`, and the compute-optimal allocation
+    `optimal/<variant>/C_<budget>/{N,D,tokens_per_param}` (...); '+' in a variant's name
+    becomes '-' (MLflow's names)."""
     out: dict[str, float] = {}
     for p in fit.paired:
         out |= _interval(f"gain/{_name(p.variant)}/paired", p.multiplier)
@@ -28,6 +30,8 @@ def parent_metrics(fit: SweepFit) -> dict[str, float]:
     for variant, law in fit.laws.items():
         for constant, value in law.values().items():
             out[f"law/{_name(variant)}/{constant}"] = float(value)
+    for allocation in fit.allocation:
+        out |= allocation.metrics()
     return {k: v for k, v in out.items() if math.isfinite(v)}
 
 

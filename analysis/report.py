@@ -34,8 +34,10 @@ def write_report(
         f"variants: {', '.join(fit.variants)}; baseline: `{fit.baseline}` "
         f"({_parametrization(fit)}); "
         f"intervals: {fit.level:.0%}, Student-t for the paired gains, the L(C) laws and the "
-        "forecast, bootstrap over trials for the unpaired gains and L(N, D). "
-        f"Generated {dt.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}."
+        "forecast, bootstrap over trials for the unpaired gains and L(N, D) "
+        f"(Huber δ {fit.huber_delta:g} on log loss). "
+        + (f"Trials filtered by `{fit.where}`. " if fit.where else "")
+        + f"Generated {dt.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}."
     )
     headline = headline_lines(fit)
     if headline:
@@ -201,16 +203,20 @@ def summarise_sweep(
 
     from scalelab.analysis import plots as plotting
     from scalelab.analysis.parent_record import record_on_parent
-    from scalelab.analysis.results import load_curves, sweep_dir, sync
+    from scalelab.analysis.results import sweep_dir, sync
     from scalelab.analysis.results.advice import advice_lines, costing
     from scalelab.analysis.results.fit import fit_sweep
+    from scalelab.analysis.results.imports import curves_of, imported_only, parent_run
     from scalelab.analysis.results.render import rich_tables
-    from scalelab.analysis.results.sources import find_sweep_runs
     from scalelab.analysis.results.store import ResultsError
     from scalelab.contract import workdir
 
     uri = tracking_uri or workdir.tracking_uri()
-    synced = sync(sweep, uri, root=root)
+    imported = imported_only(sweep, root)
+    if imported:  # no MLflow run to sync from, to log to or to point at
+        synced = f"sweep {sweep!r}: imported trials (no MLflow run to sync)"
+    else:
+        synced = str(sync(sweep, uri, root=root))
     cache = sweep_dir(sweep, root) / "summary.cache.json"
     key = _summary_key(sweep, root, baseline, n_resamples, width)
     if cache.exists() and (cache.parent / "report.md").exists():
@@ -226,10 +232,10 @@ def summarise_sweep(
         console.print(f"MLflow UI: {mlflow_ui_hint(uri, sweep)}")
         return f"{synced}\n{console.export_text()}"
     out = sweep_dir(sweep, root)
-    files = plotting.make_plots(fit, load_curves(sweep, root), out / "plots")
-    parent_run_id = find_sweep_runs(sweep, uri).parent_run_id
+    files = plotting.make_plots(fit, curves_of(sweep, root), out / "plots")
+    parent_run_id = parent_run(sweep, uri, root)
     plotting.log_plots(parent_run_id, files, uri)
-    report = write_report(fit, files, out, uri)
+    report = write_report(fit, files, out, "" if imported else uri)
     record_on_parent(parent_run_id, fit, report, uri)
     tables = rich_tables(fit)
     for table in tables[:1] if fit.gains or fit.paired else tables[:2]:
@@ -242,7 +248,8 @@ def summarise_sweep(
         console.print(fit.backtest.summary(), highlight=False, soft_wrap=True)
     console.print(f"plots: {out / 'plots'} ({', '.join(files)})", highlight=False, soft_wrap=True)
     console.print(f"report: {report}", highlight=False, soft_wrap=True)
-    console.print(f"MLflow UI: {mlflow_ui_hint(uri, sweep)}", highlight=False, soft_wrap=True)
+    if not imported:
+        console.print(f"MLflow UI: {mlflow_ui_hint(uri, sweep)}", highlight=False, soft_wrap=True)
     cost = costing(fit.table)
     for advice in fit.advice:  # the summary ends with what to run next
         for line in advice_lines(advice, cost):

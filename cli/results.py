@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from scalelab.cli.console import err, fail, stdout_console
+from scalelab.cli.fit_options import BUDGETS, HOLDOUT_FLOPS, HUBER, ISO_BINS, WHERE, fit_options
 from scalelab.cli.wide_tables import print_table
 
 app = typer.Typer(
@@ -36,7 +37,8 @@ EXCLUDE_OUTLIERS = typer.Option(
 
 
 def _synced(sweep: str, uri: str | None) -> None:
-    """Sync first when the sweep has never been synced (queries then just work)."""
+    """Sync first when the sweep has never been synced or imported (queries then just
+    work)."""
     from scalelab.analysis.results import store, sync
 
     if store.read_table(store.TRIALS, sweep) is None:
@@ -233,19 +235,26 @@ def fit_cmd(
     baseline: str = BASELINE,
     loss: str = typer.Option("final_val_loss", "--loss", help="final_val_loss or best_val_loss"),
     resamples: int = RESAMPLES,
+    where: str | None = WHERE,
+    budget: str | None = BUDGETS,
+    huber_delta: float | None = HUBER,
+    holdout_flops: float | None = HOLDOUT_FLOPS,
+    isoflop_bin_width: float | None = ISO_BINS,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     exclude_outliers: bool = EXCLUDE_OUTLIERS,
     tracking_uri: str | None = URI,
 ) -> None:
     """Scaling laws per variant, the compute-equivalent gain vs the baseline with bootstrap
-    intervals, and per-size differences."""
+    intervals, per-size differences, and the compute-optimal allocation at --budget."""
     from scalelab.analysis.results.fit import fit_sweep
     from scalelab.analysis.results.render import rich_tables
+
+    options = fit_options(budget, huber_delta, holdout_flops, isoflop_bin_width)
 
     def run():  # noqa: ANN202
         _synced(sweep, tracking_uri)
         return fit_sweep(sweep, baseline=baseline, loss=loss, n_resamples=resamples,
-                         exclude_outliers=exclude_outliers)  # fmt: skip
+                         exclude_outliers=exclude_outliers, where=where, **options)  # fmt: skip
 
     fit = _guard(run)
     if as_json:
@@ -257,18 +266,21 @@ def fit_cmd(
         console.print(f"[yellow]note:[/] {note}", highlight=False)
 
 
-def _fit_and_plot(sweep: str, baseline: str, resamples: int, tracking_uri: str | None):  # noqa: ANN202
+def _fit_and_plot(sweep: str, baseline: str, resamples: int, tracking_uri: str | None,
+                  **options: object):  # noqa: ANN202  # fmt: skip
+    """Fit and plot; the plots go on the sweep's parent run when it has one (an imported
+    sweep has none)."""
     from scalelab.analysis import plots
-    from scalelab.analysis.results import load_curves, sweep_dir
+    from scalelab.analysis.results import sweep_dir
     from scalelab.analysis.results.fit import fit_sweep
-    from scalelab.analysis.results.sources import find_sweep_runs
+    from scalelab.analysis.results.imports import curves_of, parent_run
     from scalelab.contract import workdir
 
     _synced(sweep, tracking_uri)
-    fit = fit_sweep(sweep, baseline=baseline, n_resamples=resamples)
-    files = plots.make_plots(fit, load_curves(sweep), sweep_dir(sweep) / "plots")
+    fit = fit_sweep(sweep, baseline=baseline, n_resamples=resamples, **options)
+    files = plots.make_plots(fit, curves_of(sweep), sweep_dir(sweep) / "plots")
     uri = tracking_uri or workdir.tracking_uri()
-    logged = plots.log_plots(find_sweep_runs(sweep, uri).parent_run_id, files, uri)
+    logged = plots.log_plots(parent_run(sweep, uri), files, uri)
     return fit, files, logged, uri
 
 
@@ -292,13 +304,23 @@ def report_cmd(
     sweep: str = SWEEP,
     baseline: str = BASELINE,
     resamples: int = RESAMPLES,
+    where: str | None = WHERE,
+    budget: str | None = BUDGETS,
+    huber_delta: float | None = HUBER,
+    holdout_flops: float | None = HOLDOUT_FLOPS,
+    isoflop_bin_width: float | None = ISO_BINS,
     tracking_uri: str | None = URI,
 ) -> None:
     """One Markdown report (tables + plots) at results/<sweep>/report.md."""
     from scalelab.analysis.report import write_report
     from scalelab.analysis.results import sweep_dir
+    from scalelab.analysis.results.imports import imported_only
 
-    fit, files, _, uri = _guard(lambda: _fit_and_plot(sweep, baseline, resamples, tracking_uri))
+    options = fit_options(budget, huber_delta, holdout_flops, isoflop_bin_width)
+    fit, files, _, uri = _guard(
+        lambda: _fit_and_plot(sweep, baseline, resamples, tracking_uri, where=where, **options)
+    )
+    uri = "" if imported_only(sweep) else uri  # no MLflow record to point at
     console.print(str(write_report(fit, files, sweep_dir(sweep), uri)), highlight=False)
 
 
@@ -332,6 +354,11 @@ def forecast_cmd(
     holdout: str | None = typer.Option(
         None, "--holdout", help="A size that was run: forecast it from the smaller sizes"
     ),
+    holdout_flops: float | None = typer.Option(
+        None,
+        "--holdout-above-flops",
+        help="Forecast the trials above this compute (FLOPs) from the others",
+    ),  # fmt: skip
     variant: str = typer.Option("dense", "--variant", "-v", help="The variant to forecast."),
     law: str = typer.Option("auto", "--law", help="auto | C (L(C)) | ND (Chinchilla's L(N, D))"),
     level: float = typer.Option(0.95, "--level", help="Level of the prediction interval."),
@@ -360,7 +387,8 @@ def forecast_cmd(
             )
         return forecast_table(table, sweep, variant=variant, size=target, flops=flops,
                               holdout=holdout, loss=loss, law=law, level=level,
-                              exclude_outliers=exclude_outliers)  # fmt: skip
+                              exclude_outliers=exclude_outliers,
+                              holdout_flops=holdout_flops)  # fmt: skip
 
     result = _guard(run)
     if as_json:
@@ -368,10 +396,10 @@ def forecast_cmd(
         return
     for shown in (result, result.without_outliers):
         if shown is not None:
-            _print_forecast(shown, level, holdout is not None)
+            _print_forecast(shown, level)
 
 
-def _print_forecast(result, level: float, holdout: bool) -> None:  # noqa: ANN001
+def _print_forecast(result, level: float) -> None:  # noqa: ANN001
     from rich.table import Table
 
     check = result.law.check
@@ -383,7 +411,8 @@ def _print_forecast(result, level: float, holdout: bool) -> None:  # noqa: ANN00
     spread = result.predictions[0].spread is not None
     head = ["run", "predicted", f"{level:.0%} prediction interval"]
     head += ["± parameters", "± scatter", "± misfit"] if spread else []
-    head += ["actual", "covered"] if holdout else []
+    held = result.holdout is not None
+    head += ["actual", "covered"] if held else []
     for h in head:
         table.add_column(h, justify="left" if h == "run" else "right")
     for t, p in zip(result.targets, result.predictions, strict=True):
@@ -391,7 +420,7 @@ def _print_forecast(result, level: float, holdout: bool) -> None:  # noqa: ANN00
         if p.spread is not None:  # half-widths in log L, i.e. about a share of the loss
             s = p.spread
             row += [f"{s.parameter:.2%}", f"{s.scatter:.2%}", f"{s.misfit:.2%}"]
-        if holdout:
+        if held:
             row += [f"{t.actual:.4g}", "yes" if t.actual in p else "NO"]
         table.add_row(*row)
     console.print(table)
@@ -452,3 +481,8 @@ def advise_cmd(
         console.print(str(fit.paired_gain(a.variant)), highlight=False)
         for line in advice_lines(a, cost):
             console.print(f"  next: {line}", highlight=False)
+
+
+from scalelab.cli.results_import import import_cmd  # noqa: E402
+
+app.command("import")(import_cmd)

@@ -58,6 +58,9 @@ def sweep_fit_dict(fit: SweepFit) -> dict[str, Any]:
             v: {**boot(b), "form": b.point.form, "check": fit.chinchilla_checks[v].to_dict()}
             for v, b in fit.chinchilla.items()
         },
+        "allocation": [a.to_dict() for a in fit.allocation],
+        "huber_delta": fit.huber_delta,
+        "where": fit.where,
         "isoflop": {
             v: {
                 "a": f.a,

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from scalelab.analysis.scaling.checks import FitCheck
     from scalelab.analysis.scaling.lsq import LsqFit
 
+    from .allocation import Allocation
     from .forecast import Forecast
 
 LOSS = "final_val_loss"
@@ -62,7 +63,10 @@ class SweepFit:
     cells: list[CellComparison] = field(default_factory=list)
     backtest: Forecast | None = None
     advice: list[Advice] = field(default_factory=list)
+    allocation: list[Allocation] = field(default_factory=list)  # N*, D* at the budgets
     notes: list[str] = field(default_factory=list)
+    huber_delta: float | None = None  # the robust L(N, D) fit's (fit_table sets it)
+    where: str | None = None  # the filter the trials went through, if any
 
     def to_dict(self) -> dict[str, Any]:
         from .export import sweep_fit_dict
@@ -73,12 +77,25 @@ class SweepFit:
         return next((p for p in self.paired if p.variant == variant), None)
 
 
-def fit_sweep(sweep: str, *, root: Path | None = None, **options: Any) -> SweepFit:
-    """All the fits the sweep's data supports (module doc). Needs a prior `sync`. `options`
+def fit_sweep(
+    sweep: str, *, root: Path | None = None, where: str | None = None, **options: Any
+) -> SweepFit:
+    """All the fits the sweep's data supports (module doc). Needs a prior `sync` (or
+    `import`). `where` filters the trials first (`results query`'s --where). `options`
     are fit_table's: baseline, loss, n_resamples, level, seed, effect, power, resample
     (False skips the bootstrap, the slow part: the unpaired gains and Chinchilla's L(N, D);
-    `results advise` needs neither)."""
-    return fit_table(load(sweep, "trials", root), sweep, **options)
+    `results advise` needs neither), budgets, huber_delta, holdout_flops,
+    isoflop_bin_width."""
+    table = load(sweep, "trials", root)
+    if where:
+        from .query import parse_where
+
+        table = table.filter(parse_where(where, table.column_names))
+        if table.num_rows == 0:
+            raise ResultsError(f"--where {where!r}: no trial of sweep {sweep!r} matches")
+    fit = fit_table(table, sweep, **options)
+    fit.where = where
+    return fit
 
 
 def fit_table(
@@ -94,8 +111,17 @@ def fit_table(
     power: float = 0.8,
     resample: bool = True,
     exclude_outliers: bool = False,
+    budgets: tuple[float, ...] | None = None,
+    huber_delta: float | None = None,
+    holdout_flops: float | None = None,
+    isoflop_bin_width: float | None = None,
 ) -> SweepFit:
-    from scalelab.analysis.scaling import ScalingError, ScalingWarning
+    """The fits (module doc). `budgets`: the compute budgets of the allocation N*(C), D*(C)
+    (default: the largest FLOPs of the trials, 10x and 100x it); `huber_delta`: the robust
+    L(N, D) fit's (default objective.HUBER_DELTA); `holdout_flops`: the backtest holds out the trials above this compute
+    instead of the largest size; `isoflop_bin_width`: IsoFLOP profiles from the trials'
+    real FLOPs binned in bins this many decades wide, instead of nominal budgets."""
+    from scalelab.analysis.scaling import HUBER_DELTA, ScalingError, ScalingWarning
 
     if loss not in table.column_names:
         raise ResultsError(f"unknown loss column {loss!r} (use final_val_loss or best_val_loss)")
@@ -109,6 +135,7 @@ def fit_table(
         )
     fit = SweepFit(sweep, baseline, loss, level, table.num_rows, used.num_rows, variants, used)
     fit.notes.extend(notes)
+    fit.huber_delta = HUBER_DELTA if huber_delta is None else huber_delta
 
     def attempt(what: str, fn: Any) -> Any:
         with warnings.catch_warnings(record=True) as caught:
@@ -128,7 +155,19 @@ def fit_table(
     boot_opts = {"n_resamples": n_resamples, "level": level, "seed": seed} if resample else None
     for v in variants:
         _fit_variant(fit, used.filter(_eq(used, "variant", v)), v, attempt, boot_opts,
-                     exclude_outliers)  # fmt: skip
+                     exclude_outliers, isoflop_bin_width)  # fmt: skip
+    if fit.chinchilla:
+        from .allocation import allocate, default_budgets
+
+        chosen = tuple(budgets) if budgets else default_budgets(used)
+        for v, law in fit.chinchilla.items():
+            found = attempt(f"allocation of {v}", lambda v=v, law=law: allocate(v, law, chosen))
+            fit.allocation += found or []
+    elif budgets:
+        fit.notes.append(
+            "allocation at --budget: needs Chinchilla's L(N, D) (3 or more sizes and token "
+            "counts), which no variant has"
+        )
     if not fit.laws and not fit.chinchilla and not fit.isoflop:
         sizes = sorted(set(used["size"].to_pylist()))
         why = (
@@ -141,7 +180,15 @@ def fit_table(
         _compare(fit, used, attempt, boot_opts, (effect, power))
     else:
         fit.notes.append(f"only one variant ({variants[0]}): no gains to compute")
-    if len(set(used.filter(_eq(used, "variant", baseline))["size"].to_pylist())) >= 3:
+    if holdout_flops is not None:
+        from .forecast import forecast_table
+
+        fit.backtest = attempt(
+            f"backtest above {holdout_flops:.3g} FLOPs",
+            lambda: forecast_table(used, sweep, variant=baseline, holdout_flops=holdout_flops,
+                                   loss=loss, level=level),
+        )  # fmt: skip
+    elif len(set(used.filter(_eq(used, "variant", baseline))["size"].to_pylist())) >= 3:
         from .forecast import forecast_table
 
         base_rows = used.filter(_eq(used, "variant", baseline))
@@ -157,11 +204,15 @@ def fit_table(
 def _fit_variant(
     fit: SweepFit, rows: pa.Table, v: str, attempt: Any, boot_opts: dict | None,
     exclude_outliers: bool = False,
+    bin_width: float | None = None,
 ) -> None:  # fmt: skip
     """The per-variant laws: L(C) on the frontier, Chinchilla (unless boot_opts is None;
     with exclude_outliers, again without the points its check flags, as
-    "<variant> without outliers"), IsoFLOP."""
-    from scalelab.analysis.scaling import bootstrap, fit_chinchilla, fit_isoflop, pareto_frontier
+    "<variant> without outliers"), IsoFLOP (on nominal budgets, or on the real FLOPs
+    binned `bin_width` decades wide)."""
+    from functools import partial
+
+    from scalelab.analysis.scaling import bootstrap, fit_chinchilla, pareto_frontier
     from scalelab.analysis.scaling.checks import check_chinchilla, check_power_law
     from scalelab.analysis.scaling.lsq import lsq_power_law
 
@@ -183,10 +234,11 @@ def _fit_variant(
             fit.law_checks[v] = check_power_law(law, c[front], y[front], labels=labels)
     n, d = _col(rows, "n_params"), _col(rows, "tokens")
     rich = np.unique(n).size >= 3 and np.unique(d).size >= 3 and rows.num_rows >= 6
+    robust = partial(fit_chinchilla, delta=fit.huber_delta)
     if boot_opts is not None and rich:
         ch = attempt(
             f"Chinchilla L(N, D) of {v}",
-            lambda: bootstrap(fit_chinchilla, n, d, y, **boot_opts),
+            lambda: bootstrap(robust, n, d, y, **boot_opts),
         )
         if ch is not None:
             fit.chinchilla[v] = ch
@@ -197,7 +249,7 @@ def _fit_variant(
                 name = f"{v} without outliers"
                 clean = attempt(
                     f"Chinchilla L(N, D) of {name}",
-                    lambda: bootstrap(fit_chinchilla, n[keep], d[keep], y[keep], **boot_opts),
+                    lambda: bootstrap(robust, n[keep], d[keep], y[keep], **boot_opts),
                 )
                 if clean is not None:
                     fit.chinchilla[name] = clean
@@ -209,11 +261,41 @@ def _fit_variant(
                         f"{name}: refitted without {len(check.outliers)} flagged point(s): "
                         + ", ".join(o.label for o in check.outliers)
                     )
-    budgets = _col(rows, "budget_flops") if "budget_flops" in rows.column_names else None
-    if budgets is not None and np.isfinite(budgets).all() and np.unique(budgets).size >= 2:
+    _fit_isoflop(fit, rows, v, attempt, bin_width)
+
+
+def _fit_isoflop(
+    fit: SweepFit, rows: pa.Table, v: str, attempt: Any, bin_width: float | None
+) -> None:
+    """IsoFLOP parabolas on the nominal budgets (an isoflop axis), or with `bin_width` on
+    the real FLOPs binned (bins with fewer than 3 sizes are left out, and said)."""
+    from scalelab.analysis.scaling import fit_isoflop
+    from scalelab.analysis.scaling.isoflop import bin_budgets
+
+    n, d, y = _col(rows, "n_params"), _col(rows, "tokens"), _col(rows, fit.loss)
+    if bin_width is not None:
+        budgets = bin_budgets(_col(rows, "flops"), bin_width)
+        keep = np.zeros(rows.num_rows, bool)
+        for b in np.unique(budgets[np.isfinite(budgets)]):
+            members = budgets == b
+            keep |= members & (np.unique(n[members]).size >= 3)
+        dropped = np.unique(budgets[~keep & np.isfinite(budgets)]).size
+        if dropped:
+            fit.notes.append(
+                f"IsoFLOP of {v}: {dropped} FLOPs bin(s) {bin_width:g} decades wide with "
+                "fewer than 3 sizes left out"
+            )
+        budgets, n, d, y = budgets[keep], n[keep], d[keep], y[keep]
+    elif "budget_flops" in rows.column_names:
+        budgets = _col(rows, "budget_flops")
+    else:
+        return
+    if budgets.size and np.isfinite(budgets).all() and np.unique(budgets).size >= 2:
         iso = attempt(f"IsoFLOP of {v}", lambda: fit_isoflop(budgets, n, y, tokens=d))
         if iso is not None:
             fit.isoflop[v] = iso
+    elif bin_width is not None:
+        fit.notes.append(f"IsoFLOP of {v}: fewer than 2 FLOPs bins with 3 or more sizes")
 
 
 def _compare(

@@ -121,28 +121,34 @@ def forecast_table(
     law: str = "auto",
     level: float = 0.95,
     exclude_outliers: bool = False,
+    holdout_flops: float | None = None,
 ) -> Forecast:
     """A forecast (module doc) from the FINISHED trials with a finite loss in `table`;
-    exactly one of size, flops and holdout. exclude_outliers: also the same forecast
+    exactly one of size, flops, holdout and holdout_flops (the trials above this compute
+    held out, the law through the rest). exclude_outliers: also the same forecast
     refitted without the points its check flags (`without_outliers`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if sum(x is not None for x in (size, flops, holdout)) != 1:
-        raise ResultsError("forecast: give exactly one of --target SIZE, --flops C, --holdout SIZE")
+    if sum(x is not None for x in (size, flops, holdout, holdout_flops)) != 1:
+        raise ResultsError(
+            "forecast: give exactly one of --target SIZE, --flops C, --holdout SIZE, "
+            "--holdout-above-flops C"
+        )
     from .usable import usable_trials
 
     rows = usable_trials(table, loss, [])
     rows = rows.filter(pc.equal(rows["variant"], variant))
     if rows.num_rows == 0:
         raise ResultsError(f"forecast: no finished trials of variant {variant!r} in {sweep!r}")
-    first = _forecast_rows(rows, sweep, variant, size, flops, holdout, loss, law, level)
+    where = (size, flops, holdout, holdout_flops)
+    first = _forecast_rows(rows, sweep, variant, where, loss, law, level)
     # an L(C) point is a cell: its label lists the cell's trials
     flagged = {t for o in first.law.check.outliers for t in o.label.split(", ")}
     if exclude_outliers and flagged:
         ids = np.array([str(t) for t in rows["trial_id"].to_pylist()])
         rest = rows.filter(pa.array(~np.isin(ids, sorted(flagged))))
-        again = _forecast_rows(rest, sweep, variant, size, flops, holdout, loss, law, level)
+        again = _forecast_rows(rest, sweep, variant, where, loss, law, level)
         again.notes.insert(0, f"refitted without {len(flagged)} flagged point(s): "
                               + ", ".join(sorted(flagged)))  # fmt: skip
         return replace(first, without_outliers=again)
@@ -150,11 +156,14 @@ def forecast_table(
 
 
 def _forecast_rows(
-    rows: pa.Table, sweep: str, variant: str, size: str | None, flops: float | None,
-    holdout: str | None, loss: str, law: str, level: float,
+    rows: pa.Table, sweep: str, variant: str,
+    where: tuple[str | None, float | None, str | None, float | None],
+    loss: str, law: str, level: float,
 ) -> Forecast:  # fmt: skip
+    """The forecast at `where`: (size, flops, holdout, holdout_flops), exactly one given."""
     from scalelab.analysis.scaling import ScalingError, pareto_frontier
 
+    size, flops, holdout, holdout_flops = where
     n, d, c, y = (_col(rows, k) for k in ("n_params", "tokens", "flops", loss))
     sizes = np.array(rows["size"].to_pylist())
     notes: list[str] = []
@@ -180,7 +189,15 @@ def _forecast_rows(
                 Target(f"{holdout} @ {d[i]:.3g} tokens", n[i], d[i], c[i], y[i]) for i in held
             ]
             on = f"{', '.join(smaller)} ({int(train.sum())} trials)"
+        elif holdout_flops is not None:
+            fitted, targets, on = _above(rows, holdout_flops, loss, law, level)
+            holdout = f"runs above {holdout_flops:.3g} FLOPs"
         elif size is not None:
+            if any(c is None for c in rows["config"].to_pylist()):
+                raise ResultsError(
+                    "forecast: --target SIZE counts a size preset from the trials' configs, "
+                    "which imported trials have not: use --flops C"
+                )
             fitted = _fit_cells(rows, np.ones(rows.num_rows, bool), loss, law, level)
             targets = _size_targets(rows, size)
             on = f"{', '.join(sorted(set(sizes), key=lambda s: n[sizes == s].min()))} "
@@ -204,6 +221,33 @@ def _forecast_rows(
         notes.append(fitted.check.fallback)
     notes.extend(fitted.check.problems())
     return Forecast(sweep, variant, fitted, on, targets, predictions, holdout, notes)
+
+
+def _above(
+    rows: pa.Table, threshold: float, loss: str, law: str, level: float
+) -> tuple[ForecastLaw, list[Target], str]:
+    """The law through the trials at or below `threshold` FLOPs; those above, the targets."""
+    n, d, c, y = (_col(rows, k) for k in ("n_params", "tokens", "flops", loss))
+    sizes = rows["size"].to_pylist()
+    train = c <= threshold
+    held = np.flatnonzero(~train)
+    if held.size == 0:
+        raise ResultsError(
+            f"forecast: --holdout-above-flops {threshold:.3g}: no trial above it "
+            f"(the largest has {c.max():.3g} FLOPs)"
+        )
+    if np.unique(n[train]).size < 2:
+        raise ResultsError(
+            f"forecast: --holdout-above-flops {threshold:.3g}: needs 2 or more sizes at or "
+            f"below it to fit a law, got {np.unique(n[train]).size}"
+        )
+    held = held[np.argsort(c[held], kind="stable")]
+    targets = [
+        Target(f"{sizes[i]} @ {d[i]:.3g} tokens ({c[i]:.3g} FLOPs)", n[i], d[i], c[i], y[i])
+        for i in held
+    ]
+    on = f"the {int(train.sum())} trials at or below {threshold:.3g} FLOPs"
+    return _fit_cells(rows, train, loss, law, level), targets, on
 
 
 def _fit_cells(rows: pa.Table, mask: np.ndarray, loss: str, law: str, level: float) -> ForecastLaw:

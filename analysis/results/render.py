@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .allocation import allocation_rows
+
 if TYPE_CHECKING:
     from rich.table import Table
 
@@ -236,10 +238,16 @@ def sections(fit: SweepFit) -> list[tuple[str, Rows]]:
         ("Loss vs compute: L(C) through each variant's compute frontier (t intervals)",
          laws_rows(fit)),
         ("Chinchilla: L(N, D) = E + A/N^alpha + B/D^beta", chinchilla_rows(fit)),
+        (
+            f"Compute-optimal allocation from L(N, D) at C = 6ND ({fit.level:.0%} bootstrap "
+            "intervals)",
+            allocation_rows(fit.allocation),
+        ),
         ("IsoFLOP optima", isoflop_rows(fit)),
         (
             f"Forecast backtest: {fit.backtest.variant} on held-out {fit.backtest.holdout} "
-            f"from the smaller sizes ({fit.backtest.law.name}, {fit.backtest.law.law.form})"
+            f"from {fit.backtest.fitted_on} ({fit.backtest.law.name}, "
+            f"{fit.backtest.law.law.form})"
             if fit.backtest else "Forecast backtest",
             backtest_rows(fit),
         ),

@@ -128,6 +128,10 @@ def sync(
                 pc.is_in(old_curves["trial_id"].cast(pa.string()), keep_ids)
             )
             curve_parts.append(_strings(old_curves))
+    if old_trials is not None:  # rows `results import` wrote: no run stands behind them
+        from .imports import IMPORTED
+
+        rows += old_trials.filter(pc.equal(old_trials["curves_source"], IMPORTED)).to_pylist()
     extra = sorted(
         {
             k

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .data import ScalingError, clean, require_distinct
-from .objective import LogLaw, centre, minimise, on_lower_bound_E, uncentre
+from .objective import HUBER_DELTA, LogLaw, centre, minimise, on_lower_bound_E, uncentre
 
 _WHAT = "Chinchilla fit L(N, D) = E + A/N^alpha + B/D^beta"
 
@@ -93,8 +93,9 @@ def fit_chinchilla(
     *,
     start: ChinchillaFit | None = None,
     with_E: bool | None = None,
+    delta: float = HUBER_DELTA,
 ) -> ChinchillaFit:
-    """Approach 3: Huber (delta 1e-3) on log-space residuals
+    """Approach 3: Huber (`delta`, default 1e-3) on log-space residuals
     LSE(a - alpha log N, b - beta log D, e) - log L, L-BFGS-B from the best points of
     Hoffmann's grid (or from `start` alone, as bootstrap resamples do).
 
@@ -119,7 +120,7 @@ def fit_chinchilla(
         else:
             s = start
             starts = np.array([[np.log(s.E), np.log(s.A), np.log(s.B), s.alpha, s.beta]])
-        theta, _ = minimise(law, centre(starts, shift))
+        theta, _ = minimise(law, centre(starts, shift), delta=delta)
         e, a, b, alpha, beta = uncentre(theta, shift)
         fit = ChinchillaFit(
             E=float(np.exp(e)),
@@ -138,7 +139,7 @@ def fit_chinchilla(
     else:
         s = start
         starts = np.array([[np.log(s.A), np.log(s.B), s.alpha, s.beta]])
-    theta, _ = minimise(law, centre(starts, shift))
+    theta, _ = minimise(law, centre(starts, shift), delta=delta)
     a, b, alpha, beta = uncentre(theta, shift)
     why = (
         "E fell to its bound 0 (no flattening towards an irreducible loss): fitted "

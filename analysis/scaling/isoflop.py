@@ -118,3 +118,27 @@ def fit_isoflop(
         b=float(b),
         k_d=float(np.exp(log_k_d)),
     )
+
+
+def bin_budgets(flops: np.ndarray, width: float = 0.1) -> np.ndarray:
+    """Each trial's IsoFLOP budget from its real FLOPs (runs that aimed at one budget land
+    a few per cent apart): in increasing FLOPs, a bin opens at the smallest FLOPs not yet
+    binned and takes every trial within `width` decades above it; a trial's budget is its
+    bin's geometric mean. Bins of a fixed width in log C, placed where the data is, so
+    a cluster of runs is never cut by a grid line that falls inside it."""
+    if not (np.isfinite(width) and width > 0):
+        raise ScalingError(f"{_WHAT}: the bin width must be a positive number of decades")
+    c = np.asarray(flops, dtype=float)
+    out = np.full(c.shape, np.nan)
+    ok = np.flatnonzero(np.isfinite(c) & (c > 0))
+    log_c = np.log10(c[ok])
+    order = np.argsort(log_c, kind="stable")
+    start = 0
+    while start < order.size:
+        stop = start
+        while stop < order.size and log_c[order[stop]] - log_c[order[start]] <= width:
+            stop += 1
+        members = ok[order[start:stop]]
+        out[members] = 10 ** log_c[order[start:stop]].mean()
+        start = stop
+    return out

@@ -140,15 +140,20 @@ def single_threaded_blas() -> contextlib.AbstractContextManager:
     return controller.limit(limits=1, user_api="blas")
 
 
-def minimise(law: LogLaw, starts: np.ndarray, n_refine: int = 6) -> tuple[np.ndarray, float]:
+def minimise(
+    law: LogLaw, starts: np.ndarray, n_refine: int = 6, delta: float = HUBER_DELTA
+) -> tuple[np.ndarray, float]:
     """L-BFGS-B from the `n_refine` grid points with the lowest objective; the best wins.
 
-    `starts` is (S, 2k+1); pass a single row to warm-start (bootstrap resamples).
+    `starts` is (S, 2k+1); pass a single row to warm-start (bootstrap resamples). `delta`
+    is the Huber loss's: residuals in log loss beyond it count linearly.
     """
+    if not (np.isfinite(delta) and delta > 0):
+        raise ScalingError(f"the Huber delta must be a positive number, got {delta}")
     starts = np.atleast_2d(np.asarray(starts, dtype=float))
     if starts.shape[0] > n_refine:
         chunks = np.array_split(starts, 1 + starts.shape[0] // 512)
-        values = np.concatenate([law.objective(chunk) for chunk in chunks])
+        values = np.concatenate([law.objective(chunk, delta) for chunk in chunks])
         starts = starts[np.argsort(values)[:n_refine]]
     bounds = [(None, None)] * (law.offset + law.k) + [_ALPHA_BOUNDS] * law.k
     best_theta, best_f = None, np.inf
@@ -157,6 +162,7 @@ def minimise(law: LogLaw, starts: np.ndarray, n_refine: int = 6) -> tuple[np.nda
             res = minimize(
                 law.objective_and_grad,
                 theta0,
+                args=(delta,),
                 jac=True,
                 method="L-BFGS-B",
                 bounds=bounds,

@@ -84,6 +84,8 @@ def test_the_parent_run_carries_the_gains_and_the_report(summary):
     low, m, high = (metrics[f"gain/hadamard/paired{s}"] for s in ("_low", "", "_high"))
     assert low <= m <= high and low <= 0.8 <= high  # the known multiplier, on the parent
     assert {"law/dense/E", "law/dense/alpha", "gain/hadamard/unpaired"} <= set(metrics)
+    optimal = [k for k in metrics if k.startswith("optimal/dense/C_")]  # N*(C), D*(C), ...
+    assert any(k.endswith("/tokens_per_param_low") for k in optimal) and len(optimal) == 27
     assert "report.md" in {a.path for a in client.list_artifacts(parent)}
     # report.html beside it, what the UI's artifact viewer shows as a page (it shows a
     # Markdown image as text): every plot embedded, nothing to fetch from elsewhere

@@ -321,3 +321,18 @@ def test_forecast_and_advice_commands(home):
     res = runner.invoke(app, ["results", "advise", "main"])
     assert res.exit_code == 0 and "next: hadamard" in res.output
     assert "is told from none already" in res.output and "(--effect" in res.output
+
+
+def test_sync_keeps_the_rows_results_import_wrote(home, tmp_path):
+    """Imported rows have no run behind them: a sync of their sweep keeps them beside the
+    runs' rows (and an import again replaces only them)."""
+    from scalelab.analysis.results.imports import import_file
+
+    MlflowClient(workdir.tracking_uri()).create_experiment("mixed")
+    sync("mixed")
+    points = tmp_path / "points.csv"
+    points.write_text("N,C,loss\n1e8,1e18,3.1\n2e8,1e18,3.0\n")
+    import_file(points, "mixed")
+    sync("mixed")
+    assert load_trials("mixed")["name"].to_pylist() == ["points.csv:2", "points.csv:3"]
+    assert load_trials("mixed")["tokens"].to_pylist() == [round(1e18 / 6e8), round(1e18 / 12e8)]
