@@ -180,6 +180,11 @@ def fit_table(
         _compare(fit, used, attempt, boot_opts, (effect, power))
     else:
         fit.notes.append(f"only one variant ({variants[0]}): no gains to compute")
+    if fit.huber_delta != HUBER_DELTA:
+        fit.notes.append(
+            f"--huber-delta {fit.huber_delta:g} is the fit's L(N, D) only: the backtest and "
+            f"`results forecast` fit theirs with the default {HUBER_DELTA:g}"
+        )
     if holdout_flops is not None:
         from .forecast import forecast_table
 
