@@ -195,6 +195,9 @@ def ui(
         )
     # MLflow's job runner (7 huey processes, left behind by a SIGTERM) serves no scalelab need
     os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+    # the server's own libraries warn of their deprecations (starlette's WSGI middleware):
+    # nothing the user can act on
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
     cmd = [
         sys.executable,
         "-m",
