@@ -35,6 +35,7 @@ from scalelab.jobs.budget import total_steps, total_tokens
 from scalelab.jobs.checks import preflight
 from scalelab.jobs.config import JobConfig
 from scalelab.jobs.data.device_inputs import prefetched
+from scalelab.jobs.data.reader import prefix_stable_extent
 from scalelab.jobs.data.trial import (
     Batch,
     TrainStream,
@@ -102,7 +103,9 @@ def run(job: JobConfig, run_id: str | None = None) -> TrainResult:
 
 
 def _train_windows(job: JobConfig) -> int:
-    return train_windows(total_tokens(job), job.train.global_batch_tokens, job.data.seq_len)
+    """Windows the trial reads: a wsd trial's prefix-stable order reads to its block's end."""
+    windows = train_windows(total_tokens(job), job.train.global_batch_tokens, job.data.seq_len)
+    return prefix_stable_extent(windows) if job.train.schedule == "wsd" else windows
 
 
 def _checkpointed(fn: Any) -> Any:
@@ -136,8 +139,9 @@ class _Trainer:
         root = prepare(job.data, job.seed, job.model, windows)
         self.data = open_data(job.data, job.seed, root, job.model, windows)
         self.stream = TrainStream(
-            self.data, job.seed, self.plan.micro_batch, self.plan.accum, env.rank, env.world_size
-        )
+            self.data, job.seed, self.plan.micro_batch, self.plan.accum, env.rank,
+            env.world_size, prefix_stable=job.train.schedule == "wsd",
+        )  # fmt: skip
         self.val = val_batches(
             self.data, job.data.val_tokens, job.data.seq_len, self.plan.micro_batch, env.rank,
             env.world_size,
