@@ -33,7 +33,7 @@ from scalelab.contract.workdir import IDENTITY_FILE, JOB_FILE, RESULT_FILE, tria
 from scalelab.jobs import identity
 from scalelab.jobs.budget import total_steps, total_tokens
 from scalelab.jobs.checks import preflight
-from scalelab.jobs.config import JobConfig
+from scalelab.jobs.config import BranchSeed, JobConfig
 from scalelab.jobs.data.device_inputs import prefetched
 from scalelab.jobs.data.reader import prefix_stable_extent
 from scalelab.jobs.data.trial import (
@@ -46,8 +46,9 @@ from scalelab.jobs.data.trial import (
 )
 from scalelab.jobs.tracking.provenance import code_version, mlflow_params
 from scalelab.jobs.tracking.tracker import Tracker
-from scalelab.jobs.training import checkpoint, distributed, universal
+from scalelab.jobs.training import branch_seed, checkpoint, distributed, universal
 from scalelab.jobs.training.accounting import device_peak_flops, mfu_metrics
+from scalelab.jobs.training.branch_seed import BRANCHED_FROM
 from scalelab.jobs.training.distributed import DistEnv
 from scalelab.jobs.training.ds_config import BatchPlan, deepspeed_config
 from scalelab.jobs.training.evaluate import evaluate, evaluate_early_exit
@@ -130,6 +131,9 @@ class _Trainer:
         timeout_s = job.deepspeed.dist_timeout_minutes * 60
         self.writer = checkpoint.BackgroundWriter(timeout_s) if job.train.async_checkpoint else None
         self.kernels_reported: dict[str, object] = {}
+        self.seeds: dict[int, list[BranchSeed]] = {}  # a trunk's cooldown branches by step
+        for b in job.train.branch_seeds:
+            self.seeds.setdefault(b.step, []).append(b)
 
     # -- set-up -----------------------------------------------------------------------
     def _open_data(self) -> None:
@@ -235,6 +239,9 @@ class _Trainer:
         self._write_job_files()
         run_id = self._start_tracking(run_id, state["tokens"])
         state["run_id"] = run_id
+        if state.get(BRANCHED_FROM):  # seeded by a trunk (jobs/training/branch_seed.py)
+            trunk = state[BRANCHED_FROM]
+            self.tracker.set_tag(Tag.BRANCHED_FROM, f"{trunk['trial_id']}@{trunk['step']}")
         if self.skipped_checkpoints:
             self.tracker.set_tag(
                 Tag.CHECKPOINTS_SKIPPED, " | ".join(self.skipped_checkpoints)[:5000]
@@ -309,7 +316,7 @@ class _Trainer:
             set_lr(self.optimizer, lr)
             fraction = step / self.steps
             done = step + 1
-            sync = done == self.steps or any(
+            sync = done == self.steps or done in self.seeds or any(
                 done % every == 0 for every in (t.log_interval, t.eval_interval, t.checkpoint_interval)
             )  # fmt: skip
             for a in range(accum):
@@ -371,8 +378,10 @@ class _Trainer:
                 self._save(state)
                 sig = flag.signal or 0
                 return Status.PREEMPTED, f"signal {sig} (checkpointed at step {done})", final_val
-            if done % t.checkpoint_interval == 0 or done == self.steps:
+            if done % t.checkpoint_interval == 0 or done == self.steps or done in self.seeds:
                 self._save(state)
+            if done in self.seeds:
+                self._seed_branches(done)
         return Status.FINISHED, "", final_val
 
     def _report_kernels(self) -> None:
@@ -430,6 +439,17 @@ class _Trainer:
         metrics = evaluate_early_exit(self.engine, self.val, self.env, alphas)
         self.tracker.log(state["step"], state["tokens"], state["flops"], metrics)
         return metrics
+
+    def _seed_branches(self, step: int) -> None:
+        """A trunk at a branch's cooldown start: its checkpoint of this step seeds the branch
+        (jobs/training/branch_seed.py), once the checkpoint is complete."""
+        if self.writer is not None:
+            self.writer.wait()
+        if self.env.is_main:
+            tag_dir = checkpoint.latest(self.ckpt_dir)
+            for b in self.seeds[step]:
+                branch_seed.seed(tag_dir, self.job.trial_id, b)
+        distributed.barrier(self.env)
 
     def _save(self, state: dict[str, Any]) -> None:
         checkpoint.save(self.engine, self.env, self.ckpt_dir, state,
