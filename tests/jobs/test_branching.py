@@ -20,20 +20,20 @@ def _wsd(tiny_job, tokens, **kw):
 def test_a_branch_trains_its_cooldown_only_and_matches_the_trial_alone(
     home, mlflow_uri, tiny_job, curve, tmp_path, monkeypatch
 ):
-    short = _wsd(tiny_job, 2048)  # 8 steps: cooldown from step 6
-    trunk = _wsd(tiny_job, 4096, train__branch_seeds=[BranchSeed(step=6, trial_id=short.trial_id)])
-    assert trunk.trial_id == _wsd(tiny_job, 4096).trial_id  # seeds are placement
+    short = _wsd(tiny_job, 1024)  # 4 steps: cooldown from step 3
+    trunk = _wsd(tiny_job, 2048, train__branch_seeds=[BranchSeed(step=3, trial_id=short.trial_id)])
+    assert trunk.trial_id == _wsd(tiny_job, 2048).trial_id  # seeds are placement
     assert run(trunk).status == "FINISHED"
     seeded = complete_checkpoints(home / "trials" / short.trial_id / "ckpt")
-    assert [p.name for p in seeded] == ["step00000006"]
+    assert [p.name for p in seeded] == ["step00000003"]
     branched = run(short)
-    assert branched.status == "FINISHED" and branched.steps == 8 and branched.tokens == 2048
+    assert branched.status == "FINISHED" and branched.steps == 4 and branched.tokens == 1024
     final = complete_checkpoints(home / "trials" / short.trial_id / "ckpt")[-1]
-    assert read_state(final)["branched_from"] == {"trial_id": trunk.trial_id, "step": 6}
+    assert read_state(final)["branched_from"] == {"trial_id": trunk.trial_id, "step": 3}
     tags = MlflowClient(mlflow_uri).get_run(branched.run_id).data.tags
-    assert tags[Tag.BRANCHED_FROM] == f"{trunk.trial_id}@6"
+    assert tags[Tag.BRANCHED_FROM] == f"{trunk.trial_id}@3"
     history = MlflowClient(mlflow_uri).get_metric_history(branched.run_id, "train/loss")
-    assert sorted(m.step for m in history) == list(range(1, 9))  # the trunk's part too
+    assert sorted(m.step for m in history) == list(range(1, 5))  # the trunk's part too
     got = {m: curve(home, short.trial_id, m) for m in METRICS}
 
     monkeypatch.setenv("SCALELAB_HOME", str(tmp_path / "alone"))
