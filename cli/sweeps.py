@@ -223,6 +223,8 @@ def _show_plan(loaded: door.Sweep, as_json: bool) -> None:
         print(json.dumps(plan.as_dict()))
     else:
         print_table(out, _plan_table(plan))
+        if plan.branching:
+            out.print(plan.branching, soft_wrap=True, highlight=False)
         for line in plan.unfit:
             out.print(f"does not fit: {line}", soft_wrap=True, highlight=False)
         for command in plan.prepare:  # data that trials would otherwise prepare

@@ -202,6 +202,8 @@ class SweepPlan:
     unmigrated: int  # trials recorded under an older identity rule
     tracking: str | None = None  # why the trials may not write this tracking store
     blockers: tuple[str, ...] = ()  # data that is not here, a located line each
+    branching: str | None = None  # wsd cooldown branches: compute spent vs independent runs
+    saving: dict[str, Any] | None = None  # the same in numbers (orchestrator/branching.py)
 
     @property
     def on_cpu(self) -> bool:
@@ -239,7 +241,8 @@ class SweepPlan:
     def as_dict(self) -> dict[str, Any]:
         trials = [p.as_dict() for p in self.trials]
         return {"sweep": self.sweep.name, "placement": self.placement, "trials": trials,
-                "tracking_refused": self.tracking, "blockers": list(self.blockers)}  # fmt: skip
+                "tracking_refused": self.tracking, "blockers": list(self.blockers),
+                "branching": self.saving}  # fmt: skip
 
 
 def plan(sweep: Sweep) -> SweepPlan:
@@ -276,10 +279,37 @@ def plan(sweep: Sweep) -> SweepPlan:
     unfit = tuple(unfit_lines(trials, plans))
     tracking = tracking_refusal(spec.backend, tracking_uri())
     blockers = tuple(m.line for m in sweep.missing)
+    line, numbers = _branching(trials, mfu, rate, "CPU" if cpu else "GPU")
     return SweepPlan(
         sweep, planned, placement_summary(spec, Placement.of(spec, cpu)), unfit, tuple(prepare), unmigrated,
-        tracking, blockers,
+        tracking, blockers, line, numbers,
     )  # fmt: skip
+
+
+def _branching(
+    trials: list[Trial], mfu: float, rate: float, unit: str
+) -> tuple[str | None, dict[str, Any] | None]:
+    """The plan's line on wsd cooldown branches (orchestrator/branching.py): training compute
+    spent, the trunks once, against independent runs; None without branches."""
+    from scalelab.orchestrator.branching import branches, saving
+
+    found = branches(trials)
+    if not found:
+        return None, None
+    s = saving(trials)
+    saved_h = gpu_hours(s.independent - s.spent, mfu, rate)
+    line = (
+        f"cooldown branches: {s.branches} wsd trial(s) branch off {s.trunks} trunk(s); training "
+        f"compute spent {s.spent:.3e} FLOPs instead of {s.independent:.3e} as independent runs "
+        f"({s.saved_fraction:.0%} saved, ~{saved_h:.3g} {unit}-hours)"
+    )
+    numbers = {
+        "trunks": s.trunks, "branches": {b.trial_id: {"trunk": b.trunk_id, "step": b.step}
+                                         for b in found.values()},
+        "flops_independent": s.independent, "flops_spent": s.spent,
+        "saved_fraction": s.saved_fraction, f"{unit.lower()}_hours_saved": saved_h,
+    }  # fmt: skip
+    return line, numbers
 
 
 def _recorded_state(spec: SweepSpec) -> tuple[dict[str, str], int]:
