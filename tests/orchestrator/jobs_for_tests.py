@@ -149,3 +149,22 @@ def rank_one_refuses(job: JobConfig, run_id: str | None = None) -> dict:
         raise EnvironmentRefused(f"task 1 found no GPU for seed {job.seed}")
     time.sleep(300)
     return {"status": "FINISHED"}
+
+
+def trunk_or_branch(job: JobConfig, run_id: str | None = None) -> dict:
+    """A wsd trunk writes its branches' seeds as the training job does (a complete
+    checkpoint folder in each branch's ckpt/, jobs/training/branch_seed.py) after a moment;
+    a branch records whether its seed was there when it started (`seeded-*` / `unseeded-*`)."""
+    from scalelab.contract.workdir import trial_dir
+
+    _record(job, run_id)
+    if job.train.branch_seeds:
+        time.sleep(0.5)
+        for b in job.train.branch_seeds:
+            tag = trial_dir(b.trial_id) / "ckpt" / f"step{b.step:08d}"
+            tag.mkdir(parents=True, exist_ok=True)
+            (tag / "COMPLETE").write_text("{}")
+    elif job.train.schedule == "wsd":
+        seeded = any((trial_dir(job.trial_id) / "ckpt").glob("step*/COMPLETE"))
+        _record(job, run_id, "seeded" if seeded else "unseeded")
+    return {"status": "FINISHED"}
