@@ -168,3 +168,35 @@ def trunk_or_branch(job: JobConfig, run_id: str | None = None) -> dict:
         seeded = any((trial_dir(job.trial_id) / "ckpt").glob("step*/COMPLETE"))
         _record(job, run_id, "seeded" if seeded else "unseeded")
     return {"status": "FINISHED"}
+
+
+def stepping_wsd(job: JobConfig, run_id: str | None = None) -> dict:
+    """Trains a wsd trial as steps of `sleep_seconds()` / 10, resumable as the training job
+    is: its newest `ckpt/step<k>/COMPLETE` (one per step) is where it starts; a trunk seeds
+    each branch at its step as jobs/training/branch_seed.py does (a branch holding a
+    checkpoint is not touched). Each step trained leaves `trained/<k>` in the trial folder
+    (`twice-<k>` under calls/ if it was there already)."""
+    from scalelab.contract.workdir import trial_dir
+    from scalelab.jobs.budget import total_steps
+
+    _record(job, run_id)
+    here = trial_dir(job.trial_id)
+    done = sorted(int(p.parent.name[4:]) for p in (here / "ckpt").glob("step*/COMPLETE"))
+    if job.train.schedule == "wsd" and not job.train.branch_seeds:
+        _record(job, run_id, "seeded" if done else "unseeded")
+    (here / "trained").mkdir(parents=True, exist_ok=True)
+    seeds = {s.step: s.trial_id for s in job.train.branch_seeds}
+    for step in range(done[-1] if done else 0, total_steps(job)):
+        time.sleep(sleep_seconds() / 10)
+        mark = here / "trained" / str(step + 1)
+        if mark.exists():
+            _record(job, run_id, f"twice-{step + 1}")
+        mark.touch()
+        for d in (here / "ckpt" / f"step{step + 1:08d}", *(
+            trial_dir(seeds[step + 1]) / "ckpt" / f"step{step + 1:08d}"
+            for _ in [0] if step + 1 in seeds
+            if not any((trial_dir(seeds[step + 1]) / "ckpt").glob("step*/COMPLETE"))
+        )):  # fmt: skip
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "COMPLETE").write_text("{}")
+    return {"status": "FINISHED"}
