@@ -41,7 +41,7 @@ backend: {{concurrency: 2, cpus_per_trial: 0.5, retry_backoff_s: 0.1}}
     path = tmp_path / "sweep.yaml"
     path.write_text(text)
     short, middle, trunk = expand(*parse_spec(text))  # 4, 8, 16 steps; seeds at 3 and 6
-    trial_sleep(3.0)  # 0.3 s a step
+    trial_sleep(2.0)  # 0.2 s a step
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
