@@ -111,8 +111,12 @@ class Saving:
         return 1 - self.spent / self.independent if self.independent else 0.0
 
 
-def saving(trials: list[Trial] | tuple[Trial, ...]) -> Saving:
+def saving(trials: list[Trial] | tuple[Trial, ...], ran: bool = False) -> Saving:
+    """The plan's count; `ran`: after a run, only the branches that did start from their
+    seed (the others trained alone: their whole compute)."""
     found = branches(trials)
+    if ran:
+        found = {tid: b for tid, b in found.items() if branched(tid)}
     spent = 0.0
     for t in trials:
         b = found.get(t.trial_id)
@@ -129,3 +133,18 @@ def seeded(trial_dir: Path, branch: Branch) -> bool:
         return True
     ckpt = trial_dir / "ckpt"
     return ckpt.exists() and any(ckpt.glob("step*/COMPLETE"))
+
+
+def branched(trial_id: str) -> bool:
+    """The trial's newest checkpoint descends from a trunk's seed (jobs/training/branch_seed.py)."""
+    import json
+
+    from scalelab.contract.workdir import trial_dir
+
+    found = sorted((trial_dir(trial_id) / "ckpt").glob("step*/COMPLETE"))
+    if not found:
+        return False
+    try:
+        return bool(json.loads(found[-1].read_text()).get("state", {}).get("branched_from"))
+    except (OSError, ValueError):
+        return False

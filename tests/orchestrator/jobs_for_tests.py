@@ -7,6 +7,7 @@ across tests' sweeps, run ids do not).
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -181,7 +182,9 @@ def stepping_wsd(job: JobConfig, run_id: str | None = None) -> dict:
 
     _record(job, run_id)
     here = trial_dir(job.trial_id)
-    done = sorted(int(p.parent.name[4:]) for p in (here / "ckpt").glob("step*/COMPLETE"))
+    markers = sorted((here / "ckpt").glob("step*/COMPLETE"))
+    done = [int(p.parent.name[4:]) for p in markers]
+    carried = markers[-1].read_text() if markers else "{}"  # its loop state goes on
     if job.train.schedule == "wsd" and not job.train.branch_seeds:
         _record(job, run_id, "seeded" if done else "unseeded")
     (here / "trained").mkdir(parents=True, exist_ok=True)
@@ -192,11 +195,12 @@ def stepping_wsd(job: JobConfig, run_id: str | None = None) -> dict:
         if mark.exists():
             _record(job, run_id, f"twice-{step + 1}")
         mark.touch()
-        for d in (here / "ckpt" / f"step{step + 1:08d}", *(
-            trial_dir(seeds[step + 1]) / "ckpt" / f"step{step + 1:08d}"
-            for _ in [0] if step + 1 in seeds
-            if not any((trial_dir(seeds[step + 1]) / "ckpt").glob("step*/COMPLETE"))
-        )):  # fmt: skip
-            d.mkdir(parents=True, exist_ok=True)
-            (d / "COMPLETE").write_text("{}")
+        tag = f"step{step + 1:08d}"
+        (here / "ckpt" / tag).mkdir(parents=True, exist_ok=True)
+        (here / "ckpt" / tag / "COMPLETE").write_text(carried)
+        branch = trial_dir(seeds.get(step + 1, "none")) / "ckpt"
+        if step + 1 in seeds and not any(branch.glob("step*/COMPLETE")):
+            (branch / tag).mkdir(parents=True, exist_ok=True)
+            seeded = {"trial_id": job.trial_id, "step": step + 1}
+            (branch / tag / "COMPLETE").write_text(json.dumps({"state": {"branched_from": seeded}}))
     return {"status": "FINISHED"}

@@ -66,6 +66,7 @@ backend: {{concurrency: 2, cpus_per_trial: 0.5, retry_backoff_s: 0.1}}
     trial_sleep(0.2)
     result = CliRunner().invoke(app, ["submit", str(path), "--job", JOB])
     assert result.exit_code == 0, result.output
+    assert "cooldown branches: 2 trial(s) trained their cooldown off 1 trunk(s)" in result.output
     records = Ledger(sweep_name).records()
     assert {r.status for r in records.values()} == {"FINISHED"}
     runs = {t.trial_id: records[t.trial_id].run_id for t in (short, middle, trunk)}
