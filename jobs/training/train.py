@@ -246,6 +246,8 @@ class _Trainer:
             self.tracker.set_tag(
                 Tag.CHECKPOINTS_SKIPPED, " | ".join(self.skipped_checkpoints)[:5000]
             )
+        if state["step"] in self.seeds:  # preempted right at a seed step: seed them now
+            self._seed_branches(state["step"])
         try:
             with PreemptionFlag() as flag:
                 status, reason, final_val = self._loop(state, flag)
