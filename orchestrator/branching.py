@@ -20,7 +20,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scalelab.jobs.config import BranchSeed, JobConfig
 from scalelab.jobs.identity import canonical_json
@@ -148,3 +148,28 @@ def branched(trial_id: str) -> bool:
         return bool(json.loads(found[-1].read_text()).get("state", {}).get("branched_from"))
     except (OSError, ValueError):
         return False
+
+
+def plan_line(
+    trials: list[Trial], hours_per_flop: float, unit: str
+) -> tuple[str | None, dict[str, Any] | None]:
+    """The dry-run plan's line on the sweep's cooldown branches: training compute spent (a
+    branch only its cooldown) against independent runs, and the hours saved; with the same
+    in numbers for --json. (None, None) without branches."""
+    found = branches(trials)
+    if not found:
+        return None, None
+    s = saving(trials)
+    saved_h = (s.independent - s.spent) * hours_per_flop
+    line = (
+        f"cooldown branches: {s.branches} wsd trial(s) branch off {s.trunks} trunk(s); training "
+        f"compute spent {s.spent:.3e} FLOPs instead of {s.independent:.3e} as independent runs "
+        f"({s.saved_fraction:.0%} saved, ~{saved_h:.3g} {unit}-hours)"
+    )
+    numbers = {
+        "trunks": s.trunks, "branches": {b.trial_id: {"trunk": b.trunk_id, "step": b.step}
+                                         for b in found.values()},
+        "flops_independent": s.independent, "flops_spent": s.spent,
+        "saved_fraction": s.saved_fraction, f"{unit.lower()}_hours_saved": saved_h,
+    }  # fmt: skip
+    return line, numbers

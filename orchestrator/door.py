@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from scalelab.contract.runs import TERMINAL, Status
 from scalelab.jobs.launch import DEFAULT_JOB, JobRef
 from scalelab.orchestrator.backends import BackendError
+from scalelab.orchestrator.branching import plan_line
 from scalelab.orchestrator.expand import Trial, check_size, expand, gpu_hours
 from scalelab.orchestrator.job_checks import Missing, check_trials
 from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable, TrialRecord, find_sweep
@@ -279,37 +280,11 @@ def plan(sweep: Sweep) -> SweepPlan:
     unfit = tuple(unfit_lines(trials, plans))
     tracking = tracking_refusal(spec.backend, tracking_uri())
     blockers = tuple(m.line for m in sweep.missing)
-    line, numbers = _branching(trials, mfu, rate, "CPU" if cpu else "GPU")
+    line, numbers = plan_line(trials, gpu_hours(1.0, mfu, rate), "CPU" if cpu else "GPU")
     return SweepPlan(
         sweep, planned, placement_summary(spec, Placement.of(spec, cpu)), unfit, tuple(prepare), unmigrated,
         tracking, blockers, line, numbers,
     )  # fmt: skip
-
-
-def _branching(
-    trials: list[Trial], mfu: float, rate: float, unit: str
-) -> tuple[str | None, dict[str, Any] | None]:
-    """The plan's line on wsd cooldown branches (orchestrator/branching.py): training compute
-    spent, the trunks once, against independent runs; None without branches."""
-    from scalelab.orchestrator.branching import branches, saving
-
-    found = branches(trials)
-    if not found:
-        return None, None
-    s = saving(trials)
-    saved_h = gpu_hours(s.independent - s.spent, mfu, rate)
-    line = (
-        f"cooldown branches: {s.branches} wsd trial(s) branch off {s.trunks} trunk(s); training "
-        f"compute spent {s.spent:.3e} FLOPs instead of {s.independent:.3e} as independent runs "
-        f"({s.saved_fraction:.0%} saved, ~{saved_h:.3g} {unit}-hours)"
-    )
-    numbers = {
-        "trunks": s.trunks, "branches": {b.trial_id: {"trunk": b.trunk_id, "step": b.step}
-                                         for b in found.values()},
-        "flops_independent": s.independent, "flops_spent": s.spent,
-        "saved_fraction": s.saved_fraction, f"{unit.lower()}_hours_saved": saved_h,
-    }  # fmt: skip
-    return line, numbers
 
 
 def _recorded_state(spec: SweepSpec) -> tuple[dict[str, str], int]:
