@@ -164,8 +164,9 @@ def run_sweep(
                 _apply_cancels(ledger, backend, pending, inflight, killing, out)
 
             free = cfg.concurrency - len(inflight)
+            waiting = _waiting(pending, inflight) if holds else set()
             ready = [live for live in pending if live.not_before <= now
-                     and _unheld(live, holds, pending, inflight)][: max(free, 0)]  # fmt: skip
+                     and _unheld(live, holds, waiting)][: max(free, 0)]  # fmt: skip
             if ready:
                 to_train = _adopt_trained(_claim(ledger, ready, pending, out), sends)
                 if to_train:
@@ -207,15 +208,17 @@ def run_sweep(
     return out
 
 
-def _unheld(live: _Live, holds: dict[str, branching.Branch], pending: list[_Live],
-            inflight: dict) -> bool:  # fmt: skip
+def _waiting(pending: list[_Live], inflight: dict) -> set[str]:
+    return {x.trial.trial_id for x in pending} | {x.trial.trial_id for x in inflight.values()}
+
+
+def _unheld(live: _Live, holds: dict[str, branching.Branch], waiting: set[str]) -> bool:
     """A trial may launch: it is no cooldown branch, or its seed is written (or its own
     checkpoint), or its trunk will not write it here (FINISHED before the branch joined,
     out of retries, run by another driver): then it trains alone, from step 0."""
     branch = holds.get(live.trial.trial_id)
     if branch is None or branching.seeded(workdir.trial_dir(branch.trial_id), branch):
         return True
-    waiting = [x.trial.trial_id for x in pending] + [x.trial.trial_id for x in inflight.values()]
     return branch.trunk_id not in waiting
 
 
