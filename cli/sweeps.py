@@ -223,6 +223,8 @@ def _show_plan(loaded: door.Sweep, as_json: bool) -> None:
         print(json.dumps(plan.as_dict()))
     else:
         print_table(out, _plan_table(plan))
+        if plan.branching:
+            out.print(plan.branching, soft_wrap=True, highlight=False)
         for line in plan.unfit:
             out.print(f"does not fit: {line}", soft_wrap=True, highlight=False)
         for command in plan.prepare:  # data that trials would otherwise prepare
@@ -294,6 +296,7 @@ def _drive(loaded: door.Sweep, job: str, ignore_fit: bool = False) -> door.Sweep
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from scalelab.cli.sweep_view import failure_lines
+    from scalelab.orchestrator import branching
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=err, transient=False) as progress:
@@ -318,6 +321,11 @@ def _drive(loaded: door.Sweep, job: str, ignore_fit: bool = False) -> door.Sweep
     if result.diverged:
         summary += f" ({len(result.diverged)} of them diverged: not retried)"
     out.print(f"sweep {loaded.name}: {summary}")
+    if branching.branches(loaded.trials):
+        s = branching.saving(loaded.trials, ran=True)
+        out.print(f"cooldown branches: {s.branches} trial(s) trained their cooldown off {s.trunks} "
+                  f"trunk(s): {s.spent:.3e} training FLOPs for {s.independent:.3e} of trials "
+                  f"({s.saved_fraction:.0%} saved)", highlight=False, soft_wrap=True)  # fmt: skip
     for line in failure_lines(ran.failures, loaded.name):
         out.print(line, highlight=False, soft_wrap=True)
     return ran

@@ -7,7 +7,7 @@ whose trials cannot start is refused with `file:line: key: message` instead of f
 trial by trial. Checks that need only the config are JobConfig validators (jobs/config.py).
 
 - `check_placement(job, world_size, device)`: the budget (at least one whole batch, and
-  not beyond any real run), the batch split across ranks and micro-batches, the dtype the
+  not beyond any real run, a wsd warm-up that ends before its cooldown), the batch split across ranks and micro-batches, the dtype the
   device supports (device None: not known yet), and the gradient dtype the ZeRO stage
   supports (a limit of DeepSpeed 0.19, not of the config);
 - `check_environment(job)`: what the data config reads (the source exists, the tokenizer
@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import re
 
-from scalelab.jobs.budget import total_tokens
+from scalelab.jobs.budget import total_steps, total_tokens
 from scalelab.jobs.config import MAX_TOKENS, JobCheckError, JobConfig
+from scalelab.jobs.schedule import check_schedule
 from scalelab.jobs.training.ds_config import BatchPlan, plan_batch
 
 _SECTIONS = tuple(name for name in JobConfig.model_fields if name != "seed")
@@ -46,6 +47,7 @@ def check_budget(job: JobConfig) -> None:
             f"budget of {tokens:,} tokens ({budget_key}): not one whole step; lower the batch "
             "or raise the budget",
         )
+    check_schedule(total_steps(job), t)
 
 
 def check_placement(job: JobConfig, world_size: int, device: str | None) -> BatchPlan:

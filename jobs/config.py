@@ -116,6 +116,13 @@ MAX_TOKENS = 10**15
 MAX_BATCH_TOKENS = 10**9
 
 
+class BranchSeed(FrozenConfig):
+    """A trunk's checkpoint at `step` seeds trial `trial_id` (orchestrator/branching.py)."""
+
+    step: int = Field(ge=1)
+    trial_id: str = Field(pattern=r"^[0-9a-f]{16}$")
+
+
 class TrainConfig(FrozenConfig):
     """The optimisation: budgets, batch, schedule, precision, logging cadence."""
 
@@ -128,7 +135,35 @@ class TrainConfig(FrozenConfig):
     lr: float = Field(3e-4, gt=0)
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
     warmup_fraction: float = Field(0.05, ge=0, lt=1)
-    schedule: Literal["cosine", "linear", "constant"] = "cosine"
+    warmup_steps: int | None = Field(
+        None,
+        ge=0,
+        description="warm-up length in optimizer steps, instead of warmup_fraction x steps "
+        "(wsd trials that differ only in their budget share a trunk only with equal warm-ups)",
+    )
+    schedule: Literal["cosine", "linear", "constant", "wsd"] = Field(
+        "cosine",
+        description="after the warm-up: cosine or linear decay to min_lr_ratio x lr, constant, "
+        "or wsd (warmup-stable-decay: lr until the last cooldown_fraction of the steps, then "
+        "a cooldown_shape decay to min_lr_ratio x lr; jobs/schedule.py)",
+    )
+    cooldown_fraction: float = Field(
+        0.2, gt=0, le=1, description="train.schedule='wsd': the share of the steps that decay"
+    )
+    cooldown_shape: Literal["1-sqrt", "linear"] = Field(
+        "1-sqrt", description="train.schedule='wsd': the decay's shape, 1 - sqrt(x) or 1 - x"
+    )
+    branch: Annotated[bool, NotIdentity] = Field(
+        True,
+        description="train.schedule='wsd': share one trunk with the sweep's trials that differ "
+        "only in their budget, each cooling down from the trunk's checkpoint at its cooldown "
+        "start (orchestrator/branching.py). Placement, not in the trial id",
+    )
+    branch_seeds: Annotated[tuple[BranchSeed, ...], NotIdentity] = Field(
+        (),
+        description="set by the orchestrator on a trunk, not by hand: at each step, its "
+        "checkpoint and curve so far seed the trial it names (placement, not in the trial id)",
+    )
     weight_decay: float = Field(0.1, ge=0)
     beta1: float = 0.9
     beta2: float = 0.95
@@ -193,6 +228,18 @@ class TrainConfig(FrozenConfig):
             self.__dict__["grad_accum_dtype"] = "fp32"
         elif accum != "fp32" and accum != self.dtype:
             raise ValueError(f"grad_accum_dtype={accum!r} needs dtype={accum!r} or 'fp32'")
+        return self
+
+    @model_validator(mode="after")
+    def _cooldown_needs_wsd(self) -> TrainConfig:
+        fields = type(self).model_fields
+        given = [k for k in ("cooldown_fraction", "cooldown_shape")
+                 if getattr(self, k) != fields[k].default]  # fmt: skip
+        if given and self.schedule != "wsd":
+            raise ValueError(
+                f"{' and '.join(sorted(given))} shape the cooldown of train.schedule='wsd' "
+                f"(this trial's schedule is {self.schedule!r}): set schedule: wsd or drop them"
+            )
         return self
 
     @model_validator(mode="after")

@@ -25,6 +25,7 @@ def data_plan(
     plan's text ready. Each prepared folder is looked at once, however many trials read it.
     `missing`: the data.source values whose data is not here (their rows say "missing")."""
     from scalelab.jobs.data.prepare import dataset_root, enough
+    from scalelab.jobs.data.reader import prefix_stable_extent
     from scalelab.jobs.data.shards import read_manifest
     from scalelab.jobs.data.sources import TextSource, resolve_source
     from scalelab.jobs.data.trial import tokens_needed, train_windows
@@ -42,6 +43,8 @@ def data_plan(
             rows.append(TrialData("per trial" if kind in ("hub", "local") else "generated"))
             continue
         windows = train_windows(t.tokens, t.job.train.global_batch_tokens, cfg.seq_len)
+        if t.job.train.schedule == "wsd":  # its prefix-stable order (jobs/data/reader.py)
+            windows = prefix_stable_extent(windows)
         need, val = tokens_needed(cfg, windows)
         key = (cfg.source, cfg.tokenizer, cfg.text_field)
         if key not in folders:

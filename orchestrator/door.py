@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from scalelab.contract.runs import Status
 from scalelab.jobs.launch import DEFAULT_JOB, JobRef
 from scalelab.orchestrator.backends import BackendError
+from scalelab.orchestrator.branching import plan_line
 from scalelab.orchestrator.expand import Trial, check_size, expand, gpu_hours
 from scalelab.orchestrator.job_checks import Missing, check_trials
 from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable
@@ -216,6 +217,8 @@ class SweepPlan:
     unmigrated: int  # trials recorded under an older identity rule
     tracking: str | None = None  # why the trials may not write this tracking store
     blockers: tuple[str, ...] = ()  # data that is not here, a located line each
+    branching: str | None = None  # wsd cooldown branches: compute spent vs independent runs
+    saving: dict[str, Any] | None = None  # the same in numbers (orchestrator/branching.py)
 
     @property
     def on_cpu(self) -> bool:
@@ -253,7 +256,8 @@ class SweepPlan:
     def as_dict(self) -> dict[str, Any]:
         trials = [p.as_dict() for p in self.trials]
         return {"sweep": self.sweep.name, "placement": self.placement, "trials": trials,
-                "tracking_refused": self.tracking, "blockers": list(self.blockers)}  # fmt: skip
+                "tracking_refused": self.tracking, "blockers": list(self.blockers),
+                "branching": self.saving}  # fmt: skip
 
 
 def plan(sweep: Sweep) -> SweepPlan:
@@ -290,9 +294,10 @@ def plan(sweep: Sweep) -> SweepPlan:
     unfit = tuple(unfit_lines(trials, plans))
     tracking = tracking_refusal(spec.backend, tracking_uri())
     blockers = tuple(m.line for m in sweep.missing)
+    line, numbers = plan_line(trials, gpu_hours(1.0, mfu, rate), "CPU" if cpu else "GPU")
     return SweepPlan(
         sweep, planned, placement_summary(spec, Placement.of(spec, cpu)), unfit, tuple(prepare), unmigrated,
-        tracking, blockers,
+        tracking, blockers, line, numbers,
     )  # fmt: skip
 
 

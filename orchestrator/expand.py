@@ -284,14 +284,17 @@ def expand(
     max_trials: int | None = DEFAULT_MAX_TRIALS,
     progress: Callable[[int], None] | None = None,
 ) -> list[Trial]:
-    """All trials of a sweep, smallest training compute first; bad values, and more axis
+    """All trials of a sweep, smallest training compute first, each wsd trunk's job naming
+    its cooldown branches (orchestrator/branching.py); bad values, and more axis
     combinations than `max_trials` (None: no limit), raise SpecError."""
     source = source or SourceMap("<sweep>", None)
     check_size(spec, source, max_trials)
     trials = list(iter_trials(spec, source, progress))
     if not trials:
         raise SpecError([f"{source.path}: the sweep has no trials"])
-    return sorted(trials, key=lambda t: (t.flops, t.trial_id))
+    from scalelab.orchestrator.branching import with_trunks
+
+    return with_trunks(sorted(trials, key=lambda t: (t.flops, t.trial_id)))
 
 
 def trial_problem(trial: Trial, error: JobCheckError, source: SourceMap) -> str:

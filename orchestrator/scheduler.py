@@ -10,6 +10,7 @@ compute), and a later submit skips it like one out of retries; a trial its node 
 `scalelab.refused`, without using up an attempt, so a submit after the fix runs it; a PREEMPTED trial is requeued under
 the same run id without using up a retry (a trial gets its run at its first launch,
 `Ledger.start_run`, and keeps it); `scalelab cancel` is honoured within a poll.
+A wsd cooldown branch waits for its trunk's checkpoint (orchestrator/branching.py).
 A trial whose training is done (its `result.json`) is never trained again: the driver
 only sends what its run still lacks, and marks a run FINISHED only once its spool is
 empty (`orchestrator/delivery.py`).
@@ -28,7 +29,7 @@ from scalelab.contract.runs import Status, Tag
 from scalelab.contract.trial_time import timestamp_text
 from scalelab.jobs.launch import DEFAULT_JOB, JobRef
 from scalelab.jobs.tracking.outbox import Outbox
-from scalelab.orchestrator import delivery
+from scalelab.orchestrator import branching, delivery
 from scalelab.orchestrator.backends import make_backend
 from scalelab.orchestrator.expand import Trial
 from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable, Liveness, TrialRecord
@@ -141,6 +142,7 @@ def run_sweep(
         _close_parent(ledger, out, {tid: rec.status for tid, rec in records.items()})
         return out
 
+    holds = branching.branches(trials)  # wsd cooldown branches wait for their trunk's seed
     backend = make_backend(cfg, ledger, job)  # started at the first launch
     started = False
     sends = delivery.Deliveries(ledger.uri)
@@ -163,7 +165,9 @@ def run_sweep(
                 _apply_cancels(ledger, backend, pending, inflight, killing, out)
 
             free = cfg.concurrency - len(inflight)
-            ready = [live for live in pending if live.not_before <= now][: max(free, 0)]
+            waiting = _waiting(pending, inflight) if holds else set()
+            ready = [live for live in pending if live.not_before <= now
+                     and _unheld(live, holds, waiting)][: max(free, 0)]  # fmt: skip
             if ready:
                 to_train = _adopt_trained(_claim(ledger, ready, pending, out), sends)
                 if to_train:
@@ -203,6 +207,20 @@ def run_sweep(
             backend.stop()
     _close_parent(ledger, out)
     return out
+
+
+def _waiting(pending: list[_Live], inflight: dict) -> set[str]:
+    return {x.trial.trial_id for x in pending} | {x.trial.trial_id for x in inflight.values()}
+
+
+def _unheld(live: _Live, holds: dict[str, branching.Branch], waiting: set[str]) -> bool:
+    """A trial may launch: it is no cooldown branch, or its seed is written (or its own
+    checkpoint), or its trunk will not write it here (FINISHED before the branch joined,
+    out of retries, run by another driver): then it trains alone, from step 0."""
+    branch = holds.get(live.trial.trial_id)
+    if branch is None or branching.seeded(workdir.trial_dir(branch.trial_id), branch):
+        return True
+    return branch.trunk_id not in waiting
 
 
 def _report_ended(

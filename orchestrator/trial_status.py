@@ -61,6 +61,7 @@ def status_row(rec: TrialRecord, error: str) -> dict[str, Any]:
         "diverged": rec.tags.get(Tag.DIVERGED) == "1",
         "attempts": rec.attempts,
         "job_ref": rec.tags.get(Tag.JOB_REF, ""),
+        "branched_from": rec.tags.get(Tag.BRANCHED_FROM, ""),  # a wsd cooldown branch's trunk@step
         "error": error,
         "log": str(paths.trial_log(rec.trial_id)) if error else "",
     }

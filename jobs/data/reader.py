@@ -15,6 +15,14 @@ pseudo-random permutation of [0, n) computed on the fly (a 4-round Feistel netwo
 cycle walking: no permutation array, whatever n is). Rank r takes its own slice of a step's
 positions, so every world size reads the same global batches, and a run resumed on another
 number of ranks continues the same sequence.
+
+That n grows with the trial's budget, so trials of different budgets read different orders
+from their first step. A wsd trial (jobs/schedule.py) reads the prefix-stable order instead,
+which does not depend on its budget, so that trials differing only in their budget share
+their data up to any step (orchestrator/branching.py): positions [0, B) read a permutation
+of windows [0, B), and each later block [B 2^(k-1), B 2^k) a permutation of those windows,
+keyed by (seed, block); a trial of W windows uses the windows up to its block's end
+(`prefix_stable_extent`), wrapped around the data when a finished source has fewer.
 """
 
 from __future__ import annotations
@@ -58,6 +66,27 @@ def permute(index: np.ndarray, n: int, seed: int, epoch: int) -> np.ndarray:
     return out.astype(np.int64)
 
 
+PREFIX_BLOCK = 1024  # windows in the first block of the prefix-stable order
+
+
+def prefix_stable_extent(windows: int) -> int:
+    """Windows a trial of `windows` training windows reads in the prefix-stable order: up
+    to the end of the block that holds its last position."""
+    return PREFIX_BLOCK << ((max(1, windows) - 1) // PREFIX_BLOCK).bit_length()
+
+
+def prefix_stable_order(positions: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """The window each global position reads in the prefix-stable order over n windows."""
+    blocks = np.array([(int(p) // PREFIX_BLOCK).bit_length() for p in positions], dtype=np.int64)
+    out = np.empty_like(positions)
+    for k in np.unique(blocks):
+        here = blocks == k
+        start = 0 if k == 0 else PREFIX_BLOCK << (int(k) - 1)
+        size = PREFIX_BLOCK if k == 0 else start
+        out[here] = start + permute(positions[here] - start, size, seed, int(k))
+    return out % n
+
+
 class TokenArray:
     """Shards as one read-only token array (memory-mapped; nothing is read until used)."""
 
@@ -80,6 +109,8 @@ class TokenArray:
 
 class TokenWindows:
     """A prepared (source, tokenizer) seen as windows of seq_len + 1 tokens."""
+
+    sized_by_budget = True  # n("train") follows the trial's windows (prefix_stable_order)
 
     def __init__(self, root: Path, manifest: Manifest, seq_len: int,
                  train_windows: int | None = None, val_tokens: int = 0) -> None:  # fmt: skip
@@ -130,9 +161,11 @@ class TrainStream:
     """The global sample order and this rank's slice of each step's global batch."""
 
     def __init__(
-        self, data: Samples, seed: int, micro_batch: int, accum: int, rank: int, world: int
-    ) -> None:
+        self, data: Samples, seed: int, micro_batch: int, accum: int, rank: int, world: int,
+        prefix_stable: bool = False,
+    ) -> None:  # fmt: skip
         self.data, self.seed = data, seed
+        self.prefix_stable = prefix_stable and getattr(data, "sized_by_budget", False)
         self.micro, self.accum, self.rank, self.world = micro_batch, accum, rank, world
         self.global_batch = micro_batch * accum * world
 
@@ -141,6 +174,8 @@ class TrainStream:
         if getattr(self.data, "fresh_examples", False):  # generated: position i is example i
             return positions
         n = self.data.n("train")
+        if self.prefix_stable:
+            return prefix_stable_order(positions, n, self.seed)
         out = np.empty_like(positions)
         epochs = positions // n
         for e in np.unique(epochs):

@@ -1,28 +1,17 @@
-"""Learning-rate schedule and AdamW parameter groups (the budget: jobs/budget.py)."""
+"""AdamW parameter groups and the learning rate they get (the schedule: jobs/schedule.py)."""
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import nn
 
 from scalelab.jobs.config import TrainConfig
+from scalelab.jobs.schedule import lr_at
 from scalelab.models.parametrization import lr_scale, parameter_roles
 
+__all__ = ["adamw", "lr_at", "set_lr"]
+
 NO_DECAY_ROLES = ("input", "vector")  # embeddings (and so the tied head), biases, norms, gains
-
-
-def lr_at(step: int, steps: int, t: TrainConfig) -> float:
-    """Linear warmup to t.lr, then cosine / linear decay to min_lr_ratio x lr (or constant)."""
-    warmup = int(t.warmup_fraction * steps)
-    if step < warmup:
-        return t.lr * (step + 1) / warmup
-    if t.schedule == "constant":
-        return t.lr
-    frac = (step - warmup) / max(1, steps - warmup)
-    decay = 0.5 * (1 + math.cos(math.pi * frac)) if t.schedule == "cosine" else 1 - frac
-    return t.lr * (t.min_lr_ratio + (1 - t.min_lr_ratio) * decay)
 
 
 def adamw(model: nn.Module, t: TrainConfig) -> torch.optim.Optimizer:

@@ -33,8 +33,9 @@ from scalelab.contract.workdir import IDENTITY_FILE, JOB_FILE, RESULT_FILE, tria
 from scalelab.jobs import identity
 from scalelab.jobs.budget import total_steps, total_tokens
 from scalelab.jobs.checks import preflight
-from scalelab.jobs.config import JobConfig
+from scalelab.jobs.config import BranchSeed, JobConfig
 from scalelab.jobs.data.device_inputs import prefetched
+from scalelab.jobs.data.reader import prefix_stable_extent
 from scalelab.jobs.data.trial import (
     Batch,
     TrainStream,
@@ -45,8 +46,9 @@ from scalelab.jobs.data.trial import (
 )
 from scalelab.jobs.tracking.provenance import code_version, mlflow_params
 from scalelab.jobs.tracking.tracker import Tracker
-from scalelab.jobs.training import checkpoint, distributed, universal
+from scalelab.jobs.training import branch_seed, checkpoint, distributed, universal
 from scalelab.jobs.training.accounting import device_peak_flops, mfu_metrics
+from scalelab.jobs.training.branch_seed import BRANCHED_FROM
 from scalelab.jobs.training.distributed import DistEnv
 from scalelab.jobs.training.ds_config import BatchPlan, deepspeed_config
 from scalelab.jobs.training.evaluate import evaluate, evaluate_early_exit
@@ -102,7 +104,9 @@ def run(job: JobConfig, run_id: str | None = None) -> TrainResult:
 
 
 def _train_windows(job: JobConfig) -> int:
-    return train_windows(total_tokens(job), job.train.global_batch_tokens, job.data.seq_len)
+    """Windows the trial reads: a wsd trial's prefix-stable order reads to its block's end."""
+    windows = train_windows(total_tokens(job), job.train.global_batch_tokens, job.data.seq_len)
+    return prefix_stable_extent(windows) if job.train.schedule == "wsd" else windows
 
 
 def _checkpointed(fn: Any) -> Any:
@@ -127,6 +131,9 @@ class _Trainer:
         timeout_s = job.deepspeed.dist_timeout_minutes * 60
         self.writer = checkpoint.BackgroundWriter(timeout_s) if job.train.async_checkpoint else None
         self.kernels_reported: dict[str, object] = {}
+        self.seeds: dict[int, list[BranchSeed]] = {}  # a trunk's cooldown branches by step
+        for b in job.train.branch_seeds:
+            self.seeds.setdefault(b.step, []).append(b)
 
     # -- set-up -----------------------------------------------------------------------
     def _open_data(self) -> None:
@@ -136,8 +143,9 @@ class _Trainer:
         root = prepare(job.data, job.seed, job.model, windows)
         self.data = open_data(job.data, job.seed, root, job.model, windows)
         self.stream = TrainStream(
-            self.data, job.seed, self.plan.micro_batch, self.plan.accum, env.rank, env.world_size
-        )
+            self.data, job.seed, self.plan.micro_batch, self.plan.accum, env.rank,
+            env.world_size, prefix_stable=job.train.schedule == "wsd",
+        )  # fmt: skip
         self.val = val_batches(
             self.data, job.data.val_tokens, job.data.seq_len, self.plan.micro_batch, env.rank,
             env.world_size,
@@ -231,10 +239,15 @@ class _Trainer:
         self._write_job_files()
         run_id = self._start_tracking(run_id, state["tokens"])
         state["run_id"] = run_id
+        if state.get(BRANCHED_FROM):  # seeded by a trunk (jobs/training/branch_seed.py)
+            trunk = state[BRANCHED_FROM]
+            self.tracker.set_tag(Tag.BRANCHED_FROM, f"{trunk['trial_id']}@{trunk['step']}")
         if self.skipped_checkpoints:
             self.tracker.set_tag(
                 Tag.CHECKPOINTS_SKIPPED, " | ".join(self.skipped_checkpoints)[:5000]
             )
+        if state["step"] in self.seeds:  # preempted right at a seed step: seed them now
+            self._seed_branches(state["step"])
         try:
             with PreemptionFlag() as flag:
                 status, reason, final_val = self._loop(state, flag)
@@ -305,7 +318,7 @@ class _Trainer:
             set_lr(self.optimizer, lr)
             fraction = step / self.steps
             done = step + 1
-            sync = done == self.steps or any(
+            sync = done == self.steps or done in self.seeds or any(
                 done % every == 0 for every in (t.log_interval, t.eval_interval, t.checkpoint_interval)
             )  # fmt: skip
             for a in range(accum):
@@ -367,8 +380,10 @@ class _Trainer:
                 self._save(state)
                 sig = flag.signal or 0
                 return Status.PREEMPTED, f"signal {sig} (checkpointed at step {done})", final_val
-            if done % t.checkpoint_interval == 0 or done == self.steps:
+            if done % t.checkpoint_interval == 0 or done == self.steps or done in self.seeds:
                 self._save(state)
+            if done in self.seeds:
+                self._seed_branches(done)
         return Status.FINISHED, "", final_val
 
     def _report_kernels(self) -> None:
@@ -426,6 +441,17 @@ class _Trainer:
         metrics = evaluate_early_exit(self.engine, self.val, self.env, alphas)
         self.tracker.log(state["step"], state["tokens"], state["flops"], metrics)
         return metrics
+
+    def _seed_branches(self, step: int) -> None:
+        """A trunk at a branch's cooldown start: its checkpoint of this step seeds the branch
+        (jobs/training/branch_seed.py), once the checkpoint is complete."""
+        if self.writer is not None:
+            self.writer.wait()
+        if self.env.is_main:
+            tag_dir = checkpoint.latest(self.ckpt_dir)
+            for b in self.seeds[step]:
+                branch_seed.seed(tag_dir, self.job.trial_id, b)
+        distributed.barrier(self.env)
 
     def _save(self, state: dict[str, Any]) -> None:
         checkpoint.save(self.engine, self.env, self.ckpt_dir, state,

@@ -7,6 +7,7 @@ across tests' sweeps, run ids do not).
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -148,4 +149,58 @@ def rank_one_refuses(job: JobConfig, run_id: str | None = None) -> dict:
     if os.environ.get("SLURM_PROCID") == "1":
         raise EnvironmentRefused(f"task 1 found no GPU for seed {job.seed}")
     time.sleep(300)
+    return {"status": "FINISHED"}
+
+
+def trunk_or_branch(job: JobConfig, run_id: str | None = None) -> dict:
+    """A wsd trunk writes its branches' seeds as the training job does (a complete
+    checkpoint folder in each branch's ckpt/, jobs/training/branch_seed.py) after a moment;
+    a branch records whether its seed was there when it started (`seeded-*` / `unseeded-*`)."""
+    from scalelab.contract.workdir import trial_dir
+
+    _record(job, run_id)
+    if job.train.branch_seeds:
+        time.sleep(0.5)
+        for b in job.train.branch_seeds:
+            tag = trial_dir(b.trial_id) / "ckpt" / f"step{b.step:08d}"
+            tag.mkdir(parents=True, exist_ok=True)
+            (tag / "COMPLETE").write_text("{}")
+    elif job.train.schedule == "wsd":
+        seeded = any((trial_dir(job.trial_id) / "ckpt").glob("step*/COMPLETE"))
+        _record(job, run_id, "seeded" if seeded else "unseeded")
+    return {"status": "FINISHED"}
+
+
+def stepping_wsd(job: JobConfig, run_id: str | None = None) -> dict:
+    """Trains a wsd trial as steps of `sleep_seconds()` / 10, resumable as the training job
+    is: its newest `ckpt/step<k>/COMPLETE` (one per step) is where it starts; a trunk seeds
+    each branch at its step as jobs/training/branch_seed.py does (a branch holding a
+    checkpoint is not touched). Each step trained leaves `trained/<k>` in the trial folder
+    (`twice-<k>` under calls/ if it was there already)."""
+    from scalelab.contract.workdir import trial_dir
+    from scalelab.jobs.budget import total_steps
+
+    _record(job, run_id)
+    here = trial_dir(job.trial_id)
+    markers = sorted((here / "ckpt").glob("step*/COMPLETE"))
+    done = [int(p.parent.name[4:]) for p in markers]
+    carried = markers[-1].read_text() if markers else "{}"  # its loop state goes on
+    if job.train.schedule == "wsd" and not job.train.branch_seeds:
+        _record(job, run_id, "seeded" if done else "unseeded")
+    (here / "trained").mkdir(parents=True, exist_ok=True)
+    seeds = {s.step: s.trial_id for s in job.train.branch_seeds}
+    for step in range(done[-1] if done else 0, total_steps(job)):
+        time.sleep(sleep_seconds() / 10)
+        mark = here / "trained" / str(step + 1)
+        if mark.exists():
+            _record(job, run_id, f"twice-{step + 1}")
+        mark.touch()
+        tag = f"step{step + 1:08d}"
+        (here / "ckpt" / tag).mkdir(parents=True, exist_ok=True)
+        (here / "ckpt" / tag / "COMPLETE").write_text(carried)
+        branch = trial_dir(seeds.get(step + 1, "none")) / "ckpt"
+        if step + 1 in seeds and not any(branch.glob("step*/COMPLETE")):
+            (branch / tag).mkdir(parents=True, exist_ok=True)
+            seeded = {"trial_id": job.trial_id, "step": step + 1}
+            (branch / tag / "COMPLETE").write_text(json.dumps({"state": {"branched_from": seeded}}))
     return {"status": "FINISHED"}

@@ -226,3 +226,30 @@ def test_hundreds_of_noop_trials_finish_and_no_worker_crashes(ray_session, work_
     logs = Path(ray._private.worker._global_node.get_session_dir_path()) / "logs"
     assert logs.is_dir() and any(logs.glob("worker-*"))  # the right logs: the trials' workers
     assert not _crash_lines(logs)
+
+
+def test_wsd_branches_wait_for_their_trunks_seed(ray_session, work_home, sweep_name):
+    """Budgets 1, 2, 4x of a wsd trial: the longest is the trunk; the two shorter ones
+    (launched first without branching: smallest compute first) start only once the trunk
+    has seeded them, and every trial runs once (orchestrator/branching.py)."""
+    spec, source = parse_spec(f"""
+name: {sweep_name}
+base:
+  model: {{size: nano, vocab_size: 256, block_size: 64}}
+  data: {{source: "builtin:pydoc", tokenizer: byte, seq_len: 64}}
+  train: {{global_batch_tokens: 512, schedule: wsd, warmup_steps: 1}}
+grid:
+  train.tokens: [2048, 4096, 8192]
+  seed: [11]
+backend: {{concurrency: 3, max_retries: 0, cpus_per_trial: 0.5}}
+""")
+    trials = expand(spec, source)
+    trunk = trials[-1]
+    assert [(s.step, s.trial_id) for s in trunk.job.train.branch_seeds] == [
+        (3, trials[0].trial_id), (6, trials[1].trial_id)
+    ]  # fmt: skip
+    out = run_sweep(spec, trials, Ledger(spec.name), job="jobs_for_tests:trunk_or_branch")
+    assert sorted(out.finished) == sorted(t.trial_id for t in trials)
+    runs = _runs(spec)
+    assert all(calls(work_home, runs[t.trial_id]) == 1 for t in trials)
+    assert [calls(work_home, runs[t.trial_id], "seeded") for t in trials[:2]] == [1, 1]

@@ -1,0 +1,46 @@
+"""A wsd cooldown branch seeded by its trunk gives the numbers of the same trial trained
+alone from step 0 (orchestrator/branching.py, jobs/training/branch_seed.py)."""
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from scalelab.contract.runs import Tag
+from scalelab.jobs.config import BranchSeed
+from scalelab.jobs.training.checkpoint import complete_checkpoints, read_state
+from scalelab.jobs.training.train import run
+
+METRICS = ("train/loss", "val/loss", "train/lr", "compute/flops")
+
+
+def _wsd(tiny_job, tokens, **kw):
+    return tiny_job(train__schedule="wsd", train__tokens=tokens, train__warmup_steps=2,
+                    train__cooldown_fraction=0.25, train__eval_interval=2, **kw)  # fmt: skip
+
+
+def test_a_branch_trains_its_cooldown_only_and_matches_the_trial_alone(
+    home, mlflow_uri, tiny_job, curve, tmp_path, monkeypatch
+):
+    short = _wsd(tiny_job, 1024)  # 4 steps: cooldown from step 3
+    trunk = _wsd(tiny_job, 2048, train__branch_seeds=[BranchSeed(step=3, trial_id=short.trial_id)])
+    assert trunk.trial_id == _wsd(tiny_job, 2048).trial_id  # seeds are placement
+    assert run(trunk).status == "FINISHED"
+    seeded = complete_checkpoints(home / "trials" / short.trial_id / "ckpt")
+    assert [p.name for p in seeded] == ["step00000003"]
+    branched = run(short)
+    assert branched.status == "FINISHED" and branched.steps == 4 and branched.tokens == 1024
+    final = complete_checkpoints(home / "trials" / short.trial_id / "ckpt")[-1]
+    assert read_state(final)["branched_from"] == {"trial_id": trunk.trial_id, "step": 3}
+    tags = MlflowClient(mlflow_uri).get_run(branched.run_id).data.tags
+    assert tags[Tag.BRANCHED_FROM] == f"{trunk.trial_id}@3"
+    history = MlflowClient(mlflow_uri).get_metric_history(branched.run_id, "train/loss")
+    assert sorted(m.step for m in history) == list(range(1, 5))  # the trunk's part too
+    got = {m: curve(home, short.trial_id, m) for m in METRICS}
+
+    monkeypatch.setenv("SCALELAB_HOME", str(tmp_path / "alone"))
+    alone = run(short)
+    want = {m: curve(tmp_path / "alone", short.trial_id, m) for m in METRICS}
+    for m in METRICS:
+        assert [s for s, _ in got[m]] == [s for s, _ in want[m]], m
+        assert [v for _, v in got[m]] == pytest.approx([v for _, v in want[m]], rel=1e-6), m
+    assert branched.final_val_loss == pytest.approx(alone.final_val_loss, rel=1e-6)
+    assert branched.flops == pytest.approx(alone.flops)  # it reports the whole trial's compute

@@ -1,0 +1,81 @@
+"""Kill -9 of a driver while a wsd trunk trains, then a resubmit: the trunk resumes from
+its checkpoint, each cooldown branch runs once from its seed, no step is trained twice
+(real Ray and MLflow; the job function trains resumable steps: jobs_for_tests.stepping_wsd)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import HERE, calls
+from typer.testing import CliRunner
+
+from scalelab.cli.main import app
+from scalelab.contract.workdir import trial_dir
+from scalelab.orchestrator.expand import expand
+from scalelab.orchestrator.ledger import Ledger
+from scalelab.orchestrator.spec import parse_spec
+
+JOB = "jobs_for_tests:stepping_wsd"
+
+
+@pytest.mark.slow
+def test_kill_9_while_the_trunk_trains_then_resubmit(
+    tmp_path, ray_session, work_home, sweep_name, trial_sleep
+):
+    text = f"""
+name: {sweep_name}
+base:
+  model: {{size: nano, vocab_size: 256, block_size: 64}}
+  data: {{source: "builtin:pydoc", tokenizer: byte, seq_len: 64}}
+  train: {{global_batch_tokens: 512, schedule: wsd, warmup_steps: 1}}
+grid:
+  train.tokens: [2048, 4096, 8192]
+  seed: [23]
+backend: {{concurrency: 2, cpus_per_trial: 0.5, retry_backoff_s: 0.1}}
+"""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(text)
+    short, middle, trunk = expand(*parse_spec(text))  # 4, 8, 16 steps; seeds at 3 and 6
+    trial_sleep(2.0)  # 0.2 s a step
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
+    log = tmp_path / "driver.log"
+    with log.open("wb") as out:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "scalelab.cli.main", "submit", str(path), "--job", JOB],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + 120
+    trained = trial_dir(trunk.trial_id) / "trained"
+    while not (trained / "7").exists():  # past both seeds, before its cooldown
+        assert driver.poll() is None, log.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < deadline, "the trunk did not get to step 7"
+        time.sleep(0.1)
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    killed_at = len(list(trained.iterdir()))
+    assert killed_at < 16
+
+    trial_sleep(0.2)
+    result = CliRunner().invoke(app, ["submit", str(path), "--job", JOB])
+    assert result.exit_code == 0, result.output
+    assert "cooldown branches: 2 trial(s) trained their cooldown off 1 trunk(s)" in result.output
+    records = Ledger(sweep_name).records()
+    assert {r.status for r in records.values()} == {"FINISHED"}
+    runs = {t.trial_id: records[t.trial_id].run_id for t in (short, middle, trunk)}
+    for t in (short, middle, trunk):
+        assert not [p for p in (work_home / "calls" / runs[t.trial_id]).glob("twice-*")]
+    assert calls(work_home, runs[trunk.trial_id]) >= 2  # started again: resumed
+    assert sorted(int(p.name) for p in trained.iterdir()) == list(range(1, 17))
+    for branch, seed in ((short, 3), (middle, 6)):
+        assert calls(work_home, runs[branch.trial_id]) == 1
+        assert calls(work_home, runs[branch.trial_id], "seeded") == 1
+        steps = sorted(int(p.name) for p in (trial_dir(branch.trial_id) / "trained").iterdir())
+        assert steps[0] == seed + 1  # its cooldown only
