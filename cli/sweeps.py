@@ -296,7 +296,6 @@ def _drive(loaded: door.Sweep, job: str, ignore_fit: bool = False) -> door.Sweep
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from scalelab.cli.sweep_view import failure_lines
-    from scalelab.orchestrator import branching
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=err, transient=False) as progress:
@@ -321,11 +320,8 @@ def _drive(loaded: door.Sweep, job: str, ignore_fit: bool = False) -> door.Sweep
     if result.diverged:
         summary += f" ({len(result.diverged)} of them diverged: not retried)"
     out.print(f"sweep {loaded.name}: {summary}")
-    if branching.branches(loaded.trials):
-        s = branching.saving(loaded.trials, ran=True)
-        out.print(f"cooldown branches: {s.branches} trial(s) trained their cooldown off {s.trunks} "
-                  f"trunk(s): {s.spent:.3e} training FLOPs for {s.independent:.3e} of trials "
-                  f"({s.saved_fraction:.0%} saved)", highlight=False, soft_wrap=True)  # fmt: skip
+    if ran.branching:
+        out.print(ran.branching, highlight=False, soft_wrap=True)
     for line in failure_lines(ran.failures, loaded.name):
         out.print(line, highlight=False, soft_wrap=True)
     return ran

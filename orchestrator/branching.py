@@ -150,6 +150,18 @@ def branched(trial_id: str) -> bool:
         return False
 
 
+def ran_line(trials: list[Trial] | tuple[Trial, ...]) -> str | None:
+    """After a run, what the cooldown branches saved (None without branches)."""
+    if not branches(trials):
+        return None
+    s = saving(trials, ran=True)
+    return (
+        f"cooldown branches: {s.branches} trial(s) trained their cooldown off {s.trunks} "
+        f"trunk(s): {s.spent:.3e} training FLOPs for {s.independent:.3e} of trials "
+        f"({s.saved_fraction:.0%} saved)"
+    )
+
+
 def plan_line(
     trials: list[Trial], hours_per_flop: float, unit: str
 ) -> tuple[str | None, dict[str, Any] | None]:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from scalelab.contract.runs import Status
 from scalelab.jobs.launch import DEFAULT_JOB, JobRef
 from scalelab.orchestrator.backends import BackendError
-from scalelab.orchestrator.branching import plan_line
+from scalelab.orchestrator.branching import plan_line, ran_line
 from scalelab.orchestrator.expand import Trial, check_size, expand, gpu_hours
 from scalelab.orchestrator.job_checks import Missing, check_trials
 from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable
@@ -355,6 +355,7 @@ class SweepRun:
     sweep: Sweep
     outcome: SweepOutcome  # trial ids by what happened to them here
     failures: tuple[Failure, ...]  # the failed trials as MLflow recorded them
+    branching: str | None = None  # what cooldown branches saved (orchestrator/branching.py)
 
     @property
     def ok(self) -> bool:
@@ -395,7 +396,7 @@ def run(
         )  # fmt: skip
     except LedgerUnavailable as e:  # mid-sweep: what MLflow holds is the state to resume
         raise SweepStopped(str(e)) from None
-    return SweepRun(sweep, outcome, tuple(failures(ledger, outcome.failed)))
+    return SweepRun(sweep, outcome, tuple(failures(ledger, outcome.failed)), ran_line(sweep.trials))
 
 
 @dataclass(frozen=True)
