@@ -137,13 +137,21 @@ def _trial_rows(fit: SweepFit) -> tuple[list[str], list[list[str]]]:
     cols = ["trial_id", "variant", "size", "n_params", "tokens", "flops", fit.loss]
     cols += ["wall_time_s", "queued_s"]
     names = t["name"].to_pylist() if "name" in t.column_names else [None] * t.num_rows
+    # a wsd cooldown branch trained off its trunk's checkpoint (docs/sweep-yaml.md)
+    origins = (
+        t["branched_from"].to_pylist() if "branched_from" in t.column_names else [None] * t.num_rows
+    )
     rows = []
-    for name, r in zip(
-        names, t.select([c for c in cols if c in t.column_names]).to_pylist(), strict=True
-    ):
+    for name, origin, r in zip(
+        names, origins, t.select([c for c in cols if c in t.column_names]).to_pylist(), strict=True,
+    ):  # fmt: skip
+        label = name or r["trial_id"][:8]
+        if origin:
+            trunk, _, step = origin.partition("@")
+            label += f" (branch of `{trunk[:8]}` at step {step})"
         rows.append(
             [
-                name or r["trial_id"][:8], f"`{r['trial_id'][:8]}`", r["variant"], r["size"],
+                label, f"`{r['trial_id'][:8]}`", r["variant"], r["size"],
                 f"{r['n_params']:,}", f"{r['tokens']:.3g}", f"{r['flops']:.3g}",
                 f"{r[fit.loss]:.4f}", duration_text(r.get("wall_time_s")),
                 duration_text(r.get("queued_s")),

@@ -105,6 +105,11 @@ def status_cells(row: dict[str, Any]) -> list[str]:
     variant, size, budget and swept settings are in it), the id's start for scripts."""
     loss = row["val_loss"]
     status = "DIVERGED" if row["diverged"] else row["status"]
+    trunk, _, step = (row.get("branched_from") or "").partition("@")
+    if trunk:  # a wsd cooldown branch: trained off its trunk's checkpoint
+        status += f"\nbranch of {trunk[:8]} at step {step}"
+    elif row.get("branches"):
+        status += f"\ntrunk of {row['branches']}"
     error = error_tail(row["error"])
     return [
         row["name"] or row["trial_id"][:8],

@@ -39,6 +39,8 @@ def trial_rows(ledger: SweepReads) -> list[dict[str, Any]]:
         # bookkeeping, not the trial's error: the CLI says it under the table
         row["pending_why"] = o.why if o else ""
         rows.append(row)
+    for row in rows:  # a wsd trunk: the trials that branched off it (orchestrator/branching.py)
+        row["branches"] = sum(r["branched_from"].partition("@")[0] == row["trial_id"] for r in rows)
     return rows
 
 

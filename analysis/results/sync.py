@@ -244,6 +244,7 @@ def _read_trial(t: TrialRun, client: Any) -> tuple[dict[str, Any], pa.Table]:
         "backend": t.tags.get("scalelab.backend"),
         "code_version": t.tags.get("scalelab.code_version"),
         "curves_source": source,
+        "branched_from": t.tags.get(Tag.BRANCHED_FROM),
         "steps": _first(result.get("steps"), _max(raw, "step")),
         "tokens": _first(
             result.get("tokens"),

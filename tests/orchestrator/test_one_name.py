@@ -162,3 +162,40 @@ def test_a_launch_time_is_written_for_people_and_read_back_from_older_runs_too()
     assert [duration_text(s) for s in (1.2, 70, 2 * 3600 + 300, 3 * 86400 + 4 * 3600)] == [
         "1s", "1m10s", "2h05m", "3d04h"
     ]  # fmt: skip
+
+
+def test_a_cooldown_branch_and_its_trunk_show_as_such_in_every_view(work_home):
+    """A wsd trial that trained its cooldown off a trunk's checkpoint (its run tagged
+    `scalelab.branched_from` by the job) says so in `status`, is selectable in `results
+    query`, and the report's trial table names its trunk."""
+    from types import SimpleNamespace
+
+    from mlflow import MlflowClient
+
+    from scalelab.analysis.report import _trial_rows
+    from scalelab.analysis.results import load_trials
+    from scalelab.contract.workdir import tracking_uri
+
+    sweep = f"branch-{uuid.uuid4().hex[:6]}"
+    trials = write_sweep(sweep, sizes=("nano",), tokens_per_param=(10, 20), steps=4)
+    branch, trunk = sorted((t for t in trials if t.variant == "dense"), key=lambda t: t.tokens)
+    MlflowClient(tracking_uri()).set_tag(
+        branch.run_id, "scalelab.branched_from", f"{trunk.trial_id}@3"
+    )
+
+    rows = json.loads(runner.invoke(app, ["status", sweep, "--json"]).stdout)["trials"]
+    by_id = {r["trial_id"]: r for r in rows}
+    assert by_id[branch.trial_id]["branched_from"] == f"{trunk.trial_id}@3"
+    assert by_id[trunk.trial_id]["branches"] == 1
+    table = runner.invoke(app, ["status", sweep], env={"COLUMNS": "200"}).stdout
+    assert f"branch of {trunk.trial_id[:8]} at step 3" in table and "trunk of 1" in table, table
+
+    where = ["--where", "not (branched_from is None)", "--format", "json"]
+    query = runner.invoke(app, ["results", "query", sweep, *where])
+    assert query.exit_code == 0, query.output
+    assert [r["trial_id"] for r in json.loads(query.stdout)] == [branch.trial_id]
+    head, report_rows = _trial_rows(
+        SimpleNamespace(table=load_trials(sweep), loss="final_val_loss")
+    )
+    labels = [r[head.index("trial")] for r in report_rows]
+    assert sum(f"(branch of `{trunk.trial_id[:8]}` at step 3)" in label for label in labels) == 1
