@@ -6,15 +6,6 @@ lock. Two processes opening a fresh store at once (two first submits) collide ha
 ("duplicate column name"), and a store cut short by a full disk stays half-migrated and
 refuses every later open. So a new sqlite store is made under a file lock, in a temporary
 file renamed into place once complete: a store file that exists is whole.
-
-A sqlite store keeps a write-ahead log (`PRAGMA journal_mode=WAL`, recorded in the file, so
-every process that opens it, MLflow's UI too, uses it): each MLflow call commits, and in
-sqlite's default rollback-journal mode each commit syncs the journal, the database and the
-folder, where the log syncs one file; readers (`status`, the UI) no longer block the
-driver's writes. Durability is unchanged (synchronous=FULL, sqlite's default). A store on a
-network filesystem is refused for the backends that write it from several machines
-(docs/running-on-slurm.md); copying the file alone while a driver runs may miss what is
-still in `mlflow.db-wal`. docs/benchmarks.md ("Orchestrator") has the numbers.
 """
 
 from __future__ import annotations
@@ -22,9 +13,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import sqlite3
 import threading
-from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -93,18 +82,7 @@ def ensure_sqlite(db: Path) -> None:
                 fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
                 if not _is_whole(db):
                     _create(db)
-        _write_ahead_log(db)
         _made.add(db)
-
-
-def _write_ahead_log(db: Path) -> None:
-    """Put the store in write-ahead-log mode (once per file: sqlite records it). Best
-    effort: a store another process holds in a transaction is switched by a later open."""
-    try:
-        with closing(sqlite3.connect(db, timeout=1.0)) as con:
-            con.execute("PRAGMA journal_mode=WAL")
-    except sqlite3.Error:
-        pass
 
 
 def _is_whole(db: Path) -> bool:

@@ -177,33 +177,3 @@ def test_real_server_stopped_mid_run_loses_nothing(tmp_path, monkeypatch, mlflow
         assert MlflowClient(uri).get_run(run_id).info.status == "FINISHED"
     finally:
         server.stop()
-
-
-def _journal_mode(db) -> str:
-    import sqlite3
-    from contextlib import closing
-
-    with closing(sqlite3.connect(db)) as con:
-        return con.execute("PRAGMA journal_mode").fetchone()[0]
-
-
-def test_a_sqlite_store_keeps_a_write_ahead_log(tmp_path, empty_store):
-    """Issue 33, item 11: every MLflow call of the driver commits, and in sqlite's default
-    rollback-journal mode each commit synced the journal, the database and the folder. A
-    store made by scalelab is in write-ahead-log mode (one sync per commit), and one made
-    before is switched at its first open."""
-    import sqlite3
-    from contextlib import closing
-
-    from scalelab.jobs.tracking.store import client
-
-    made = tmp_path / "made" / "mlflow.db"
-    empty_store(made)  # a copy of one tracking_store.ensure_sqlite made
-    assert _journal_mode(made) == "wal"
-    older = tmp_path / "older" / "mlflow.db"
-    empty_store(older)
-    with closing(sqlite3.connect(older)) as con:
-        con.execute("PRAGMA journal_mode=DELETE")
-    assert _journal_mode(older) == "delete"
-    assert client(f"sqlite:///{older}").search_experiments()  # opened through scalelab
-    assert _journal_mode(older) == "wal"
