@@ -282,8 +282,8 @@ def _adopt_trained(claimed: list[_Live], sends: delivery.Deliveries) -> list[_Li
 
 def _launch(ledger: Ledger, backend: Any, claimed: list[_Live], inflight: dict) -> None:
     first = [live for live in claimed if not live.rec.launched]
-    for live, rec in zip(first, ledger.map(ledger.start_run, [x.rec for x in first]), strict=True):
-        live.rec = rec  # its run from now on, created as it starts (Ledger.start_run)
+    for live, rec in zip(first, ledger.start_runs([x.rec for x in first]), strict=True):
+        live.rec = rec  # its run from now on, created as it starts (Ledger.start_runs)
     items = [(live.trial, live.rec) for live in claimed]
     writes = []
     for live, (handle, job_ref) in zip(claimed, backend.launch_many(items), strict=True):

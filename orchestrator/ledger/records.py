@@ -20,6 +20,7 @@ from scalelab.contract.runs import (
     Status,
     Tag,
     cancelled_filter,
+    tag_filter,
     trials_filter,
 )
 from scalelab.contract.trial_time import launched, timestamp_text
@@ -185,11 +186,22 @@ class Records(SweepStore):
         rec.tags[Tag.ATTEMPTS] = str(attempt)
 
     def start_run(self, rec: TrialRecord) -> TrialRecord:
-        """A trial's first launch: its placeholder (created SCHEDULED at scheduling) is
+        return self.start_runs([rec])[0]
+
+    def start_runs(self, recs: list[TrialRecord]) -> list[TrialRecord]:
+        """Trials' first launch: each placeholder (created SCHEDULED at scheduling) is
         replaced by a run created now, with every tag and param of the placeholder (the
         claims too) plus when it started and how long it queued; MLflow cannot move a run's
-        start time. The placeholder is deleted; a cancel that landed on it meanwhile is
-        carried over (`request_cancel` handles one that comes after the delete)."""
+        start time. The placeholders are deleted; a cancel that landed on one meanwhile is
+        carried over (`request_cancel` handles one that comes after the delete), looked for
+        once for all of them after the deletes (one search, not a read per trial)."""
+        started = self.map(self._replace, recs)
+        for new in self._cancelled_placeholders(recs, started):
+            self.set_tags(new.run_id, {Tag.CANCEL: "1"})
+            new.tags[Tag.CANCEL] = "1"
+        return started
+
+    def _replace(self, rec: TrialRecord) -> TrialRecord:
         from mlflow.entities import Param as MlflowParam
         from mlflow.entities import RunTag
 
@@ -209,16 +221,33 @@ class Records(SweepStore):
         started = [RunTag(Tag.STARTED, timestamp_text(now_ms)), RunTag(Tag.QUEUED_S, queued_s)]
         self.client.log_batch(run_id, params=batches[-1], tags=started)
         self.client.delete_run(rec.run_id)
-        tags = {**rec.tags, Tag.STARTED: timestamp_text(now_ms), Tag.QUEUED_S: queued_s}
-        if self.client.get_run(rec.run_id).data.tags.get(Tag.CANCEL) == "1":
-            self.client.log_batch(run_id, tags=[RunTag(Tag.CANCEL, "1")])
-            tags[Tag.CANCEL] = "1"
         # what was just written (a cancel that comes to this run later is the cancel poll's)
         return TrialRecord(
-            run_id=run_id, trial_id=rec.trial_id, status=Status.SCHEDULED, tags=tags,
+            run_id=run_id, trial_id=rec.trial_id, status=Status.SCHEDULED,
+            tags={**rec.tags, Tag.STARTED: timestamp_text(now_ms), Tag.QUEUED_S: queued_s},
             params=dict(rec.params), start_time=now_ms, name=rec.name,
             artifact_uri=run.info.artifact_uri or "",
         )  # fmt: skip
+
+    def _cancelled_placeholders(
+        self, placeholders: list[TrialRecord], started: list[TrialRecord]
+    ) -> list[TrialRecord]:
+        """The started runs whose (now deleted) placeholder carries a cancel: read after
+        the deletes, so a cancel written before a delete is seen here, and one written
+        after it fails or finds the placeholder deleted and goes to the new run."""
+        from mlflow.entities import ViewType
+
+        new_of = {old.run_id: new for old, new in zip(placeholders, started, strict=True)}
+        already = [old.run_id for old in placeholders if old.cancelled]
+        ids = [run_id for run_id in new_of if run_id not in already]
+        for i in range(0, len(ids), 100):
+            chunk = ", ".join(f"'{r}'" for r in ids[i : i + 100])
+            where = f"attributes.run_id IN ({chunk}) and {tag_filter(Tag.CANCEL, '1')}"
+            runs = self.client.search_runs(
+                [self.experiment_id()], where, run_view_type=ViewType.ALL, max_results=1000
+            )
+            already += [run.info.run_id for run in runs]
+        return [new_of[run_id] for run_id in already if not new_of[run_id].cancelled]
 
     def request_cancel(self, trial_ids: list[str] | None = None) -> list[str]:
         """Mark trials cancelled; SCHEDULED ones become KILLED at once. Returns run ids."""
