@@ -107,7 +107,7 @@ def init_module(cfg: ModelConfig, module: nn.Module) -> None:
     if isinstance(module, nn.Linear):
         role = role_of(module)
         std = init_std(cfg, role, module.in_features)
-        if cfg.init_distribution == "uniform" and role != "residual":
+        if cfg.init_distribution == "uniform" and role not in ("residual", "input"):
             bound = std * math.sqrt(3.0)  # the uniform with variance std^2
             nn.init.uniform_(module.weight, -bound, bound)
         else:

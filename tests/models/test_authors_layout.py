@@ -73,6 +73,20 @@ class AuthorsTSA(nn.Module):
         self.r_in = nn.ModuleList(nn.Linear(d, r) for _ in range(layers - 1))
         self.r_out = nn.ModuleList(nn.Linear(r, 1) for _ in range(layers - 1))
         self.norm = nn.LayerNorm(d)
+        self.init_as_authors(layers)
+
+    def init_as_authors(self, layers: int) -> None:
+        """PyTorch's nn.Linear default (uniform weights and biases), except embeddings
+        N(0, 0.02), the residual projections (W_O, the FFN's second layer) N(0, 0.02^2 / 2L)
+        and the routers' output bias -1 (p starts at sigmoid(-1))."""
+        with torch.no_grad():
+            for emb in (self.tok, self.pos):
+                emb.weight.normal_(0.0, 0.02)
+            for block in self.blocks:
+                for proj in (block.w_o, block.w_2):
+                    proj.weight.normal_(0.0, 0.02 / math.sqrt(2 * layers))
+            for out in self.r_out:
+                out.bias.fill_(-1.0)
 
     def forward(self, idx: Tensor, targets: Tensor, lambda_depth: float = LAMBDA) -> Tensor:
         pos = torch.arange(idx.size(1))
@@ -127,7 +141,8 @@ def train(model: nn.Module, loss_of, vocab: int, context: int, steps: int) -> li
     model.train()
     losses = []
     for step in range(steps):
-        x = torch.randint(0, vocab, (4, context + 1), generator=data)
+        start = torch.randint(0, vocab, (4, 1), generator=data)  # learnable: t -> t + 1
+        x = (start + torch.arange(context + 1)) % vocab
         torch.manual_seed(1000 + step)
         loss = loss_of(x[:, :-1], x[:, 1:])
         opt.zero_grad()
@@ -199,6 +214,7 @@ def test_uniform_init_has_the_normal_variance_and_pytorch_bounds():
     assert abs(fc.weight.std().item() - bound / math.sqrt(3)) < 0.02 * bound
     assert fc.bias.abs().max() <= bound and fc.bias.abs().max() > 0.9 * bound  # not zero
     assert model.blocks[0].attn.c_attn.bias is None and model.blocks[0].attn.out_proj.bias is None
+    assert model.wte.weight.abs().max() > 0.02 * math.sqrt(3)  # embeddings stay normal
     default = build(ModelConfig(size="nano", d_model=256, n_head=4, vocab_size=64))
     assert (default.blocks[0].mlp.c_fc.bias == 0).all()
     assert default.blocks[0].mlp.c_fc.weight.abs().max() > 1.5 * bound  # normal: unbounded
