@@ -26,6 +26,7 @@ The setting of issue 31 (docs/reproducing/baseline.md, "Side by side"): byte-lev
     python benchmarks/side_by_side.py --text plays.txt --pairs tsa nanogpt \
         --nanogpt ~/src/nanoGPT --widths 64 128 --seeds 0 1 2 --out side.jsonl
     python benchmarks/side_by_side.py --table side.jsonl
+    python benchmarks/side_by_side.py --check --text plays.txt --nanogpt ~/src/nanoGPT --widths 64
 
 One JSON line per (pair, width, seed, side): the training loss of every step and the final
 validation loss (256 fixed windows of the held-out tail). The table gives, per pair and
@@ -176,6 +177,45 @@ def run(a: argparse.Namespace) -> None:
                         f.write(json.dumps(out) + "\n")
 
 
+def check_nanogpt(a: argparse.Namespace, steps: int = 20) -> float:
+    """nanoGPT's model given scalelab's initial weights computes what scalelab's model with
+    the Hadamard sweeps' layout computes: the same batches and random state before each
+    forward (so the same dropout masks) for `steps` AdamW steps; the largest loss gap."""
+    corpus = Corpus(Path(a.text), a.context)
+    torch.manual_seed(0)
+    ours, d = scalelab_side("nanogpt", a, a.widths[0]), a.widths[0]
+    ref, _ = reference_side("nanogpt", a, d)
+    names = {"transformer.wte.weight": "wte.weight", "transformer.wpe.weight": "wpe.weight"}
+    for part in ("weight", "bias"):
+        names[f"transformer.ln_f.{part}"] = f"ln_f.{part}"
+        for i in range(a.layers):
+            for theirs, mine in (("ln_1", "ln_1"), ("ln_2", "ln_2"), ("attn.c_attn", "attn.c_attn"),
+                                 ("attn.c_proj", "attn.out_proj"), ("mlp.c_fc", "mlp.c_fc"),
+                                 ("mlp.c_proj", "mlp.c_proj")):  # fmt: skip
+                names[f"transformer.h.{i}.{theirs}.{part}"] = f"blocks.{i}.{mine}.{part}"
+    src = dict(ours.named_parameters())
+    with torch.no_grad():
+        for name, param in ref.named_parameters():
+            param.copy_(src[names[name]])
+    opts = [torch.optim.AdamW(decay_groups(m, a.wd), lr=a.lr, betas=(0.9, 0.95), foreach=False)
+            for m in (ours, ref)]  # fmt: skip
+    worst = 0.0
+    for step in range(steps):
+        x, y = corpus.batch(0, step, a.batch)
+        losses = []
+        for model, opt in zip((ours, ref), opts, strict=True):
+            model.train()
+            torch.manual_seed(1000 + step)
+            loss = model.loss_of(x, y)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            losses.append(loss.item())
+        worst = max(worst, abs(losses[0] - losses[1]))
+    return worst
+
+
 def table(paths: list[Path]) -> None:
     rows = [json.loads(line) for p in paths for line in p.read_text().splitlines() if line]
     by: dict[tuple, dict] = defaultdict(dict)
@@ -233,9 +273,16 @@ def main() -> None:
     ap.add_argument("--lambda-depth", type=float, default=0.0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("side_by_side.jsonl"))
+    ap.add_argument("--check", action="store_true",
+                    help="nanoGPT given scalelab's weights: largest loss gap over 20 steps")  # fmt: skip
     a = ap.parse_args()
     if a.table:
         table(a.table)
+    elif a.check and a.text and a.nanogpt:
+        gap = check_nanogpt(a)
+        print(f"nanoGPT model.py ({a.nanogpt}) with scalelab's initial weights vs scalelab with "
+              f"the Hadamard sweeps' layout, d {a.widths[0]}, dropout {a.dropout}: largest "
+              f"|loss gap| over 20 steps {gap:.2e}")  # fmt: skip
     elif a.text is None:
         ap.error("--text is required to train (or --table to print results)")
     else:
