@@ -29,7 +29,7 @@ from scalelab.models.sizes import SIZES, SizePreset, get_size
 
 _ERROR_TYPES = frozenset(get_args(ErrorType))
 LEGACY_OUTPUT_MIXING = "attn_out"  # `attn_out: hadamard` = `hadamard: {}`; never written
-# Where dropout acts (docs/sweep-yaml.md, "model"), in this canonical order.
+# Where dropout acts (docs/sweep-yaml.md, "model: the layout options"), in this order.
 DropoutSite = Literal["embedding", "attention_probs", "attention_out", "ffn_hidden", "ffn_out"]
 DROPOUT_SITES: tuple[str, ...] = get_args(DropoutSite)
 
