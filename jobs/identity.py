@@ -106,6 +106,11 @@ def _mechanisms(model: Any) -> dict[str, Any]:
 
 
 _MISSING = object()
+# The layout options of issue 31 (docs/reproducing/*.md), never in rule 1's dump.
+_MODEL_FIELDS_SINCE_RULE_2 = (
+    "dropout_sites", "qkv_bias", "attn_out_bias", "ffn_bias", "bias_init", "init_distribution",
+    "init_std",
+)  # fmt: skip
 
 
 def _json(value: Any) -> Any:
@@ -129,6 +134,10 @@ def legacy_trial_id(job: JobConfig, semantics: int = SEMANTICS_VERSION) -> str:
     if train.get("grad_accum_dtype") is None:
         train.pop("grad_accum_dtype", None)
     model = job.model.model_dump(mode="json")
+    for name in _MODEL_FIELDS_SINCE_RULE_2:
+        model.pop(name, None)
+    if isinstance(model.get("tsa"), dict):
+        model["tsa"].pop("router_activation", None)
     # rule 1 knew three mechanisms, as fields: attn_out, budget and tsa (null when off)
     model["attn_out"] = "hadamard" if "hadamard" in model else "dense"
     model.pop("hadamard", None)

@@ -29,6 +29,9 @@ from scalelab.models.sizes import SIZES, SizePreset, get_size
 
 _ERROR_TYPES = frozenset(get_args(ErrorType))
 LEGACY_OUTPUT_MIXING = "attn_out"  # `attn_out: hadamard` = `hadamard: {}`; never written
+# Where dropout acts (docs/sweep-yaml.md, "model: the layout options"), in this order.
+DropoutSite = Literal["embedding", "attention_probs", "attention_out", "ffn_hidden", "ffn_out"]
+DROPOUT_SITES: tuple[str, ...] = get_args(DropoutSite)
 
 
 class ModelConfig(FrozenConfig):
@@ -44,6 +47,17 @@ class ModelConfig(FrozenConfig):
     n_classes: int | None = None
     dropout: float = 0.0
     bias: bool = True
+    # The layout choices in which the papers' code differs from scalelab's defaults
+    # (docs/reproducing/*.md list each paper's); at their defaults the ids do not change.
+    dropout_sites: tuple[DropoutSite, ...] = ("embedding", "attention_probs", "ffn_hidden")
+    qkv_bias: bool | None = None  # None: `bias`
+    attn_out_bias: bool | None = None  # the dense W_O's bias; None: `bias`
+    ffn_bias: bool | None = None  # both FFN layers; None: `bias`
+    bias_init: Literal["zero", "uniform"] = "zero"  # uniform: PyTorch's U(+-1/sqrt(fan_in))
+    # fan-in-rule weights (models/parametrization.py) drawn normal, or uniform of equal variance
+    init_distribution: Literal["normal", "uniform"] = "normal"
+    # Linear weights outside the residual projections: 1/(3 fan_in) variance, or GPT-2's 0.02
+    init_std: Literal["fan_in", "gpt2"] = "fan_in"
     # How init and per-layer learning rates scale with width (models/parametrization.py):
     # 'mup' keeps the optimum learning rate found at mup_base_width for wider models.
     parametrization: Literal["standard", "mup"] = "standard"
@@ -70,6 +84,12 @@ class ModelConfig(FrozenConfig):
         if not 0.0 <= value < 1.0:
             raise ValueError(f"must be in [0, 1), got {value}")
         return value
+
+    @field_validator("dropout_sites")
+    @classmethod
+    def _canonical_sites(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        """Each site once, in canonical order: a spelling's order does not change the id."""
+        return tuple(site for site in DROPOUT_SITES if site in value)
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelConfig:
@@ -225,6 +245,23 @@ class ModelConfig(FrozenConfig):
     @property
     def causal(self) -> bool:
         return self.task == "lm"
+
+    @property
+    def has_qkv_bias(self) -> bool:
+        return self.bias if self.qkv_bias is None else self.qkv_bias
+
+    @property
+    def has_attn_out_bias(self) -> bool:
+        return self.bias if self.attn_out_bias is None else self.attn_out_bias
+
+    @property
+    def has_ffn_bias(self) -> bool:
+        return self.bias if self.ffn_bias is None else self.ffn_bias
+
+    def dropout_at(self, site: str) -> float:
+        """The dropout probability at `site` (0 where dropout does not act)."""
+        assert site in DROPOUT_SITES, site
+        return self.dropout if site in self.dropout_sites else 0.0
 
     @property
     def d_head(self) -> int:

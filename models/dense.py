@@ -29,7 +29,7 @@ class DenseOutputMixing(OutputMixing):
 
     def params(self, model: ModelConfig) -> int:
         d = model.d_model
-        return model.n_layer * (d * d + d * int(model.bias))
+        return model.n_layer * (d * d + d * int(model.has_attn_out_bias))
 
     def forward_flops(self, model: ModelConfig, seq_len: int, active: ActiveFractions) -> FlopCount:
         return FlopCount(output_mixing=model.n_layer * 2 * model.d_model**2 * active.heads)

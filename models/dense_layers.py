@@ -3,8 +3,8 @@ models/dense.py): multi-head self-attention, the dense output projection W_O, an
 token through every block. Attention is causal for language modelling, bidirectional for
 the classification encoder, and mixes its heads with the output mixing it is given (dense
 W_O here, Hadamard in models/hadamard_layers.py). Dropout acts on the attention
-probabilities only, not on the output (the FFN drops its hidden layer:
-docs/reproducing/baseline.md).
+probabilities when `model.dropout_sites` has `attention_probs` (the default); dropout on
+the attention's output is the block's (`attention_out`, models/gpt.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class DenseOutputProjection(nn.Linear):
     width_role = "residual"  # models/parametrization.py: N(0, 0.02^2 / (2 n_layer))
 
     def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        super().__init__(cfg.d_model, cfg.d_model, bias=cfg.has_attn_out_bias)
 
 
 class MultiHeadAttention(nn.Module):
@@ -35,9 +35,9 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.n_head, self.d_head = cfg.n_head, cfg.d_head
         self.causal = cfg.causal
-        self.dropout = cfg.dropout
+        self.dropout = cfg.dropout_at("attention_probs")
         self.scale = attention_scale(cfg)  # None: 1 / sqrt(d_head)
-        self.c_attn = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
+        self.c_attn = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.has_qkv_bias)
         self.out_proj = out_proj
 
     def split_heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:

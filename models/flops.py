@@ -37,8 +37,9 @@ __all__ = [
 def count_params(cfg: ModelConfig, non_embedding: bool = False) -> int:
     """Exact parameter count of models.build(cfg) (tied embeddings counted once)."""
     d, L, b = cfg.d_model, cfg.n_layer, int(cfg.bias)
+    qkv_b, ffn_b = int(cfg.has_qkv_bias), int(cfg.has_ffn_bias)
     norm = d * (1 + b)
-    block = 2 * norm + (3 * d * d + 3 * d * b) + (8 * d * d + 5 * d * b)  # norms, QKV, MLP
+    block = 2 * norm + (3 * d * d + 3 * d * qkv_b) + (8 * d * d + 5 * d * ffn_b)  # norms, QKV, MLP
     n = L * block + norm + sum(c.params(cfg) for c in _components(cfg))
     if cfg.task == "classify":
         n += d * cfg.n_classes + cfg.n_classes * b

@@ -3,9 +3,11 @@ models/mechanism.py; each seam's module comes from `ModelConfig.component`).
 
 Pre-norm blocks, causal SDPA attention, a 4x GELU MLP, learned positional embeddings and
 tied input/output embeddings. With `task='classify'` the same stack runs as a
-bidirectional encoder with a mean-pooled classification head. Dropout: on the embedding
-sum, the attention probabilities and the MLP's hidden layer. Init and per-layer learning
-rates: models/parametrization.py (why: docs/reproducing/baseline.md).
+bidirectional encoder with a mean-pooled classification head. Dropout acts at
+`model.dropout_sites`: by default the embedding sum, the attention probabilities and the
+MLP's hidden layer (scalelab's choice, docs/reproducing/baseline.md; each paper's authors'
+layout, which differs: docs/reproducing/*.md). Init and per-layer learning rates:
+models/parametrization.py.
 """
 
 from __future__ import annotations
@@ -23,13 +25,22 @@ from scalelab.models.parametrization import init_module, logit_scale, set_role
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.c_fc = nn.Linear(cfg.d_model, 4 * cfg.d_model, bias=cfg.bias)
+        d, bias = cfg.d_model, cfg.has_ffn_bias
+        self.c_fc = nn.Linear(d, 4 * d, bias=bias)
         self.gelu = nn.GELU()
-        self.c_proj = set_role(nn.Linear(4 * cfg.d_model, cfg.d_model, bias=cfg.bias), "residual")
-        self.dropout = nn.Dropout(cfg.dropout)  # on the hidden layer (the TSA paper's setup)
+        self.c_proj = set_role(nn.Linear(4 * d, d, bias=bias), "residual")
+        self.dropout = nn.Dropout(cfg.dropout_at("ffn_hidden"))
+        self.out_dropout = _dropout(cfg, "ffn_out")
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.c_proj(self.dropout(self.gelu(self.c_fc(x))))
+        return self.out_dropout(self.c_proj(self.dropout(self.gelu(self.c_fc(x)))))
+
+
+def _dropout(cfg: ModelConfig, site: str) -> nn.Module:
+    """Dropout at a site that is off by default: Identity when off, so the default model's
+    modules (and its random stream) are what they were before the site existed."""
+    p = cfg.dropout_at(site)
+    return nn.Dropout(p) if p > 0 else nn.Identity()
 
 
 class Block(nn.Module):
@@ -41,11 +52,12 @@ class Block(nn.Module):
         self.ln_1 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         out_proj = cfg.component(Seam.OUTPUT_MIXING).build(cfg, layer_idx)
         self.attn = cfg.component(Seam.HEAD_SELECTION).build(cfg, layer_idx, out_proj)
+        self.attn_dropout = _dropout(cfg, "attention_out")
         self.ln_2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
     def attn_update(self, x: Tensor, ctx: ForwardContext) -> Tensor:
-        return self.attn(self.ln_1(x), ctx)
+        return self.attn_dropout(self.attn(self.ln_1(x), ctx))
 
     def mlp_update(self, x: Tensor) -> Tensor:
         return self.mlp(self.ln_2(x))
@@ -66,7 +78,7 @@ class GPT(nn.Module):
         with torch.random.fork_rng(devices=[]):
             self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
             self.wpe = nn.Embedding(cfg.block_size, cfg.d_model)
-            self.drop = nn.Dropout(cfg.dropout)
+            self.drop = nn.Dropout(cfg.dropout_at("embedding"))
             self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
             self.depth = cfg.component(Seam.DEPTH_ROUTING).build(cfg)
             self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)

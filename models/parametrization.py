@@ -18,6 +18,11 @@ Standard parametrisation (`standard`; docs/reproducing/baseline.md has the ablat
 embeddings N(0, 0.02); Linear weights N(0, 1/(3 fan_in)) (PyTorch's nn.Linear variance,
 drawn from a normal: std 0.051 at d 128, 0.0208 at GPT-2's 768), except residual
 projections N(0, 0.02^2 / (2 n_layer)) (GPT-2); biases zero; one learning rate.
+Three model options reproduce other codebases' init (docs/reproducing/*.md):
+`init_std: gpt2` draws the fan-in-rule weights N(0, 0.02) (nanoGPT); `init_distribution:
+uniform` draws them from the uniform of the same variance (U(+-1/sqrt(fan_in)) under the
+fan-in rule: PyTorch's nn.Linear default); `bias_init: uniform` draws every Linear bias
+from PyTorch's default U(+-1/sqrt(fan_in)). Embeddings and residual projections stay normal.
 
 µP (`mup`, Yang et al. 2021, "Tensor Programs V", Table 3 for Adam; m = d_model /
 mup_base_width): identical to `standard` at the base width, and as the width grows
@@ -70,6 +75,8 @@ def init_std(cfg: ModelConfig, role: Role, fan_in: int) -> float:
         return EMBEDDING_STD
     if role == "residual":
         std = RESIDUAL_STD / math.sqrt(2 * cfg.n_layer)
+    elif cfg.init_std == "gpt2":
+        std = EMBEDDING_STD
     else:
         std = 1.0 / math.sqrt(3 * fan_in)
     if role in ("residual", "output"):
@@ -98,9 +105,17 @@ def attention_scale(cfg: ModelConfig) -> float | None:
 def init_module(cfg: ModelConfig, module: nn.Module) -> None:
     """Initialise one Linear or Embedding by its role (other modules keep their own init)."""
     if isinstance(module, nn.Linear):
-        std = init_std(cfg, role_of(module), module.in_features)
-        nn.init.normal_(module.weight, mean=0.0, std=std)
-        if module.bias is not None:
+        role = role_of(module)
+        std = init_std(cfg, role, module.in_features)
+        if cfg.init_distribution == "uniform" and role not in ("residual", "input"):
+            bound = std * math.sqrt(3.0)  # the uniform with variance std^2
+            nn.init.uniform_(module.weight, -bound, bound)
+        else:
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+        if module.bias is not None and cfg.bias_init == "uniform":
+            bound = 1.0 / math.sqrt(module.in_features)
+            nn.init.uniform_(module.bias, -bound, bound)
+        elif module.bias is not None:
             nn.init.zeros_(module.bias)
     elif isinstance(module, nn.Embedding):
         nn.init.normal_(module.weight, mean=0.0, std=init_std(cfg, "input", 0))

@@ -9,7 +9,7 @@ residual updates are scaled by g_l = 1 - p_l (training) or skipped when p_l > th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import field_validator
 
@@ -36,6 +36,7 @@ class TSAConfig(MechanismConfig):
     lambda_depth: float = 0.0  # lambda: weight of L_depth = lambda * mean(1 - p_l)
     threshold: float = 0.5  # inference: a token halts before block l+1 when p_l > threshold
     sparse_inference: bool = True  # eval: skip halted tokens' FFN (gather/scatter)
+    router_activation: Literal["gelu", "relu"] = "gelu"  # between the router's two layers
 
     @field_validator("lambda_depth")
     @classmethod

@@ -53,16 +53,17 @@ def use_sparse_ffn(n_active: int, n_tokens: int) -> bool:
 
 
 class Router(nn.Module):
-    """r_l: d -> r -> 1 with a sigmoid, r = max(16, d // 4) (tsa_router_hidden).
+    """r_l: d -> r -> 1 with a sigmoid, r = max(16, d // 4) (tsa_router_hidden); GELU or
+    ReLU between the layers (`tsa.router_activation`).
 
     Width roles (models/parametrization.py): fc is a hidden matrix (r grows with d), out an
     output layer (r -> 1)."""
 
-    def __init__(self, d_model: int) -> None:
+    def __init__(self, d_model: int, activation: str = "gelu") -> None:
         super().__init__()
         hidden = tsa_router_hidden(d_model)
         self.fc = nn.Linear(d_model, hidden)
-        self.act = nn.GELU()
+        self.act = nn.ReLU() if activation == "relu" else nn.GELU()
         self.out = set_role(nn.Linear(hidden, 1), "output")
 
     def post_init(self) -> None:
@@ -84,7 +85,9 @@ class TokenSelectiveDepth(nn.Module):
         self.lambda_depth = tsa.lambda_depth
         self.threshold = tsa.threshold
         self.sparse_inference = tsa.sparse_inference
-        self.routers = nn.ModuleList(Router(cfg.d_model) for _ in range(cfg.n_layer - 1))
+        self.routers = nn.ModuleList(
+            Router(cfg.d_model, tsa.router_activation) for _ in range(cfg.n_layer - 1)
+        )
         self.force_path: str | None = None  # 'sparse' | 'dense': override the rule (tests)
 
     def forward(self, x: Tensor, blocks: nn.ModuleList, ctx: ForwardContext) -> Tensor:

@@ -96,9 +96,11 @@ def parameter_sizes(cfg: ModelConfig) -> list[int]:
     d, L, H = cfg.d_model, cfg.n_layer, cfg.n_head
     bias = [d] if cfg.bias else []
     norm = [d, *bias]
-    out = [d * d, *bias] if cfg.attn_out == "dense" else [d, d]  # W_O, or Hadamard alpha, beta
-    block = [*norm, 3 * d * d, *([3 * d] if cfg.bias else []), *out, *norm]
-    block += [4 * d * d, *([4 * d] if cfg.bias else []), 4 * d * d, *bias]
+    out_bias = [d] if cfg.has_attn_out_bias else []
+    out = [d * d, *out_bias] if cfg.attn_out == "dense" else [d, d]  # W_O, or Hadamard alpha, beta
+    block = [*norm, 3 * d * d, *([3 * d] if cfg.has_qkv_bias else []), *out, *norm]
+    ffn = cfg.has_ffn_bias
+    block += [4 * d * d, *([4 * d] if ffn else []), 4 * d * d, *([d] if ffn else [])]
     if cfg.budget is not None:  # f_theta: d -> hidden -> 1, g_phi: d -> H (always biased)
         hidden = cfg.budget.budget_hidden
         block += [hidden * d, hidden, hidden, 1, H * d, H]

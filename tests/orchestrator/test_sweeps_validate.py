@@ -192,3 +192,30 @@ def test_submit_dry_run_refuses_a_tokenizer_this_machine_cannot_load(tmp_path, m
     assert not (tmp_path / "home").exists()
     plan = CliRunner().invoke(app, ["submit", str(SWEEPS / "hadamard.yaml"), "--dry-run"])
     assert plan.exit_code == 0 and "not prepared" in plan.output  # gpt2 itself loads
+
+
+AUTHORS_LAYOUT = {  # issue 31: each paper's sweeps train its authors' layout (docs/reproducing)
+    "tsa": ("embedding", "attention_probs", "ffn_hidden", "ffn_out"),
+    "nanogpt": ("embedding", "attention_probs", "attention_out", "ffn_out"),
+}
+
+
+@pytest.mark.parametrize("name", ["tsa.yaml", "tsa_cpu.yaml", "tsa_synthetic.yaml"])
+def test_tsa_sweeps_train_the_tsa_authors_layout(name):
+    for t in trials_of(name):
+        m = t.job.model
+        assert m.dropout_sites == AUTHORS_LAYOUT["tsa"], t.name
+        assert (m.has_qkv_bias, m.has_attn_out_bias, m.has_ffn_bias) == (False, False, True)
+        assert (m.bias_init, m.init_distribution, m.init_std) == ("uniform", "uniform", "fan_in")
+        assert m.tsa is None or m.tsa.router_activation == "relu"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["hadamard.yaml", "hadamard_cpu.yaml", "reference_charlm.yaml", "reference_charlm_cpu.yaml"],
+)
+def test_nanogpt_backbone_sweeps_train_nanogpts_layout(name):
+    for t in trials_of(name):
+        m = t.job.model
+        assert m.dropout_sites == AUTHORS_LAYOUT["nanogpt"] and m.init_std == "gpt2"
+        assert (m.bias_init, m.init_distribution) == ("zero", "normal")
