@@ -5,7 +5,8 @@ its training FLOPs (the metric `val/loss_at_gflop`, whose step is GFLOPs), colou
 variant, and attaches it to the sweep's parent run as `plots/loss_vs_flops.png`: a person
 watching the sweep in the MLflow UI sees the picture fill in. Re-drawn at most every
 `min_interval_s` (and once more when the sweep ends); the summary then replaces it with
-the fitted figure of the same name (`analysis/plots.py`). Best effort: a drawing or
+the fitted figure of the same name (`analysis/plots.py`). A wsd cooldown branch (trained
+off its trunk's checkpoint: docs/sweep-yaml.md) is drawn dashed. Best effort: a drawing or
 upload that fails costs the picture, never the sweep.
 """
 
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from scalelab.analysis import plots
-from scalelab.contract.runs import Metric
+from scalelab.contract.runs import Metric, Tag
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 MIN_INTERVAL_S = 30.0
 FOLDER, NAME = "plots", "loss_vs_flops.png"  # the summary's fitted figure has the same name
 FINISHED_KEY = "scalelab_finished"  # PNG text chunk: how many trials the figure shows
+BRANCHES_KEY = "scalelab_branches"  # PNG text chunk: how many of them are cooldown branches
 
 
 class LiveFigure:
@@ -50,6 +52,7 @@ class LiveFigure:
         self.total = len(trials)
         self.finished: list[str] = []
         self.curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # a finished trial's: fixed
+        self.branches: set[str] = set()  # finished trials that trained off a trunk
         self.dirty = False
         self.last_drawn = -float("inf")
         self.failed = False
@@ -79,6 +82,8 @@ class LiveFigure:
         if new:
             records = self.ledger.records()
             for tid in new:
+                if records[tid].tags.get(Tag.BRANCHED_FROM):
+                    self.branches.add(tid)
                 history = self.ledger.client.get_metric_history(
                     records[tid].run_id, Metric.VAL_LOSS_AT_GFLOP
                 )
@@ -99,13 +104,17 @@ class LiveFigure:
             v = self.variants[tid]
             label = None if v in labelled else v
             labelled.add(v)
-            ax.plot(flops[keep], loss[keep], color=colour[v], lw=1.0, marker=".", label=label)
+            style = "--" if tid in self.branches else "-"
+            ax.plot(flops[keep], loss[keep], color=colour[v], lw=1.0, ls=style, marker=".",
+                    label=label)  # fmt: skip
         flops = np.concatenate([f for f, _ in curves.values()] or [np.zeros(0)])
         if plots.spans_decades(flops):  # else a log axis labels its minor ticks, unreadably
             ax.set_xscale("log")
         ax.set_xlabel("training FLOPs")
         ax.set_ylabel("val/loss")
-        ax.set_title(f"val/loss against compute: {len(curves)} of {self.total} trials finished")
+        title = f"val/loss against compute: {len(curves)} of {self.total} trials finished"
+        branched = len(self.branches & set(curves))
+        ax.set_title(title + (f" ({branched} cooldown branches, dashed)" if branched else ""))
         if labelled:
             ax.legend(fontsize="small")
         return fig
@@ -113,5 +122,9 @@ class LiveFigure:
     def _attach(self, fig: Figure) -> None:
         with tempfile.TemporaryDirectory(prefix="scalelab-live-") as tmp:
             path = Path(tmp) / NAME
-            fig.savefig(path, metadata={FINISHED_KEY: str(len(self.finished))})
+            branched = len(self.branches & set(self.finished))
+            fig.savefig(
+                path,
+                metadata={FINISHED_KEY: str(len(self.finished)), BRANCHES_KEY: str(branched)},
+            )
             self.ledger.client.log_artifact(self.ledger.parent_id, str(path), FOLDER)

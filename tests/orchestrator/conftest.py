@@ -86,6 +86,22 @@ backend: {backend}
 """
 
 
+def wsd_sweep_yaml(name: str, *, seed: int, backend: str) -> str:
+    """Budgets 1, 2 and 4x of one wsd trial (orchestrator/branching.py): the longest is the
+    trunk, the two shorter ones its cooldown branches."""
+    return f"""
+name: {name}
+base:
+  model: {{size: nano, vocab_size: 256, block_size: 64}}
+  data: {{source: "builtin:pydoc", tokenizer: byte, seq_len: 64}}
+  train: {{global_batch_tokens: 512, schedule: wsd, warmup_steps: 1}}
+grid:
+  train.tokens: [2048, 4096, 8192]
+  seed: [{seed}]
+backend: {backend}
+"""
+
+
 def calls(home: Path, run_id: str, what: str = "call") -> int:
     d = home / "calls" / run_id
     return len(list(d.glob(f"{what}-*"))) if d.exists() else 0

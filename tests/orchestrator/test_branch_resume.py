@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import HERE, calls
+from conftest import HERE, calls, wsd_sweep_yaml
 from typer.testing import CliRunner
 
 from scalelab.cli.main import app
@@ -27,17 +27,8 @@ JOB = "jobs_for_tests:stepping_wsd"
 def test_kill_9_while_the_trunk_trains_then_resubmit(
     tmp_path, ray_session, work_home, sweep_name, trial_sleep
 ):
-    text = f"""
-name: {sweep_name}
-base:
-  model: {{size: nano, vocab_size: 256, block_size: 64}}
-  data: {{source: "builtin:pydoc", tokenizer: byte, seq_len: 64}}
-  train: {{global_batch_tokens: 512, schedule: wsd, warmup_steps: 1}}
-grid:
-  train.tokens: [2048, 4096, 8192]
-  seed: [23]
-backend: {{concurrency: 2, cpus_per_trial: 0.5, retry_backoff_s: 0.1}}
-"""
+    backend = "{concurrency: 2, cpus_per_trial: 0.5, retry_backoff_s: 0.1}"
+    text = wsd_sweep_yaml(sweep_name, seed=23, backend=backend)
     path = tmp_path / "sweep.yaml"
     path.write_text(text)
     short, middle, trunk = expand(*parse_spec(text))  # 4, 8, 16 steps; seeds at 3 and 6

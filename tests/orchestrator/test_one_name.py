@@ -199,3 +199,38 @@ def test_a_cooldown_branch_and_its_trunk_show_as_such_in_every_view(work_home):
     )
     labels = [r[head.index("trial")] for r in report_rows]
     assert sum(f"(branch of `{trunk.trial_id[:8]}` at step 3)" in label for label in labels) == 1
+
+
+def test_the_live_figure_draws_a_cooldown_branch_dashed(work_home):
+    """The parent run's live loss-vs-FLOPs figure (analysis/live_figure.py) tells a wsd
+    branch from a trial trained from step 0: dashed, counted in the title and the PNG."""
+    from types import SimpleNamespace
+
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric as MlflowMetric
+    from PIL import Image
+
+    from scalelab.analysis.live_figure import BRANCHES_KEY, FINISHED_KEY, FOLDER, NAME, LiveFigure
+    from scalelab.contract.workdir import tracking_uri
+
+    sweep = f"figure-{uuid.uuid4().hex[:6]}"
+    trials = write_sweep(sweep, sizes=("nano",), tokens_per_param=(10, 20), steps=4)
+    branch, trunk = sorted((t for t in trials if t.variant == "dense"), key=lambda t: t.tokens)
+    client = MlflowClient(tracking_uri())
+    for t in (branch, trunk):
+        points = [MlflowMetric("val/loss_at_gflop", 5.0 / s, 0, s) for s in (1, 2, 4)]
+        client.log_batch(t.run_id, metrics=points)
+    client.set_tag(branch.run_id, "scalelab.branched_from", f"{trunk.trial_id}@3")
+    ledger = Ledger(sweep)
+    ledger.find_parent()
+    figure = LiveFigure(
+        ledger, [SimpleNamespace(trial_id=t.trial_id, variant="dense") for t in (branch, trunk)]
+    )
+    figure.min_interval_s = 0.0
+    for t in (trunk, branch):
+        figure.trial_ended(t.trial_id, "finished")
+    drawn = figure._draw(figure._read_curves())
+    styles = sorted(line.get_linestyle() for line in drawn.axes[0].lines)
+    assert styles == ["-", "--"] and "1 cooldown branches, dashed" in drawn.axes[0].get_title()
+    png = client.download_artifacts(ledger.parent_id, f"{FOLDER}/{NAME}", str(work_home))
+    assert Image.open(png).text[FINISHED_KEY] == "2" and Image.open(png).text[BRANCHES_KEY] == "1"

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import calls, sweep_yaml
+from conftest import calls, sweep_yaml, wsd_sweep_yaml
 
 from scalelab.orchestrator.expand import expand
 from scalelab.orchestrator.ledger import Ledger
@@ -248,17 +248,8 @@ def test_wsd_branches_wait_for_their_trunks_seed(ray_session, work_home, sweep_n
     """Budgets 1, 2, 4x of a wsd trial: the longest is the trunk; the two shorter ones
     (launched first without branching: smallest compute first) start only once the trunk
     has seeded them, and every trial runs once (orchestrator/branching.py)."""
-    spec, source = parse_spec(f"""
-name: {sweep_name}
-base:
-  model: {{size: nano, vocab_size: 256, block_size: 64}}
-  data: {{source: "builtin:pydoc", tokenizer: byte, seq_len: 64}}
-  train: {{global_batch_tokens: 512, schedule: wsd, warmup_steps: 1}}
-grid:
-  train.tokens: [2048, 4096, 8192]
-  seed: [11]
-backend: {{concurrency: 3, max_retries: 0, cpus_per_trial: 0.5}}
-""")
+    backend = "{concurrency: 3, max_retries: 0, cpus_per_trial: 0.5}"
+    spec, source = parse_spec(wsd_sweep_yaml(sweep_name, seed=11, backend=backend))
     trials = expand(spec, source)
     trunk = trials[-1]
     assert [(s.step, s.trial_id) for s in trunk.job.train.branch_seeds] == [
