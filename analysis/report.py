@@ -135,19 +135,13 @@ def _trial_rows(fit: SweepFit) -> tuple[list[str], list[list[str]]]:
     head = ["trial", "id", "variant", "size", "params", "tokens", "FLOPs", fit.loss, "time"]
     head += ["queued"]
     cols = ["trial_id", "variant", "size", "n_params", "tokens", "flops", fit.loss]
-    cols += ["wall_time_s", "queued_s"]
-    names = t["name"].to_pylist() if "name" in t.column_names else [None] * t.num_rows
-    # a wsd cooldown branch trained off its trunk's checkpoint (docs/sweep-yaml.md)
-    origins = (
-        t["branched_from"].to_pylist() if "branched_from" in t.column_names else [None] * t.num_rows
-    )
+    cols += ["wall_time_s", "queued_s", "name", "branched_from"]
     rows = []
-    for name, origin, r in zip(
-        names, origins, t.select([c for c in cols if c in t.column_names]).to_pylist(), strict=True,
-    ):  # fmt: skip
-        label = name or r["trial_id"][:8]
-        if origin:
-            trunk, _, step = origin.partition("@")
+    for r in t.select([c for c in cols if c in t.column_names]).to_pylist():
+        label = r.get("name") or r["trial_id"][:8]
+        # a wsd cooldown branch trained off its trunk's checkpoint (docs/sweep-yaml.md)
+        trunk, _, step = (r.get("branched_from") or "").partition("@")
+        if trunk:
             label += f" (branch of `{trunk[:8]}` at step {step})"
         rows.append(
             [

@@ -5,6 +5,7 @@ JSON-ready dicts; turning them into a table is the caller's."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,8 +40,10 @@ def trial_rows(ledger: SweepReads) -> list[dict[str, Any]]:
         # bookkeeping, not the trial's error: the CLI says it under the table
         row["pending_why"] = o.why if o else ""
         rows.append(row)
-    for row in rows:  # a wsd trunk: the trials that branched off it (orchestrator/branching.py)
-        row["branches"] = sum(r["branched_from"].partition("@")[0] == row["trial_id"] for r in rows)
+    # a wsd trunk: the trials that branched off it (orchestrator/branching.py)
+    trunks = Counter(r["branched_from"].partition("@")[0] for r in rows if r["branched_from"])
+    for row in rows:
+        row["branches"] = trunks[row["trial_id"]]
     return rows
 
 

@@ -71,7 +71,7 @@ class LogLaw:
     def objective(self, theta: np.ndarray, delta: float = HUBER_DELTA) -> np.ndarray:
         """Mean Huber loss / delta^2 for one theta or a stack of them (grid search)."""
         r = self.predict_log(theta) - self.y
-        return _huber(r, delta).mean(axis=-1) / delta**2
+        return huber(r, delta).mean(axis=-1) / delta**2
 
     def residuals_and_jacobian(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """r = log L_hat - log L (n,) and dr/dtheta (n, p): least squares and the delta
@@ -105,7 +105,7 @@ class LogLaw:
         gz = g[:, None] * wz  # d f / d z_j (softmax weight times d f/d r)
         head = [[g @ w0]] if self.has_E else []
         grad = np.concatenate(head + [gz.sum(axis=0), -np.einsum("nk,nk->k", gz, self.X)])
-        return float(_huber(r, delta).mean() / delta**2), grad
+        return float(huber(r, delta).mean() / delta**2), grad
 
 
 def _logsumexp(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -117,7 +117,7 @@ def _logsumexp(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (m + np.log(s))[..., 0], w / s
 
 
-def _huber(r: np.ndarray, delta: float) -> np.ndarray:
+def huber(r: np.ndarray, delta: float = HUBER_DELTA) -> np.ndarray:
     ar = np.abs(r)
     return np.where(ar <= delta, 0.5 * r * r, delta * (ar - 0.5 * delta))
 

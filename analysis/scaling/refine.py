@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .objective import _ALPHA_BOUNDS, HUBER_DELTA
+from .objective import _ALPHA_BOUNDS, HUBER_DELTA, _logsumexp, huber
 
 
 def predict_and_jacobian(X: np.ndarray, theta: np.ndarray, has_E: bool):  # noqa: ANN201
@@ -24,18 +24,10 @@ def predict_and_jacobian(X: np.ndarray, theta: np.ndarray, has_E: bool):  # noqa
     z = a[:, None, :] - alpha[:, None, :] * X
     if has_E:
         z = np.concatenate([np.broadcast_to(theta[:, None, :1], z.shape[:2] + (1,)), z], -1)
-    m = z.max(axis=-1, keepdims=True)
-    w = np.exp(z - m)
-    s = w.sum(axis=-1, keepdims=True)
-    w /= s
+    value, w = _logsumexp(z)
     wz = w[..., o:]
     jac = np.concatenate([w[..., :o], wz, -wz * X], axis=-1)
-    return (m + np.log(s))[..., 0], jac
-
-
-def huber(r: np.ndarray, delta: float = HUBER_DELTA) -> np.ndarray:
-    ar = np.abs(r)
-    return np.where(ar <= delta, 0.5 * r * r, delta * (ar - 0.5 * delta))
+    return value, jac
 
 
 def refine(

@@ -15,7 +15,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from .data import ScalingError
-from .objective import HUBER_DELTA, _huber, on_lower_bound_E, single_threaded_blas
+from .objective import HUBER_DELTA, huber, on_lower_bound_E, single_threaded_blas
 from .powerlaw import PowerLawFit
 
 _ALPHAS = (0.05, 0.15, 0.4)
@@ -127,4 +127,4 @@ def shift_objective(
     g = np.clip(r, -HUBER_DELTA, HUBER_DELTA) / (HUBER_DELTA**2 * r.size)
     gz = g * (1.0 - w0)
     grad = np.array([g @ w0, gz.sum(), -(gz @ u), alpha * (gz @ v)])
-    return float(_huber(r, HUBER_DELTA).mean() / HUBER_DELTA**2), grad
+    return float(huber(r, HUBER_DELTA).mean() / HUBER_DELTA**2), grad
