@@ -1,6 +1,11 @@
-"""The MLflow UI as `scalelab ui` serves it: MLflow's own server (the `mlflow.app` plugin
-`scalelab`, pyproject.toml), with one change to its page: a browser that has not chosen
-between *GenAI* and *Model training* opens in model training (docs/monitoring.md).
+"""The MLflow UI as `scalelab ui` serves it: MLflow's own server app with one change to its
+page: a browser that has not chosen between *GenAI* and *Model training* opens in model
+training (docs/monitoring.md).
+
+`scalelab ui` runs this app under uvicorn itself, with the environment `mlflow server`
+would give its worker (`server_environment`), rather than through `mlflow server`: that
+command imports MLflow in a first process only to start the worker, which imports it
+again, and the UI answered only after both (docs/benchmarks.md, CLI start-up).
 
 Why a change to the page: MLflow 3.17's UI decides an experiment's kind from that switch
 alone (the address's `workflowType`, else the browser's local storage
@@ -12,7 +17,11 @@ Every request goes to MLflow's app unchanged but the index page's body and cache
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import uuid
+import warnings
+from pathlib import Path
 from typing import Any
 
 WORKFLOW_KEY = "mlflow.workflowType_v1"  # MLflow's useLocalStorage key: `${key}_v${version}`
@@ -43,6 +52,8 @@ class ScalelabUI:
 
     def _app(self) -> Any:
         if self._mlflow is None:
+            # starlette's deprecation of the WSGI bridge MLflow uses: nothing a user can act on
+            warnings.filterwarnings("ignore", message="starlette.middleware.wsgi is deprecated")
             from mlflow.server.fastapi_app import app
 
             self._mlflow = app
@@ -90,3 +101,52 @@ class ScalelabUI:
 
 
 app = ScalelabUI()
+
+
+# What `mlflow server` (MLflow 3.17, pinned in requirements/constraints.txt) hands its
+# uvicorn worker, by name: mlflow.server's *_ENV_VAR constants and the `server` command's
+# defaults (tests/faults/test_ui_port.py checks the names against MLflow's own).
+SERVER_ENV_NAMES = {
+    "backend": "_MLFLOW_SERVER_FILE_STORE",
+    "registry": "_MLFLOW_SERVER_REGISTRY_STORE",
+    "artifact_root": "_MLFLOW_SERVER_ARTIFACT_ROOT",
+    "serve_artifacts": "_MLFLOW_SERVER_SERVE_ARTIFACTS",
+    "artifacts_destination": "_MLFLOW_SERVER_ARTIFACT_DESTINATION",
+    "server": "_MLFLOW_SGI_NAME",
+    "boot_id": "_MLFLOW_SERVER_BOOT_ID",
+    "in_job_executor": "_MLFLOW_IN_JOB_EXECUTOR",
+}
+
+
+def server_environment(store_uri: str, artifacts: Path) -> dict[str, str]:
+    """The environment of MLflow's server worker on `store_uri`, as `mlflow server
+    --backend-store-uri store_uri` sets it but for the proxied artifacts of runs created
+    in the UI, which go to `artifacts` (the work directory's) rather than ./mlartifacts."""
+    names = SERVER_ENV_NAMES
+    return {
+        names["backend"]: store_uri,
+        names["registry"]: store_uri,
+        names["artifact_root"]: "mlflow-artifacts:/",
+        names["serve_artifacts"]: "true",
+        names["artifacts_destination"]: str(artifacts),
+        names["server"]: "uvicorn",
+        names["boot_id"]: uuid.uuid4().hex,
+        names["in_job_executor"]: "false",
+        "MLFLOW_TRACKING_URI": store_uri,
+        "MLFLOW_REGISTRY_URI": store_uri,
+        "MLFLOW_ENABLE_WORKSPACES": "false",
+        "MLFLOW_SERVER_X_FRAME_OPTIONS": "SAMEORIGIN",
+        # MLflow's job runner (7 huey processes, left behind by a SIGTERM): no scalelab need
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    }
+
+
+def uvicorn_command(python: str, host: str, port: int, workers: int) -> list[str]:
+    """uvicorn serving this app, with MLflow's log format (found without importing MLflow)."""
+    spec = importlib.util.find_spec("mlflow")
+    assert spec is not None and spec.submodule_search_locations
+    log_config = Path(spec.submodule_search_locations[0]) / "server" / "uvicorn_log_config.yaml"
+    return [
+        python, "-m", "uvicorn", "--log-config", str(log_config), "--host", host,
+        "--port", str(port), "--workers", str(workers), f"{__name__}:app",
+    ]  # fmt: skip

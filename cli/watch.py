@@ -176,7 +176,7 @@ def ui(
     if uri.startswith("http"):
         out.print(f"the tracking server is already a UI: open {uri.rstrip('/')}/{runs_view}")
         return
-    # mlflow only logs a busy port and exits 0: bind it here first, as its server would
+    # a server on a busy port would say so only once MLflow is loaded: bind it here first
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         with socket.socket(family, kind, proto) as probe:
@@ -193,33 +193,15 @@ def ui(
             "change and delete every run (docs/reliability.md, Security)",
             highlight=False,
         )
-    # MLflow's job runner (7 huey processes, left behind by a SIGTERM) serves no scalelab need
-    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
-    # the server's own libraries warn of their deprecations (starlette's WSGI middleware):
-    # nothing the user can act on
-    os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
-    cmd = [
-        sys.executable,
-        "-m",
-        "mlflow",
-        "ui",
-        "--backend-store-uri",
-        uri,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--workers",  # each loads MLflow and its store before the UI answers (issue 27)
-        str(workers),
-    ]
-    from importlib.metadata import entry_points
+    from scalelab.cli.ui_server import server_environment, uvicorn_command
+    from scalelab.contract.workdir import artifact_root
 
-    if entry_points(group="mlflow.app", name="scalelab"):  # cli/ui_server.py
-        cmd += ["--app-name", "scalelab"]
-    else:
-        err.print("note: scalelab's MLflow app is not installed (run scripts/bootstrap.sh)")
+    env = {**os.environ, **server_environment(uri, artifact_root())}
+    # the server's own libraries warn of their deprecations: nothing the user can act on
+    env.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
+    cmd = uvicorn_command(sys.executable, host, port, workers)
     out.print(f"MLflow UI on http://{host}:{port}/{runs_view} for {uri} (Ctrl-C to stop)")
-    os.execv(sys.executable, cmd)
+    os.execve(sys.executable, cmd, env)
 
 
 def register(app: typer.Typer) -> None:

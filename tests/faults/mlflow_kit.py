@@ -26,23 +26,32 @@ NO_JOB_RUNNER = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
 class MlflowServer:
-    """`mlflow server` on 127.0.0.1 over a sqlite store; stop() and start() keep the port."""
+    """`mlflow server` on 127.0.0.1 over a sqlite store; stop() and start() keep the port.
+    `scalelab_ui=True` starts the real `scalelab ui` on that store instead."""
 
-    def __init__(self, store_uri: str, app_name: str | None = None) -> None:
+    def __init__(self, store_uri: str, scalelab_ui: bool = False) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.uri = f"http://127.0.0.1:{self.port}"
         self.store_uri = store_uri
-        self.app = ["--app-name", app_name] if app_name else []  # `scalelab`: as `scalelab ui`
+        self.scalelab_ui = scalelab_ui
         self.proc: subprocess.Popen | None = None
+
+    def _command(self) -> list[str]:
+        if self.scalelab_ui:
+            return [sys.executable, "-m", "scalelab.cli.main", "ui", "--port", str(self.port)]
+        return [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1",
+                "--port", str(self.port), "--workers", "1", "--backend-store-uri", self.store_uri]  # fmt: skip
+
+    def _store_env(self) -> dict[str, str]:
+        return {"MLFLOW_TRACKING_URI": self.store_uri} if self.scalelab_ui else {}
 
     def start(self) -> MlflowServer:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1",
-             "--port", str(self.port), "--workers", "1", "--backend-store-uri", self.store_uri, *self.app],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            env=os.environ | NO_JOB_RUNNER,
+            self._command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=os.environ | NO_JOB_RUNNER | self._store_env(),
         )  # fmt: skip
         deadline = time.time() + 120
         while time.time() < deadline:

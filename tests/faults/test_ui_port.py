@@ -1,6 +1,6 @@
 """`scalelab ui` on a port another process holds: one line naming the port, exit code 2,
 and nothing started (mlflow itself only logs the clash and exits 0). On a free port the UI
-comes up."""
+comes up, in one process: no second start of MLflow (docs/monitoring.md)."""
 
 from __future__ import annotations
 
@@ -60,11 +60,41 @@ def test_ui_on_a_free_port_serves(tmp_path: Path):
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
                     assert r.status == 200
+                    page = r.read()
                     break
             except OSError:
                 assert time.monotonic() < deadline, "the MLflow UI did not answer"
                 time.sleep(0.5)
+        assert b'"mlflow.workflowType_v1"' in page  # scalelab's page: model training first
+        # the command became the server: no `mlflow server` parent, no worker below it
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert children == [], children
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        assert b"uvicorn" in cmdline and b"scalelab.cli.ui_server:app" in cmdline, cmdline
     finally:
         with suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+
+
+def test_the_ui_gives_its_server_the_environment_names_mlflow_server_uses():
+    """`scalelab ui` starts MLflow's app itself: the names of what `mlflow server` hands its
+    worker are MLflow's private constants, checked here against the installed MLflow."""
+    from mlflow import environment_variables as variables
+    from mlflow.server import constants
+
+    from scalelab.cli.ui_server import SERVER_ENV_NAMES, server_environment
+
+    assert SERVER_ENV_NAMES == {
+        "backend": constants.BACKEND_STORE_URI_ENV_VAR,
+        "registry": constants.REGISTRY_STORE_URI_ENV_VAR,
+        "artifact_root": constants.ARTIFACT_ROOT_ENV_VAR,
+        "serve_artifacts": constants.SERVE_ARTIFACTS_ENV_VAR,
+        "artifacts_destination": constants.ARTIFACTS_DESTINATION_ENV_VAR,
+        "server": variables._MLFLOW_SGI_NAME.name,
+        "boot_id": variables._MLFLOW_SERVER_BOOT_ID.name,
+        "in_job_executor": variables._MLFLOW_IN_JOB_EXECUTOR.name,
+    }
+    env = server_environment("sqlite:////x/mlflow.db", Path("/x/artifacts"))
+    assert env[constants.BACKEND_STORE_URI_ENV_VAR] == "sqlite:////x/mlflow.db"
+    assert env[constants.ARTIFACTS_DESTINATION_ENV_VAR] == "/x/artifacts"  # not ./mlartifacts

@@ -206,7 +206,7 @@ def test_what_the_mlflow_ui_shows(tmp_path, ray_session, work_home, sweep_name):
     launched = int(time.time() * 1000)
     result = runner.invoke(app, ["submit", str(_write(tmp_path, text)), "--job", "jobs_for_tests:count"])  # fmt: skip
     assert result.exit_code == 0, result.output
-    server = MlflowServer(tracking_uri(), app_name="scalelab").start()  # as `scalelab ui`
+    server = MlflowServer(tracking_uri(), scalelab_ui=True).start()
     try:
         exp = _get(server.uri, "experiments/get-by-name", experiment_name=sweep_name)["experiment"]
         tags = {t["key"]: t["value"] for t in exp["tags"]}
