@@ -44,7 +44,10 @@ in elements per token and layer (x16-bit: 2 bytes each):
         input 4h, second linear's input 4h; plus fp32 LN statistics (4) and SDPA's
         log-sum-exp (a)
     math SDPA (a mask, or no fused kernel):                  + a s (softmax output), no log-sum-exp
-    dropout p > 0:                                           + 2 h masks (+ 2 a s with math SDPA)
+    dropout p > 0, a mask per element where it acts (`model.dropout_sites`):
+        attention output h, FFN hidden 4h, FFN output h; the attention probabilities
+        + 2 a s (mask and dropped copy) with math SDPA, which CPU falls back to for it
+        (CUDA's fused kernels keep a random seed instead); the embedding h, once
     Hadamard W_O:                                            + 0 (it keeps its input, as W_O does)
     BudgetFormer (soft top-k training):                      + 2 h + 2 budget_hidden + a^2 + 5 a + 4
     TSA, per routed block (all but the first):               + 2 h (gated updates) + 2 r + 2
@@ -68,6 +71,11 @@ from scalelab.models.tsa_counts import tsa_router_hidden  # the router's width r
 from scalelab.models.vocab import padded_vocab_size
 
 GIB = 2**30
+# Elements of a dropout mask per token at each site of a block, in units of d_model
+# (the embedding's is counted once, with the LM head; the probabilities' are a s, apart)
+DROPOUT_MASK_WIDTH = {
+    "embedding": 0, "attention_probs": 0, "attention_out": 1, "ffn_hidden": 4, "ffn_out": 1,
+}  # fmt: skip
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 ADAM_MOMENTS = 8  # exp_avg + exp_avg_sq, fp32
 MASTER = 4  # fp32 master copy of the weights
@@ -305,13 +313,15 @@ def activation_model(
     """Activation bytes per token (module docstring). `device` decides what a dropout mask
     costs: one byte per element on CUDA (native dropout), the activation dtype on CPU."""
     h, a, s = cfg.d_model, cfg.n_head, seq_len
+    sites = cfg.dropout_sites if cfg.dropout > 0 else ()
+    mask = 1 if device == "cuda" else act_bytes
+    if device == "cpu" and "attention_probs" in sites:
+        attention = "math"  # CPU's fused SDPA has no dropout (measured: the softmax is kept)
     full = 16 * h * act_bytes + 4 * 4  # + fp32 LayerNorm mean and rstd, two norms
     full += a * s * act_bytes if attention == "math" else a * 4  # softmax, or fp32 log-sum-exp
-    if cfg.dropout > 0:
-        mask = 1 if device == "cuda" else act_bytes
-        full += 2 * h * mask
-        if attention == "math":
-            full += a * s * (mask + act_bytes)
+    full += mask * h * sum(DROPOUT_MASK_WIDTH[site] for site in sites)
+    if attention == "math" and "attention_probs" in sites:
+        full += a * s * (mask + act_bytes)
     if cfg.budget is not None:
         full += (2 * h + 2 * cfg.budget.budget_hidden + a * a + 5 * a + 4) * act_bytes
     routed, gated = 0, 0.0
@@ -324,6 +334,8 @@ def activation_model(
         logits = 2 * padded * act_bytes + v * 4
     else:
         head, logits = 2 * h * act_bytes + 2 * 4 + 8, 0.0
+    if "embedding" in sites:
+        head += mask * h
     return ActivationModel(
         layers=cfg.n_layer,
         layer=2 * h * act_bytes if checkpointing else full,

@@ -93,3 +93,19 @@ def test_bf16_halves_the_activations_but_not_the_fp32_statistics():
     assert _assert_estimate_matches_saved_tensors(
         {}, False, "flash", torch.bfloat16
     ) < 0.55 * _assert_estimate_matches_saved_tensors({}, False, "flash")
+
+
+@pytest.mark.parametrize(
+    "sites",
+    [("attention_out",), ("ffn_hidden",), ("ffn_out",), ("embedding",), ("attention_probs",)],
+)
+def test_dropout_masks_are_counted_where_model_dropout_sites_put_them(sites):
+    """Each site's masks, alone: what dropout adds per token (layer and whole model) over
+    the same model without it, against what the planner adds (before: 2h per layer for
+    any sites, the FFN hidden layer's 4h mask counted as 2h)."""
+    (two, four), cfgs = _measured({"dropout": 0.1, "dropout_sites": sites})
+    (two_0, four_0), cfgs_0 = _measured({})
+    est = [activation_model(c, T, 4, False, "flash", "cpu") for c in (*cfgs, *cfgs_0)]
+    per_layer = ((four - two) - (four_0 - two_0)) / 2
+    assert per_layer == pytest.approx(est[1].layer - est[3].layer, abs=1)
+    assert two - two_0 == pytest.approx(est[0].saved_per_token() - est[2].saved_per_token(), abs=1)
