@@ -4,6 +4,7 @@ started) and the launch of trials as Ray tasks that call `jobs.launch.launch`.""
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,12 @@ if TYPE_CHECKING:
     from scalelab.orchestrator.expand import Trial
     from scalelab.orchestrator.ledger import Ledger, TrialRecord
     from scalelab.orchestrator.spec import BackendConfig
+
+
+# Ray 2.60 waits a fixed 30 s for a new node to register (ray/_private/node.py), which an
+# overloaded machine can exceed; a cluster started here is then started again.
+RAY_SLOW_START = "timed out during startup"
+EMBEDDED_START_TRIES = 3
 
 
 class BackendError(RuntimeError):
@@ -62,13 +69,30 @@ def ray_init(address: str, *, embedded: bool, workers: int | None = None) -> boo
     session = driver_session() if starts else None
     if session:
         kwargs["_temp_dir"] = str(session.temp_dir)
-    try:
-        with session.starting_cluster() if session else nullcontext():
-            ray.init(**kwargs)
-    except (ConnectionError, RuntimeError, ValueError) as e:
-        if session:
-            ray_shutdown()  # whatever it had started
-        raise BackendError(f"cannot connect to Ray at {address!r}: {e}") from None
+    for attempt in range(1, EMBEDDED_START_TRIES + 1):
+        try:
+            with session.starting_cluster() if session else nullcontext():
+                ray.init(**kwargs)
+            break
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            if session:
+                ray_shutdown()  # whatever it had started
+            raise BackendError(f"cannot connect to Ray at {address!r}: {e}") from None
+        except Exception as e:  # Ray raises a bare Exception for a slow node start
+            if not (session and RAY_SLOW_START in str(e)):
+                raise
+            ray_shutdown()  # its GCS and raylet, half started
+            if attempt == EMBEDDED_START_TRIES:
+                raise BackendError(
+                    f"the embedded Ray did not start: its node did not register within Ray's "
+                    f"30 s, {EMBEDDED_START_TRIES} times (is this machine overloaded?)"
+                ) from None
+            logging.getLogger(__name__).warning(
+                "the embedded Ray's node did not register within Ray's 30 s (a busy machine); "
+                "starting it again (%d of %d)",
+                attempt + 1,
+                EMBEDDED_START_TRIES,
+            )
     if session and not ipaddress.ip_address(ray.util.get_node_ip_address()).is_loopback:
         node_ip = ray.util.get_node_ip_address()
         ray_shutdown()  # fail closed
