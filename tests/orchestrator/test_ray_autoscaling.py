@@ -34,7 +34,7 @@ BACKEND = (
 @pytest.fixture(scope="module")
 def cloud(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("fake-cloud")
-    cluster = FakeCloud(root, {"gpu_worker": {**WORKER, "max_workers": 2}}, IDLE_TIMEOUT_S)
+    cluster = FakeCloud(root, {"gpu_worker": {**WORKER, "max_workers": 3}}, IDLE_TIMEOUT_S)
     try:
         yield cluster.start()
     finally:
@@ -104,58 +104,66 @@ def _ended(driver: subprocess.Popen, home: Path, timeout_s: float = 180) -> Swee
     return Sweep(home, tags["scalelab.trial_id"], run.info.run_id, tags, run.info.status)
 
 
+@dataclass
+class Seen:
+    """Both sweeps, submitted at once to the cluster with no worker node, and what the
+    test saw of the cluster: its workers before, while they ran, and the node reclaimed
+    under the second sweep's trial after its first checkpoint (`newest`: the last
+    checkpoint written when it went)."""
+
+    uninterrupted: Sweep
+    reclaimed: Sweep
+    before: set[str]
+    seen: set[str]
+    reclaimed_node: str
+    newest: int
+
+
 @pytest.fixture(scope="module")
-def uninterrupted(cloud: FakeCloud, tmp_path_factory: pytest.TempPathFactory):
-    """One trial submitted to the cluster with no worker node: (the sweep, the workers seen
-    before it, while it ran)."""
-    home = tmp_path_factory.mktemp("uninterrupted")
+def sweeps(cloud: FakeCloud, tmp_path_factory: pytest.TempPathFactory) -> Seen:
     before = cloud.workers()
-    driver = _submit(cloud, home)
+    straight, reclaimed = tmp_path_factory.mktemp("straight"), tmp_path_factory.mktemp("reclaim")
+    (reclaimed / STEP_PAUSE_FILE).write_text("0.5")  # room to act between checkpoints
+    drivers = [_submit(cloud, straight), _submit(cloud, reclaimed)]
     seen: set[str] = set()
-    deadline = time.monotonic() + 180
-    while driver.poll() is None and time.monotonic() < deadline:
+    node, newest = "", 0
+    deadline = time.monotonic() + 240
+    while any(d.poll() is None for d in drivers) and time.monotonic() < deadline:
         seen |= cloud.workers()
-        time.sleep(0.3)
-    return _ended(driver, home), before, seen
+        done = list(reclaimed.glob("trials/*/ckpt/step*/COMPLETE"))
+        if done and not node:
+            (attempt,) = reclaimed.glob("calls/*/node-*")
+            node = attempt.name.split("-")[1]
+            cloud.reclaim(node)  # a spot reclaim, after the trial's first checkpoint
+            newest = max(int(p.parent.name[4:]) for p in reclaimed.glob("trials/*/ckpt/*/COMPLETE"))
+        time.sleep(0.1)
+    ended = [_ended(d, home) for d, home in zip(drivers, (straight, reclaimed), strict=True)]
+    return Seen(*ended, before, seen, node, newest)
 
 
-def test_a_sweep_scales_the_cluster_up_from_no_workers_and_back_down(cloud, uninterrupted):
-    sweep, before, seen = uninterrupted
-    assert before == set()  # no worker when the sweep came
+def test_a_sweep_scales_the_cluster_up_from_no_workers_and_back_down(cloud, sweeps):
+    assert sweeps.before == set()  # no worker when the sweeps came
+    sweep = sweeps.uninterrupted
     assert sweep.status == "FINISHED"
     ((node, start),) = sweep.attempts()
-    assert node != HEAD_NODE_ID and node in seen  # on a worker the autoscaler added for it
+    assert node != HEAD_NODE_ID and node in sweeps.seen  # a worker the autoscaler added
     assert start == 0 and len(sweep.losses()) == 8
     # the trials' files went where the driver said, not where the nodes were started
     assert not (cloud.root / "scalelab-runs").exists()
     cloud.wait_for_workers(0, timeout_s=IDLE_TIMEOUT_S + 30)  # idle: given back
 
 
-def test_a_trial_whose_node_is_reclaimed_resumes_on_another_node(cloud, uninterrupted, tmp_path):
+def test_a_trial_whose_node_is_reclaimed_resumes_on_another_node(sweeps):
     """A spot reclaim: the node running the trial is killed after a checkpoint. The trial
-    is placed again, resumes from that checkpoint on a new node under the same run, with
+    is placed again, resumes from its last checkpoint on a new node under the same run, with
     the uninterrupted trial's losses; the driver counts a preemption, not a failure
     (max_retries 0: a failure would end it)."""
-    reference, _, _ = uninterrupted
-    home = tmp_path / "reclaimed"
-    home.mkdir()
-    (home / STEP_PAUSE_FILE).write_text("0.5")  # room to act between checkpoints
-    driver = _submit(cloud, home)
-    ckpt = home / "trials" / reference.trial_id / "ckpt"
-    deadline = time.monotonic() + 120
-    while not list(ckpt.glob("step*/COMPLETE")):
-        assert driver.poll() is None and time.monotonic() < deadline, "no checkpoint came"
-        time.sleep(0.1)
-    (attempt,) = list((home / "calls").glob("*/node-*"))
-    node = attempt.name.split("-")[1]
-    cloud.reclaim(node)
-    newest = max(int(p.parent.name[4:]) for p in ckpt.glob("step*/COMPLETE"))
-    sweep = _ended(driver, home)
-
+    sweep, reference = sweeps.reclaimed, sweeps.uninterrupted
+    assert sweeps.reclaimed_node, "the trial finished before a checkpoint was seen"
     assert sweep.status == "FINISHED" and sweep.trial_id == reference.trial_id
     (first, _), (second, start) = sweep.attempts()  # the run id they were given: one run
-    assert first == node and second not in (node, HEAD_NODE_ID)
-    assert 0 < start == newest < 8  # from the last checkpoint, not from step 0
+    assert first == sweeps.reclaimed_node and second not in (first, HEAD_NODE_ID)
+    assert 0 < start == sweeps.newest < 8  # from the last checkpoint, not from step 0
     assert sweep.tags["scalelab.attempts"] == "1" and "scalelab.preempted" in sweep.tags
     assert "scalelab.error" not in sweep.tags
     assert sweep.losses() == reference.losses()
