@@ -48,6 +48,8 @@ class Sweep:
     run_id: str
     tags: dict[str, str]
     status: str
+    exit_code: int | None  # the driver's
+    log: str  # the end of the driver's output
 
     def attempts(self) -> list[tuple[str, int]]:
         """(node id, newest checkpoint step it started from) of each attempt, in order."""
@@ -92,8 +94,6 @@ def _ended(driver: subprocess.Popen, home: Path, timeout_s: float = 180) -> Swee
     finally:
         if driver.poll() is None:
             driver.kill()
-    log = (home / "driver.log").read_text()
-    assert driver.returncode == 0, log[-3000:]
     from mlflow import MlflowClient
 
     client = MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
@@ -101,7 +101,9 @@ def _ended(driver: subprocess.Popen, home: Path, timeout_s: float = 180) -> Swee
     runs = client.search_runs([experiment.experiment_id], "tags.`scalelab.role` = 'trial'")
     (run,) = runs
     tags = run.data.tags
-    return Sweep(home, tags["scalelab.trial_id"], run.info.run_id, tags, run.info.status)
+    log = (home / "driver.log").read_text()[-3000:]
+    return Sweep(home, tags["scalelab.trial_id"], run.info.run_id, tags, run.info.status,
+                 driver.returncode, log)  # fmt: skip
 
 
 @dataclass
@@ -144,7 +146,7 @@ def sweeps(cloud: FakeCloud, tmp_path_factory: pytest.TempPathFactory) -> Seen:
 def test_a_sweep_scales_the_cluster_up_from_no_workers_and_back_down(cloud, sweeps):
     assert sweeps.before == set()  # no worker when the sweeps came
     sweep = sweeps.uninterrupted
-    assert sweep.status == "FINISHED"
+    assert sweep.exit_code == 0 and sweep.status == "FINISHED", sweep.log
     ((node, start),) = sweep.attempts()
     assert node != HEAD_NODE_ID and node in sweeps.seen  # a worker the autoscaler added
     assert start == 0 and len(sweep.losses()) == 8
@@ -160,7 +162,8 @@ def test_a_trial_whose_node_is_reclaimed_resumes_on_another_node(sweeps):
     (max_retries 0: a failure would end it)."""
     sweep, reference = sweeps.reclaimed, sweeps.uninterrupted
     assert sweeps.reclaimed_node, "the trial finished before a checkpoint was seen"
-    assert sweep.status == "FINISHED" and sweep.trial_id == reference.trial_id
+    assert sweep.exit_code == 0 and sweep.status == "FINISHED", sweep.log
+    assert sweep.trial_id == reference.trial_id
     (first, _), (second, start) = sweep.attempts()  # the run id they were given: one run
     assert first == sweeps.reclaimed_node and second not in (first, HEAD_NODE_ID)
     assert 0 < start == sweeps.newest < 8  # from the last checkpoint, not from step 0
