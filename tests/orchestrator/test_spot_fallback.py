@@ -1,19 +1,25 @@
 """The autoscaler's node-type scorer (orchestrator/backends/spot_fallback.py), through Ray's
-own node-type choice (`get_nodes_for`) and availability records."""
+own node-type choice (`get_nodes_for`) and availability records.
+
+Ray is imported here as `ray_init` imports it, in single-node mode: Ray reads the mode once,
+at its first import, and an embedded Ray started later in this process must come up on
+127.0.0.1 (orchestrator/backends/embedded.py)."""
 
 from __future__ import annotations
 
 import time
 from functools import partial
 
-from ray.autoscaler._private.node_provider_availability_tracker import (
-    NodeAvailabilityRecord,
-    NodeAvailabilitySummary,
-    UnavailableNodeInformation,
-)
-from ray.autoscaler._private.resource_demand_scheduler import get_nodes_for
-
+from scalelab.orchestrator.backends.embedded import SINGLE_NODE, scoped_environ
 from scalelab.orchestrator.backends.spot_fallback import spot_first
+
+with scoped_environ(SINGLE_NODE):
+    from ray.autoscaler._private.node_provider_availability_tracker import (
+        NodeAvailabilityRecord,
+        NodeAvailabilitySummary,
+        UnavailableNodeInformation,
+    )
+    from ray.autoscaler._private.resource_demand_scheduler import get_nodes_for
 
 GPU_NODE = {"CPU": 8, "GPU": 1, "gpu_a10g": 1}
 TYPES = {  # the on-demand type's name sorts last: Ray's default would pick it on a tie
