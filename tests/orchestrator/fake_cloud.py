@@ -115,7 +115,6 @@ class FakeCloud:
         env |= self.env() | {
             "RAY_FAKE_CLUSTER": "1",  # the fake provider's switch
             "AUTOSCALER_UPDATE_INTERVAL_S": "1",
-            "AUTOSCALER_HEARTBEAT_TIMEOUT_S": "5",  # a lost node is replaced sooner (30)
             "RAY_USAGE_STATS_ENABLED": "0",
             SESSION_VAR: self.mark,
         }

@@ -19,7 +19,7 @@ import pytest
 from fake_cloud import HEAD_NODE_ID, FakeCloud
 from jobs_for_tests import STEP_PAUSE_FILE
 
-pytestmark = pytest.mark.slow  # a cluster, nodes that come and go, two trainings: ~60 s
+pytestmark = pytest.mark.slow  # a cluster, nodes that come and go, three attempts: 75-100 s
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
