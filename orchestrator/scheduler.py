@@ -9,7 +9,9 @@ compute), and a later submit skips it like one out of retries; a trial its node 
 (no CUDA, too few GPUs: jobs/training/devices.py) is FAILED at once too, tagged
 `scalelab.refused`, without using up an attempt, so a submit after the fix runs it; a PREEMPTED trial is requeued under
 the same run id without using up a retry (a trial gets its run at its first launch,
-`Ledger.start_run`, and keeps it); `scalelab cancel` is honoured within a poll.
+`Ledger.start_run`, and keeps it), and so is a trial whose Ray node died under it (a cloud's
+spot reclaim: Ray's NodeDiedError), which resumes from its last checkpoint on another node;
+`scalelab cancel` is honoured within a poll.
 A wsd cooldown branch waits for its trunk's checkpoint (orchestrator/branching.py).
 A trial whose training is done (its `result.json`) is never trained again: the driver
 only sends what its run still lacks, and marks a run FINISHED only once its spool is
@@ -315,6 +317,8 @@ def _settle(
         outcome = ray.get(handle)
     except ray.exceptions.TaskCancelledError:
         outcome = {"status": Status.KILLED, "reason": "cancelled"}
+    except ray.exceptions.NodeDiedError as e:  # its node was taken away (a spot reclaim)
+        outcome = {"status": Status.PREEMPTED, "reason": f"node lost: {e}"}
     except Exception as e:  # the job raised, or its worker died
         outcome = {"status": Status.FAILED, "reason": _error_text(e)}
     status = outcome["status"]

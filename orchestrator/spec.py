@@ -147,6 +147,10 @@ class SlurmOptions(FrozenConfig):
         return self
 
 
+# Ray's own resources, which its `resources=` option refuses (num_cpus, num_gpus, ...)
+RAY_BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
+
+
 class BackendConfig(FrozenConfig):
     """Where trials run. Placement, not science."""
 
@@ -160,6 +164,12 @@ class BackendConfig(FrozenConfig):
     concurrency: int = Field(2, ge=1, description="trials running at once")
     cpus_per_trial: float = Field(1.0, ge=0)
     gpus_per_trial: float = Field(0.0, ge=0)
+    resources_per_trial: dict[str, float] = Field(
+        default_factory=dict,
+        description="local/ray: Ray custom resources each trial asks for besides its CPUs and "
+        "GPUs, e.g. {gpu_a100: 1} to place it on the node type that offers it (docs/"
+        "running-on-ray.md): a cluster's autoscaler adds such nodes when trials ask",
+    )
     ranks_per_trial: int | None = Field(
         None,
         ge=1,
@@ -177,6 +187,19 @@ class BackendConfig(FrozenConfig):
     max_retries: int = Field(2, ge=0, description="re-runs of a FAILED trial")
     retry_backoff_s: float = Field(5.0, ge=0, description="first retry delay; doubles")
     slurm: SlurmOptions | None = None
+
+    @field_validator("resources_per_trial")
+    @classmethod
+    def _custom_resources(cls, asked: dict[str, float]) -> dict[str, float]:
+        for name, amount in asked.items():
+            if not name.strip() or name in RAY_BUILTIN_RESOURCES:
+                raise ValueError(
+                    f"{name!r} is not a custom resource (CPUs and GPUs have their own keys: "
+                    "cpus_per_trial, gpus_per_trial)"
+                )
+            if not amount > 0:
+                raise ValueError(f"{name}: the amount must be > 0, got {amount}")
+        return asked
 
     @field_validator("gpu")
     @classmethod
@@ -218,6 +241,8 @@ class BackendConfig(FrozenConfig):
             raise ValueError(f"'slurm' options need kind='slurm', got kind={self.kind!r}")
         if self.address is not None and self.kind != "ray":
             raise ValueError(f"'address' needs kind='ray', got kind={self.kind!r}")
+        if self.resources_per_trial and self.kind == "slurm":
+            raise ValueError("'resources_per_trial' is for kind 'local' or 'ray' (Ray resources)")
         if self.kind == "ray" and not self.address:
             raise ValueError("kind='ray' needs an address (e.g. ray://head:10001 or auto)")
         if self.kind == "slurm" and self.slurm is None:

@@ -9,6 +9,7 @@ import os
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
+from scalelab.contract import workdir
 from scalelab.jobs.launch import DEFAULT_JOB, JobRef, launch
 from scalelab.models.catalog import MECHANISMS_ENV
 
@@ -22,6 +23,20 @@ if TYPE_CHECKING:
 # overloaded machine can exceed; a cluster started here is then started again.
 RAY_SLOW_START = "timed out during startup"
 EMBEDDED_START_TRIES = 3
+
+
+def shared_with_cluster() -> dict[str, str]:
+    """What a trial on a joined cluster (backend `ray`) must share with its driver, as a
+    SLURM job shares it through the submitting environment: the work directory (trial
+    folders, checkpoints), the prepared data and the tracking store that holds the runs the
+    driver made, resolved here (docs/running-on-ray.md)."""
+    env = {
+        "SCALELAB_HOME": str(workdir.scalelab_home()),
+        "MLFLOW_TRACKING_URI": workdir.tracking_uri(),
+    }
+    if os.environ.get("SCALELAB_DATA"):
+        env["SCALELAB_DATA"] = str(workdir.data_dir())
+    return env
 
 
 class BackendError(RuntimeError):
@@ -59,6 +74,8 @@ def ray_init(address: str, *, embedded: bool, workers: int | None = None) -> boo
     }
     if os.environ.get(MECHANISMS_ENV):  # mechanisms outside scalelab (models/catalog.py)
         env[MECHANISMS_ENV] = os.environ[MECHANISMS_ENV]
+    if not embedded:  # a cluster's nodes have their own environment: where to write is ours
+        env |= shared_with_cluster()
     kwargs: dict[str, Any] = {"address": address, "log_to_driver": True}
     if "RAY_JOB_CONFIG_JSON_ENV_VAR" not in os.environ:  # a Ray job (--detach) sets its own
         kwargs["runtime_env"] = {"env_vars": env}
@@ -134,6 +151,7 @@ class Backend:
         task = ray.remote(launch).options(
             num_cpus=self.cfg.cpus_per_trial,
             num_gpus=self.cfg.gpus_per_trial,
+            resources=dict(self.cfg.resources_per_trial) or None,
             max_retries=0,  # the scheduler retries, with backoff and a FAILED tag
             name="scalelab-trial",
         )

@@ -204,3 +204,37 @@ def stepping_wsd(job: JobConfig, run_id: str | None = None) -> dict:
             seeded = {"trial_id": job.trial_id, "step": step + 1}
             (branch / tag / "COMPLETE").write_text(json.dumps({"state": {"branched_from": seeded}}))
     return {"status": "FINISHED"}
+
+
+STEP_PAUSE_FILE = "test_step_pause_s"  # under $SCALELAB_HOME: `training_on_node` pauses
+
+
+def training_on_node(job: JobConfig, run_id: str | None = None) -> dict:
+    """The training job, recording where each attempt runs and what it starts from: a
+    `node-<ray node id>-from-<newest complete checkpoint step>` file under calls/. The work
+    dir's STEP_PAUSE_FILE, when there, paces every step (seconds, at its learning rate's
+    look-up: not science, the losses stay those of the plain job), so a test can act
+    between two checkpoints."""
+    import ray
+
+    from scalelab.contract.workdir import trial_dir
+    from scalelab.jobs.training import train
+
+    node = ray.get_runtime_context().get_node_id()
+    steps = [
+        int(p.parent.name[4:]) for p in (trial_dir(job.trial_id) / "ckpt").glob("step*/COMPLETE")
+    ]
+    _record(job, run_id, f"node-{node}-from-{max(steps, default=0)}")
+    knob = scalelab_home() / STEP_PAUSE_FILE
+    pause = float(knob.read_text()) if knob.exists() else 0.0
+    lr_at = train.lr_at
+
+    def paced(*args, **kwargs):
+        time.sleep(pause)
+        return lr_at(*args, **kwargs)
+
+    train.lr_at = paced  # this worker runs nothing else of the test's (one trial per node)
+    try:
+        return train.run(job, run_id)
+    finally:
+        train.lr_at = lr_at

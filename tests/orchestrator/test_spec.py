@@ -237,3 +237,15 @@ def test_every_error_of_a_file_at_once_with_did_you_mean():
 def test_unknown_key_far_from_every_allowed_one_gets_no_guess():
     (line,) = problems(BASE + "zzzzqq: 1\n")
     assert "unknown key (allowed: " in line and "did you mean" not in line
+
+
+def test_custom_resources_per_trial_are_checked_at_their_line():
+    ray = "backend: {kind: ray, address: auto, resources_per_trial: {fake_gpu: 1}}\n"
+    spec, _ = parse_spec(BASE + ray, "x.yaml")
+    assert spec.backend.resources_per_trial == {"fake_gpu": 1.0}
+    (line,) = problems(BASE + ray.replace("fake_gpu: 1", "GPU: 1"))
+    assert line.startswith("x.yaml:7: backend.resources_per_trial") and "gpus_per_trial" in line
+    (line,) = problems(BASE + ray.replace("fake_gpu: 1", "fake_gpu: 0"))
+    assert "must be > 0" in line
+    (line,) = problems(BASE + "backend: {kind: slurm, resources_per_trial: {fake_gpu: 1}}\n")
+    assert "'local' or 'ray'" in line
