@@ -1,0 +1,245 @@
+"""A trained trial as an lm-evaluation-harness model (`TemplateLM`, registered as `scalelab`).
+
+Log-likelihoods run one of two ways, both the eval-mode forward's function
+(tests/jobs/downstream/test_adapter.py checks them against a plain forward, every variant):
+
+- cached (the default in inference mode): requests are grouped by their context; each
+  context is prefilled once into the KV cache of models/decode.py, the cache is copied to
+  every continuation of the group (a multiple-choice question's choices) and the
+  continuations run as one batch, right-padded;
+- uncached: `GPT.forward` over context + continuation, `batch_size` sequences at a time,
+  right-padded (causal: a padded position is never read by a real one). Soft mode always
+  runs this way (models/decode.py has BudgetFormer's hard path only).
+
+`generate_until` is greedy with the KV cache (prefill, then one cached step per token),
+stopping at an `until` string or the end-of-text token. Sequences longer than the model's
+context keep their last `block_size` tokens, as lm-eval's own HF model does.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+
+import torch
+import torch.nn.functional as F
+from lm_eval.api.model import TemplateLM
+from lm_eval.api.registry import register_model
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from scalelab.jobs.data.tokenizers import Tokenizer
+from scalelab.jobs.downstream.executed import Executed, Mode, set_mode
+from scalelab.models.decode import KVCache, forward_cached
+
+Request = tuple[tuple[str, str] | None, list[int], list[int]]
+Item = tuple[list[int], list[int]]  # (model input, continuation)
+DEFAULT_MAX_GEN = 32
+
+
+@register_model("scalelab")
+class TrialLM(TemplateLM):
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: Tokenizer,
+        *,
+        mode: Mode = "inference",
+        cache: bool | None = None,
+        batch_size: int = 16,
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.tok = tokenizer
+        set_mode(model, mode)
+        self.mode = mode
+        self.cache = (mode == "inference") if cache is None else cache
+        if self.cache and mode != "inference":
+            raise ValueError("the KV cache computes the inference path: use mode='inference'")
+        self.batch_size = batch_size
+        self.block_size = model.cfg.block_size
+        self._device = model.wte.weight.device
+        self.executed = Executed.attach(model, mode)
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None):
+        """`lm_eval --model scalelab --model_args trial=ID[,mode=soft][,cache=false]`."""
+        from lm_eval.utils import simple_parse_args_string
+
+        from scalelab.jobs.data.tokenizers import load_tokenizer
+        from scalelab.jobs.training.trained_model import load_model, locate
+
+        args = simple_parse_args_string(arg_string)
+        located = locate(str(args.pop("trial")))
+        device = args.pop("device", None) or (additional_config or {}).get("device") or "cpu"
+        job = located.job
+        tokenizer = load_tokenizer(job.data.tokenizer, job.data.tokenizer_file)
+        return cls(load_model(located, device), tokenizer, **args)
+
+    # --- tokens ----------------------------------------------------------------------
+    @property
+    def eot_token_id(self) -> int:
+        return self.tok.eot if self.tok.eot is not None else self.tok.separator[-1]
+
+    def tok_encode(
+        self, string: str, add_special_tokens: bool | None = None, **kwargs
+    ) -> list[int]:
+        return self.tok.encode_batch([string])[0]
+
+    def tok_decode(self, tokens: Iterable[int], **kwargs) -> str:
+        return self.tok.decode(list(tokens))
+
+    # --- log-likelihoods -------------------------------------------------------------
+    def _loglikelihood_tokens(
+        self, requests: list[Request], disable_tqdm: bool = False, **kwargs
+    ) -> list[tuple[float, bool]]:
+        inputs = [self._window(ctx, cont) for _, ctx, cont in requests]
+        bar = tqdm(total=len(inputs), disable=disable_tqdm, desc="log-likelihoods")
+        out: list[tuple[float, bool]] = [(0.0, True)] * len(inputs)
+        with torch.no_grad():
+            for index, scored in self._score(inputs):
+                out[index] = scored
+                bar.update(1)
+        bar.close()
+        return out
+
+    def _window(self, ctx: list[int], cont: list[int]) -> tuple[list[int], list[int]]:
+        """The model's input (context + continuation without its last token, the last
+        block_size tokens of that) and the continuation, whose log-probability is scored."""
+        if not cont:
+            raise ValueError("lm-eval asked for the log-likelihood of an empty continuation")
+        if len(cont) > self.block_size:
+            raise ValueError(
+                f"a continuation of {len(cont)} tokens does not fit the model's context "
+                f"(block_size {self.block_size})"
+            )
+        return (ctx + cont)[-(self.block_size + 1) :][:-1], cont
+
+    def _score(self, inputs: list[Item]) -> Iterator[tuple[int, tuple[float, bool]]]:
+        if self.cache:
+            yield from self._score_cached(inputs)
+        else:
+            yield from self._score_full(inputs)
+
+    def _score_full(self, inputs: list[Item]) -> Iterator[tuple[int, tuple[float, bool]]]:
+        order = sorted(range(len(inputs)), key=lambda i: -len(inputs[i][0]))  # like lengths
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            seqs = [inputs[i][0] for i in batch]
+            idx, mask = self._padded(seqs)
+            self.executed.mask = mask
+            logits = self.model(idx).logits
+            for row, i in enumerate(batch):
+                n, cont = len(seqs[row]), inputs[i][1]
+                yield i, self._continuation_score(logits[row, n - len(cont) : n], cont)
+
+    def _score_cached(self, inputs: list[Item]) -> Iterator[tuple[int, tuple[float, bool]]]:
+        groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
+        for i, (seq, cont) in enumerate(inputs):
+            groups[tuple(seq[: len(seq) - len(cont) + 1])].append(i)
+        for prefix, members in groups.items():
+            for start in range(0, len(members), self.batch_size):
+                chunk = members[start : start + self.batch_size]
+                yield from self._score_group(list(prefix), chunk, inputs)
+
+    def _score_group(
+        self, prefix: list[int], members: list[int], inputs: list[Item]
+    ) -> Iterator[tuple[int, tuple[float, bool]]]:
+        """One context prefilled once; its continuations as one batch on copies of the cache."""
+        rests = [inputs[i][0][len(prefix) :] for i in members]
+        longest = max(map(len, rests))
+        cache = KVCache.allocate(self.model, 1, len(prefix) + longest)
+        self.executed.mask = None
+        first = forward_cached(self.model, self._tensor([prefix]), cache, logits="last")
+        logits = first.expand(len(members), -1).unsqueeze(1)  # (G, 1, V): predicts cont[0]
+        if longest:
+            idx, mask = self._padded(rests)
+            self.executed.mask = mask
+            rest = forward_cached(self.model, idx, _repeat(cache, len(members)))
+            logits = torch.cat([logits, rest], dim=1)
+        for row, i in enumerate(members):
+            cont = inputs[i][1]
+            yield i, self._continuation_score(logits[row, : len(cont)], cont)
+
+    def _continuation_score(self, logits: Tensor, cont: list[int]) -> tuple[float, bool]:
+        """(sum of the continuation's token log-probs, whether each token is the argmax)."""
+        target = self._tensor([cont])[0]
+        logp = F.log_softmax(logits.float(), dim=-1)
+        picked = logp.gather(1, target[:, None]).squeeze(1)
+        return float(picked.sum()), bool((logp.argmax(dim=-1) == target).all())
+
+    def _padded(self, seqs: list[list[int]]) -> tuple[Tensor, Tensor]:
+        """Right-padded ids (B, T) and the mask of the real tokens."""
+        width = max(map(len, seqs))
+        idx = torch.zeros(len(seqs), width, dtype=torch.long)
+        mask = torch.zeros(len(seqs), width, dtype=torch.bool)
+        for row, s in enumerate(seqs):
+            idx[row, : len(s)] = torch.tensor(s, dtype=torch.long)
+            mask[row, : len(s)] = True
+        return idx.to(self._device), mask.to(self._device)
+
+    def _tensor(self, rows: list[list[int]]) -> Tensor:
+        return torch.tensor(rows, dtype=torch.long, device=self._device)
+
+    # --- rolling log-likelihood (perplexity tasks) ------------------------------------
+    def loglikelihood_rolling(self, requests: list, disable_tqdm: bool = False) -> list[float]:
+        """A document's log-likelihood: disjoint windows of block_size tokens, each
+        conditioned on the tokens before it within its window (lm-eval's own windows)."""
+        out = []
+        for req in tqdm(requests, disable=disable_tqdm, desc="rolling log-likelihoods"):
+            (text,) = req.args
+            windows = [
+                make_disjoint_window(w)
+                for w in get_rolling_token_windows(
+                    self.tok_encode(text), self.prefix_token_id, self.block_size, 1
+                )
+            ]
+            scored = self._loglikelihood_tokens(
+                [(None, ctx, cont) for ctx, cont in windows], disable_tqdm=True
+            )
+            out.append(sum(logp for logp, _ in scored))
+        return out
+
+    # --- generation ------------------------------------------------------------------
+    def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
+        """Greedy continuations with the KV cache, cut at the first `until` string."""
+        out = []
+        for req in tqdm(requests, disable=disable_tqdm, desc="generate_until"):
+            context, kwargs = req.args
+            out.append(self._greedy(context, dict(kwargs or {})))
+        return out
+
+    def _greedy(self, context: str, kwargs: dict) -> str:
+        until = kwargs.get("until") or []
+        until = [until] if isinstance(until, str) else list(until)
+        eot = self.tok.decode([self.tok.eot]) if self.tok.eot is not None else None
+        if eot and eot not in until:
+            until.append(eot)
+        max_new = int(kwargs.get("max_gen_toks", DEFAULT_MAX_GEN))
+        ids = self.tok_encode(context)[-self.block_size :] or [self.prefix_token_id]
+        max_new = max(1, min(max_new, self.block_size + 1 - len(ids)))
+        ids = ids[-(self.block_size + 1 - max_new) :]
+        cache = KVCache.allocate(self.model, 1, len(ids) + max_new - 1)
+        self.executed.mask = None
+        new: list[int] = []
+        with torch.no_grad():
+            logits = forward_cached(self.model, self._tensor([ids]), cache, logits="last")
+            for step in range(max_new):
+                token = int(logits[0].argmax())
+                new.append(token)
+                text = self.tok.decode(new)
+                if token == self.tok.eot or any(u in text for u in until):
+                    break
+                if step + 1 < max_new:
+                    logits = forward_cached(self.model, self._tensor([[token]]), cache, "last")
+        text = self.tok.decode(new)
+        for u in until:
+            text = text.split(u)[0]
+        return text
+
+
+def _repeat(cache: KVCache, n: int) -> KVCache:
+    """A copy of a batch-1 cache for n sequences (each goes on from the same context)."""
+    pool = None if cache.pool_sum is None else cache.pool_sum.repeat(1, n, 1)
+    return KVCache(cache.k.repeat(1, n, 1, 1, 1), cache.v.repeat(1, n, 1, 1, 1), pool, cache.length)
