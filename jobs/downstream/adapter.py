@@ -12,8 +12,9 @@ Log-likelihoods run one of two ways, both the eval-mode forward's function
   runs this way (models/decode.py has BudgetFormer's hard path only).
 
 `generate_until` is greedy with the KV cache (prefill, then one cached step per token),
-stopping at an `until` string or the end-of-text token. Sequences longer than the model's
-context keep their last `block_size` tokens, as lm-eval's own HF model does.
+stopping at an `until` string or the end-of-text token. A pair longer than the model's
+context keeps its last `block_size` tokens, as lm-eval's own HF model does; a continuation
+longer than the context is scored in chunks of `block_size` tokens (`_windows`).
 """
 
 from __future__ import annotations
@@ -94,27 +95,35 @@ class TrialLM(TemplateLM):
     def _loglikelihood_tokens(
         self, requests: list[Request], disable_tqdm: bool = False, **kwargs
     ) -> list[tuple[float, bool]]:
-        inputs = [self._window(ctx, cont) for _, ctx, cont in requests]
-        bar = tqdm(total=len(inputs), disable=disable_tqdm, desc="log-likelihoods")
-        out: list[tuple[float, bool]] = [(0.0, True)] * len(inputs)
+        windows = [
+            (r, w) for r, (_, ctx, cont) in enumerate(requests) for w in self._windows(ctx, cont)
+        ]
+        bar = tqdm(total=len(windows), disable=disable_tqdm, desc="log-likelihoods")
+        logp = [0.0] * len(requests)
+        greedy = [True] * len(requests)
         with torch.no_grad():
-            for index, scored in self._score(inputs):
-                out[index] = scored
+            for index, (score, is_greedy) in self._score([w for _, w in windows]):
+                r = windows[index][0]
+                logp[r] += score
+                greedy[r] = greedy[r] and is_greedy
                 bar.update(1)
         bar.close()
-        return out
+        return list(zip(logp, greedy, strict=True))
 
-    def _window(self, ctx: list[int], cont: list[int]) -> tuple[list[int], list[int]]:
-        """The model's input (context + continuation without its last token, the last
-        block_size tokens of that) and the continuation, whose log-probability is scored."""
+    def _windows(self, ctx: list[int], cont: list[int]) -> list[Item]:
+        """(model input, scored tokens) covering the continuation: one window when context
+        + continuation fit (the input is their last block_size tokens before the last one);
+        a continuation longer than block_size in chunks, each token conditioned on the
+        block_size tokens before it at most (as lm-eval's rolling windows)."""
         if not cont:
             raise ValueError("lm-eval asked for the log-likelihood of an empty continuation")
-        if len(cont) > self.block_size:
-            raise ValueError(
-                f"a continuation of {len(cont)} tokens does not fit the model's context "
-                f"(block_size {self.block_size})"
-            )
-        return (ctx + cont)[-(self.block_size + 1) :][:-1], cont
+        if not ctx:
+            raise ValueError("lm-eval gave an empty context (it passes the prefix token)")
+        full, out = ctx + cont, []
+        for start in range(len(ctx), len(full), self.block_size):
+            end = min(start + self.block_size, len(full))
+            out.append((full[max(0, end - 1 - self.block_size) : end - 1], full[start:end]))
+        return out
 
     def _score(self, inputs: list[Item]) -> Iterator[tuple[int, tuple[float, bool]]]:
         if self.cache:

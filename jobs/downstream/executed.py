@@ -95,6 +95,10 @@ class Executed:
             out["budget_heads_fraction"] = heads / self.n_head
         return out
 
+    def reset(self) -> None:
+        self.gate_sum = self.heads_sum = 0.0
+        self.gate_count = self.heads_count = 0
+
     def detach(self) -> None:
         for h in self.handles:
             h.remove()

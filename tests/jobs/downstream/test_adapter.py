@@ -36,21 +36,25 @@ def mixed_model(variant: str, vocab: int = VOCAB, seed: int = 0) -> torch.nn.Mod
 
 
 def requests(seed: int = 1) -> list:
-    """Two contexts with three continuations each (1-4 tokens), and one pair longer than
-    the model's context (truncated on the left)."""
+    """Two contexts with three continuations each (1-4 tokens), a pair longer than the
+    model's context (truncated on the left), and a continuation longer than it (chunks)."""
     g = torch.Generator().manual_seed(seed)
     ids = lambda n: torch.randint(0, VOCAB, (n,), generator=g).tolist()  # noqa: E731
     out = [(None, ctx, ids(n)) for ctx in (ids(9), ids(4)) for n in (1, 3, 4)]
-    return out + [(None, ids(30), ids(5))]
+    return out + [(None, ids(30), ids(5)), (None, ids(3), ids(40))]
 
 
 def reference(model: torch.nn.Module, ctx: list[int], cont: list[int]) -> float:
-    """Sum of the continuation's token log-probs from one full forward over its window."""
-    seq = (ctx + cont)[-(model.cfg.block_size + 1) :]
-    with torch.no_grad():
-        logits = model(torch.tensor([seq[:-1]])).logits[0, -len(cont) :]
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    return float(logp.gather(1, torch.tensor(cont)[:, None]).sum())
+    """Sum of the continuation's token log-probs from one full forward over its window (a
+    continuation longer than the context: one forward per block_size tokens of it)."""
+    full, B, total = ctx + cont, model.cfg.block_size, 0.0
+    for start in range(len(ctx), len(full), B):
+        end = min(start + B, len(full))
+        with torch.no_grad():
+            logits = model(torch.tensor([full[max(0, end - 1 - B) : end - 1]])).logits
+        logp = torch.log_softmax(logits[0, start - end :].float(), dim=-1)
+        total += float(logp.gather(1, torch.tensor(full[start:end])[:, None]).sum())
+    return total
 
 
 @pytest.mark.parametrize("variant", catalog.variants())
