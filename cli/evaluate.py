@@ -32,8 +32,12 @@ def evaluate(
         help="TSA's soft gates and BudgetFormer's soft mask (training's function) instead of "
         "their inference path (sparse tokens, top-k heads).",
     ),
-    no_cache: bool = typer.Option(
-        False, "--no-cache", help="Score with full forwards, not the KV cache."
+    cache: bool = typer.Option(
+        None,
+        "--cache/--no-cache",
+        help="Score every context's continuations on its KV cache, or never (full forwards). "
+        "Default: the cache where a context shared by several continuations saves enough.",
+        show_default=False,
     ),
     batch_size: int = typer.Option(16, "--batch-size", min=1, help="Sequences per forward."),
     device: str = typer.Option("auto", help="cpu, cuda, or auto (cuda when present)."),
@@ -62,7 +66,7 @@ def evaluate(
     options = door.EvalOptions(
         limit=limit,
         mode="soft" if soft else "inference",
-        cache=False if no_cache else None,
+        cache=cache,
         batch_size=batch_size,
         device=device,
         force=force,

@@ -3,13 +3,14 @@
 Log-likelihoods run one of two ways, both the eval-mode forward's function
 (tests/jobs/downstream/test_adapter.py checks them against a plain forward, every variant):
 
-- cached (the default in inference mode): requests are grouped by their context; each
-  context is prefilled once into the KV cache of models/decode.py, the cache is copied to
-  every continuation of the group (a multiple-choice question's choices) and the
-  continuations run as one batch, right-padded;
+- cached: requests are grouped by their context; a context is prefilled once into the KV
+  cache of models/decode.py, the cache is copied to every continuation of the group (a
+  multiple-choice question's choices) and the continuations run as one batch, right-padded;
 - uncached: `GPT.forward` over context + continuation, `batch_size` sequences at a time,
   right-padded (causal: a padded position is never read by a real one). Soft mode always
   runs this way (models/decode.py has BudgetFormer's hard path only).
+
+`cache=None` (the default) chooses per context (`_score`), True and False force one way.
 
 `generate_until` is greedy with the KV cache (prefill, then one cached step per token),
 stopping at an `until` string or the end-of-text token. A pair longer than the model's
@@ -37,6 +38,7 @@ from scalelab.models.decode import KVCache, forward_cached
 Request = tuple[tuple[str, str] | None, list[int], list[int]]
 Item = tuple[list[int], list[int]]  # (model input, continuation)
 DEFAULT_MAX_GEN = 32
+CACHE_MIN_SAVED = 256  # tokens of forward a shared context must save to run cached
 
 
 @register_model("scalelab")
@@ -55,7 +57,7 @@ class TrialLM(TemplateLM):
         self.tok = tokenizer
         set_mode(model, mode)
         self.mode = mode
-        self.cache = (mode == "inference") if cache is None else cache
+        self.cache = cache  # None: per context, where sharing it saves enough (_score)
         if self.cache and mode != "inference":
             raise ValueError("the KV cache computes the inference path: use mode='inference'")
         self.batch_size = batch_size
@@ -126,13 +128,30 @@ class TrialLM(TemplateLM):
         return out
 
     def _score(self, inputs: list[Item]) -> Iterator[tuple[int, tuple[float, bool]]]:
-        if self.cache:
-            yield from self._score_cached(inputs)
-        else:
-            yield from self._score_full(inputs)
+        """Contexts shared by several continuations run cached (cache=True, or by default
+        where the shared context saves CACHE_MIN_SAVED tokens of forward), the rest as
+        batched full forwards: on a small model a forward's cost is mostly per call, and
+        the cached path makes two calls per context (docs/benchmarks.md, lm-eval)."""
+        groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
+        for i, (seq, cont) in enumerate(inputs):
+            groups[tuple(seq[: len(seq) - len(cont) + 1])].append(i)
+        full: list[int] = []
+        for prefix, members in groups.items():
+            saved = (len(members) - 1) * len(prefix)
+            if self.cache is False or self.mode != "inference":
+                full += members
+            elif self.cache or saved >= CACHE_MIN_SAVED:
+                for start in range(0, len(members), self.batch_size):
+                    chunk = members[start : start + self.batch_size]
+                    yield from self._score_group(list(prefix), chunk, inputs)
+            else:
+                full += members
+        yield from self._score_full(inputs, full)
 
-    def _score_full(self, inputs: list[Item]) -> Iterator[tuple[int, tuple[float, bool]]]:
-        order = sorted(range(len(inputs)), key=lambda i: -len(inputs[i][0]))  # like lengths
+    def _score_full(
+        self, inputs: list[Item], which: list[int]
+    ) -> Iterator[tuple[int, tuple[float, bool]]]:
+        order = sorted(which, key=lambda i: -len(inputs[i][0]))  # like lengths together
         for start in range(0, len(order), self.batch_size):
             batch = order[start : start + self.batch_size]
             seqs = [inputs[i][0] for i in batch]
@@ -142,15 +161,6 @@ class TrialLM(TemplateLM):
             for row, i in enumerate(batch):
                 n, cont = len(seqs[row]), inputs[i][1]
                 yield i, self._continuation_score(logits[row, n - len(cont) : n], cont)
-
-    def _score_cached(self, inputs: list[Item]) -> Iterator[tuple[int, tuple[float, bool]]]:
-        groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
-        for i, (seq, cont) in enumerate(inputs):
-            groups[tuple(seq[: len(seq) - len(cont) + 1])].append(i)
-        for prefix, members in groups.items():
-            for start in range(0, len(members), self.batch_size):
-                chunk = members[start : start + self.batch_size]
-                yield from self._score_group(list(prefix), chunk, inputs)
 
     def _score_group(
         self, prefix: list[int], members: list[int], inputs: list[Item]

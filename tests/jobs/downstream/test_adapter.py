@@ -63,7 +63,9 @@ def test_loglikelihood_is_the_sum_of_the_forwards_token_log_probs(variant):
     reqs = requests()
     want = [reference(model, ctx, cont) for _, ctx, cont in reqs]
     byte = load_tokenizer("byte")
-    cached = TrialLM(model, byte, batch_size=2)._loglikelihood_tokens(reqs, disable_tqdm=True)
+    cached = TrialLM(model, byte, cache=True, batch_size=2)._loglikelihood_tokens(
+        reqs, disable_tqdm=True
+    )
     uncached = TrialLM(model, byte, cache=False, batch_size=3)._loglikelihood_tokens(
         reqs, disable_tqdm=True
     )
@@ -80,7 +82,7 @@ def test_what_ran_is_reported_per_mode():
     assert ran["mode"] == "inference" and 0.0 < ran["tsa_alpha"] < 1.0
     assert 1.0 <= ran["budget_heads"] <= model.cfg.n_head
     soft = TrialLM(model, load_tokenizer("byte"), mode="soft")
-    assert not soft.cache and model.depth.sparse_inference is False
+    assert model.depth.sparse_inference is False
     scores = soft._loglikelihood_tokens(requests(), disable_tqdm=True)
     assert soft.executed.summary()["mode"] == "soft"
     assert all(torch.isfinite(torch.tensor(s)) for s, _ in scores)
