@@ -45,6 +45,22 @@ def test_eval_writes_scores_to_the_run_and_the_tables_once(trial_copy, tmp_path,
     assert rows[trial_id]["eval_scalelab_zen_acc"] == acc
 
 
+def test_lm_evals_own_api_takes_the_adapter_by_name(trial_copy, tmp_path, monkeypatch):
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    import scalelab.jobs.downstream.adapter  # noqa: F401  registers "scalelab"
+    from scalelab.jobs.downstream.tasks import SHIPPED, specs
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
+    out = lm_eval.simple_evaluate(
+        model="scalelab", model_args=f"trial={trial_copy.job.trial_id},mode=soft",
+        tasks=specs(["scalelab_zen"]), limit=4, bootstrap_iters=0,
+        task_manager=TaskManager(include_path=str(SHIPPED), include_defaults=False),
+    )  # fmt: skip
+    assert 0.0 <= out["results"]["scalelab_zen"]["acc,none"] <= 1.0
+
+
 def test_eval_of_uncached_task_data_is_one_line(trial_copy, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
     task = tmp_path / "hub_task.yaml"
