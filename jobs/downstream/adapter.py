@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from scalelab.jobs.data.tokenizers import Tokenizer
 from scalelab.jobs.downstream.executed import Executed, Mode, set_mode
+from scalelab.models.context import ForwardContext
 from scalelab.models.decode import KVCache, forward_cached
 
 Request = tuple[tuple[str, str] | None, list[int], list[int]]
@@ -157,10 +158,18 @@ class TrialLM(TemplateLM):
             seqs = [inputs[i][0] for i in batch]
             idx, mask = self._padded(seqs)
             self.executed.mask = mask
-            logits = self.model(idx).logits
+            hidden = self._hidden(idx)
             for row, i in enumerate(batch):
                 n, cont = len(seqs[row]), inputs[i][1]
-                yield i, self._continuation_score(logits[row, n - len(cont) : n], cont)
+                logits = self.model.readout(hidden[row, n - len(cont) : n])
+                yield i, self._continuation_score(logits, cont)
+
+    def _hidden(self, idx: Tensor) -> Tensor:
+        """`GPT.forward`'s final hidden states (B, T, d), before the readout: the readout
+        (a d x vocab matmul per position) runs at the scored positions only."""
+        ctx = ForwardContext(progress=1.0)
+        ctx.readout = self.model.readout
+        return self.model.depth(self.model.embed(idx), self.model.blocks, ctx)
 
     def _score_group(
         self, prefix: list[int], members: list[int], inputs: list[Item]
