@@ -159,10 +159,19 @@ class TrialLM(TemplateLM):
             idx, mask = self._padded(seqs)
             self.executed.mask = mask
             hidden = self._hidden(idx)
-            for row, i in enumerate(batch):
-                n, cont = len(seqs[row]), inputs[i][1]
-                logits = self.model.readout(hidden[row, n - len(cont) : n])
-                yield i, self._continuation_score(logits, cont)
+            spans = [
+                (len(seqs[row]) - len(inputs[i][1]), len(seqs[row])) for row, i in enumerate(batch)
+            ]
+            # one readout for the batch's scored positions: it reads the d x vocab weight once
+            logits = self.model.readout(
+                torch.cat([hidden[r, a:b] for r, (a, b) in enumerate(spans)])
+            )
+            logp, best = _log_probs(logits)
+            offset = 0
+            for i, (a, b) in zip(batch, spans, strict=True):
+                rows = slice(offset, offset + b - a)
+                yield i, self._continuation_score(logp[rows], best[rows], inputs[i][1])
+                offset += b - a
 
     def _hidden(self, idx: Tensor) -> Tensor:
         """`GPT.forward`'s final hidden states (B, T, d), before the readout: the readout
@@ -186,16 +195,19 @@ class TrialLM(TemplateLM):
             self.executed.mask = mask
             rest = forward_cached(self.model, idx, _repeat(cache, len(members)))
             logits = torch.cat([logits, rest], dim=1)
+        logp, best = _log_probs(logits)
         for row, i in enumerate(members):
             cont = inputs[i][1]
-            yield i, self._continuation_score(logits[row, : len(cont)], cont)
+            n = len(cont)
+            yield i, self._continuation_score(logp[row, :n], best[row, :n], cont)
 
-    def _continuation_score(self, logits: Tensor, cont: list[int]) -> tuple[float, bool]:
+    def _continuation_score(
+        self, logp: Tensor, best: Tensor, cont: list[int]
+    ) -> tuple[float, bool]:
         """(sum of the continuation's token log-probs, whether each token is the argmax)."""
         target = self._tensor([cont])[0]
-        logp = F.log_softmax(logits.float(), dim=-1)
         picked = logp.gather(1, target[:, None]).squeeze(1)
-        return float(picked.sum()), bool((logp.argmax(dim=-1) == target).all())
+        return float(picked.sum()), bool((best == target).all())
 
     def _padded(self, seqs: list[list[int]]) -> tuple[Tensor, Tensor]:
         """Right-padded ids (B, T) and the mask of the real tokens."""
@@ -265,6 +277,12 @@ class TrialLM(TemplateLM):
         for u in until:
             text = text.split(u)[0]
         return text
+
+
+def _log_probs(logits: Tensor) -> tuple[Tensor, Tensor]:
+    """Log-softmax over the vocabulary (fp32) and the argmax, for all rows in one call each."""
+    logp = F.log_softmax(logits.float(), dim=-1)
+    return logp, logp.argmax(dim=-1)
 
 
 def _repeat(cache: KVCache, n: int) -> KVCache:
