@@ -183,6 +183,10 @@ from scalelab.cli import generate as _generate  # noqa: E402
 
 _generate.register(app)
 
+from scalelab.cli import evaluate as _evaluate  # noqa: E402
+
+_evaluate.register(app)
+
 from scalelab.cli.results import app as results_app  # noqa: E402
 
 app.add_typer(results_app, name="results")

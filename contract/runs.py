@@ -105,6 +105,7 @@ class Metric:
 
     VAL_LOSS_AT_GFLOP = "val/loss_at_gflop"  # val/loss with step = GFLOPs (MLflow refuses '@')
     EARLY_EXIT_PREFIX = "early_exit/"  # jobs/training/evaluate.py's early-exit baseline, per alpha
+    EVAL_PREFIX = "eval/"  # downstream scores, eval/<task>/<metric> (`scalelab eval`)
 
 
 STANDALONE_EXPERIMENT = "scalelab-train"  # a job started without a sweep

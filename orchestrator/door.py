@@ -8,6 +8,8 @@
     status / cancel / migrate / find / read / trial
                                            a recorded sweep, by name or YAML file
                                            (orchestrator/recorded_sweep.py)
+    evaluate(trial, tasks, ...) -> EvalAnswer  a trained trial on lm-eval tasks, scores on
+                                           its run (orchestrator/downstream.py)
 
 The CLI (`cli/sweeps.py`, `cli/watch.py`) and the notebook API (`scalelab`) call these and
 render what they return; the order of the steps is decided here only. `run` and `detach`
@@ -25,6 +27,7 @@ from scalelab.contract.runs import Status
 from scalelab.jobs.launch import DEFAULT_JOB, JobRef
 from scalelab.orchestrator.backends import BackendError
 from scalelab.orchestrator.branching import plan_line, ran_line
+from scalelab.orchestrator.downstream import EvalAnswer, EvalError, EvalOptions, evaluate
 from scalelab.orchestrator.expand import Trial, check_size, expand, gpu_hours
 from scalelab.orchestrator.job_checks import Missing, check_trials
 from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable
@@ -62,6 +65,10 @@ if TYPE_CHECKING:
     from scalelab.orchestrator.trial_status import Failure
 
 __all__ = [
+    "EvalAnswer",
+    "EvalError",
+    "EvalOptions",
+    "evaluate",
     "Cancelled",
     "Migrated",
     "SweepStatus",

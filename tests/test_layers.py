@@ -183,7 +183,7 @@ def test_every_import_uses_the_one_import_name():
 
 # The CLI's sweep commands parse, call the orchestrator's one door and render (issue 25):
 # the orchestrator modules they may import, with why.
-SWEEP_COMMANDS = ("cli.sweeps", "cli.watch")
+SWEEP_COMMANDS = ("cli.sweeps", "cli.watch", "cli.evaluate")
 CLI_SEES_OF_THE_ORCHESTRATOR = {
     "orchestrator.door": "the one door: load, plan, run, detach, status, cancel, migrate",
     "orchestrator.migrate": "its refusal, an exception the commands render",
@@ -352,6 +352,7 @@ IMPORTS_MECHANISMS = {
     "jobs.training.evaluate": "early exit's TLOps saved, defined as TSA's",
     "jobs.training.train": "which Hadamard kernel ran (and why auto fell back), on the run",
     "orchestrator.memory": "activation memory per mechanism, not declared by mechanisms yet",
+    "jobs.downstream.executed": "evaluation's mode and what ran (TSA's routers, budget nets)",
 }
 
 

@@ -56,6 +56,8 @@ def test_the_wheel_holds_scalelab_and_all_of_it(wheel):
         if "__pycache__" not in p.parts
     }
     assert ours | {"__init__.py", "__main__.py"} == modules
+    shipped_tasks = {"jobs/downstream/tasks/scalelab_zen.yaml", "jobs/downstream/tasks/zen.jsonl"}
+    assert {f"scalelab/{t}" for t in shipped_tasks} <= set(names)  # `scalelab eval`'s task
 
 
 @pytest.mark.slow

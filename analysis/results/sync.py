@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scalelab.contract import workdir
-from scalelab.contract.runs import Tag
+from scalelab.contract.runs import Metric, Tag
 from scalelab.contract.trial_time import queued_seconds, run_seconds
 
 from . import store
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 FINISHED = "FINISHED"
+EVAL = Metric.EVAL_PREFIX  # downstream scores become columns eval_<task>_<metric>
 # The modules whose code turns a trial into its rows (and every registered mechanism's, which
 # declares columns and counts); a change to any of them re-reads all.
 DERIVING_MODULES = ("scalelab.analysis.results.sync", "scalelab.analysis.results.sources",
@@ -104,6 +105,7 @@ def sync(
             prev.get("status") == FINISHED
             and t.status == FINISHED
             and prev.get("run_id") == t.run_id
+            and prev.get("eval", {}) == _eval_scores(t)  # `scalelab eval` after it finished
             and t.trial_id in old_ids
         )
 
@@ -137,7 +139,7 @@ def sync(
             k
             for r in rows
             for k in r
-            if k.startswith(tuple(summary_column(p) for p in summary_prefixes()))
+            if k.startswith(tuple(summary_column(p) for p in (*summary_prefixes(), EVAL)))
         }
         - {f.name for f in trials_schema([])}
     )
@@ -148,7 +150,12 @@ def sync(
     trials_path = store.write_table(store.TRIALS, sweep, trials, root)
     curves_path = store.write_table(store.CURVES, sweep, curves, root)
     state_path = store.save_state(
-        sweep, {t.trial_id: {"run_id": t.run_id, "status": t.status} for t in runs.trials}, root,
+        sweep,
+        {
+            t.trial_id: {"run_id": t.run_id, "status": t.status, "eval": _eval_scores(t)}
+            for t in runs.trials
+        },
+        root,
         derivation,
     )  # fmt: skip
     return SyncResult(
@@ -271,12 +278,18 @@ def _read_trial(t: TrialRun, client: Any) -> tuple[dict[str, Any], pa.Table]:
         "config": json.dumps(job, sort_keys=True),
     }
     row.update(config_values(job, last))
+    row.update({summary_column(k): v for k, v in _eval_scores(t).items()})
     if row["n_params"] is None or row["n_nonembed"] is None:
         row.update(_count_params(job, row))
     if raw is None:
         raw = raw_schema().empty_table()
     trial_col = pa.array([t.trial_id] * raw.num_rows, pa.string())
     return row, raw.append_column("trial_id", trial_col)
+
+
+def _eval_scores(t: TrialRun) -> dict[str, float]:
+    """The downstream scores on the trial's run (`scalelab eval`: eval/<task>/<metric>)."""
+    return {k: v for k, v in sorted(t.metrics.items()) if k.startswith(EVAL)}
 
 
 def _first(*values: Any) -> Any:
