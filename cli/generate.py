@@ -53,6 +53,7 @@ def generate(
     from scalelab.jobs.training.trained_model import TrialError, load_model
     from scalelab.models.generate import SamplingConfig
     from scalelab.models.generate import generate as sample
+    from scalelab.orchestrator.trial_select import located_trial
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -61,7 +62,7 @@ def generate(
     elif device == "cuda" and not torch.cuda.is_available():
         raise fail("--device cuda: no CUDA device is visible")
     try:
-        located = _located(target, sweep)
+        located = located_trial(target, sweep)
         job = located.job
         if job.model.task != "lm":
             raise TrialError(f"trial {job.trial_id} trains a classifier; generate needs an LM")
@@ -84,28 +85,6 @@ def generate(
             new = new[: new.index(tokenizer.eot)]
         texts.append(tokenizer.decode(ids + new))
     print("\n---\n".join(texts))
-
-
-def _located(target: str, sweep: str | None) -> object:
-    """`locate(target)`; where that finds no trial, the trial whose run is named `target`
-    in the tracking store (of `sweep`, when given)."""
-    from scalelab.jobs.training.trained_model import TrialError, locate
-    from scalelab.orchestrator.ledger import LedgerUnavailable
-    from scalelab.orchestrator.trial_select import trials_named
-
-    try:
-        return locate(target)
-    except TrialError as e:
-        try:
-            named = trials_named(target, sweep)
-        except (LedgerUnavailable, ValueError):  # no store to ask: the folder lookup's answer
-            raise e from None
-        if not named:
-            raise
-    if len(named) > 1:
-        where = ", ".join(f"{tid} (sweep {s})" for tid, s in sorted(named.items()))
-        raise TrialError(f"run name {target!r} names {len(named)} trials: {where}; give --sweep")
-    return locate(next(iter(named)))
 
 
 def _prompt_ids(

@@ -57,10 +57,11 @@ def evaluate(
     from scalelab.jobs.downstream.evaluate import task_names
     from scalelab.jobs.downstream.tasks import TaskError
     from scalelab.jobs.training.trained_model import TrialError
+    from scalelab.orchestrator.trial_select import located_trial
 
     options = options or EvalOptions()
     try:
-        located = _located(target, sweep)
+        located = located_trial(target, sweep)
         if located.job.model.task != "lm":
             raise EvalError(f"trial {located.job.trial_id} trains a classifier; eval needs an LM")
         names = task_names(tasks)
@@ -147,24 +148,3 @@ def _trial_run(client: Any, trial_id: str) -> Any:
         )
     runs.sort(key=lambda r: (r.info.status == Status.FINISHED, r.info.start_time or 0))
     return runs[-1]
-
-
-def _located(target: str, sweep: str | None) -> Any:
-    """The trial's checkpoint: a folder or trial id, else the trial whose run is `target`."""
-    from scalelab.jobs.training.trained_model import TrialError, locate
-    from scalelab.orchestrator.ledger import LedgerUnavailable
-    from scalelab.orchestrator.trial_select import trials_named
-
-    try:
-        return locate(target)
-    except TrialError as e:
-        try:
-            named = trials_named(target, sweep)
-        except (LedgerUnavailable, ValueError):
-            raise e from None
-        if not named:
-            raise
-    if len(named) > 1:
-        where = ", ".join(f"{tid} (sweep {s})" for tid, s in sorted(named.items()))
-        raise TrialError(f"run name {target!r} names {len(named)} trials: {where}; give --sweep")
-    return locate(next(iter(named)))

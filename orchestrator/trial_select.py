@@ -1,6 +1,6 @@
 """Which trial a person means: its run name (`dense-nano-98k`, what `submit`, `status` and
 MLflow show) or its id (whole, or a prefix of it, for scripts). One rule for `status`,
-`logs`, `cancel` and `generate` (docs/monitoring.md, 'Naming a trial')."""
+`logs`, `cancel`, `generate` and `eval` (docs/monitoring.md, 'Naming a trial')."""
 
 from __future__ import annotations
 
@@ -74,3 +74,25 @@ def trials_named(
         for r in runs
         if Tag.TRIAL_ID in r.data.tags
     }
+
+
+def located_trial(target: str, sweep: str | None = None) -> object:
+    """`locate(target)` (a trial folder, id or checkpoint); where that finds no trial, the
+    trial whose run is named `target` in the tracking store (of `sweep`, when given). What
+    `generate` and `eval` load."""
+    from scalelab.jobs.training.trained_model import TrialError, locate
+    from scalelab.orchestrator.ledger import LedgerUnavailable
+
+    try:
+        return locate(target)
+    except TrialError as e:
+        try:
+            named = trials_named(target, sweep)
+        except (LedgerUnavailable, ValueError):  # no store to ask: the folder lookup's answer
+            raise e from None
+        if not named:
+            raise
+    if len(named) > 1:
+        where = ", ".join(f"{tid} (sweep {s})" for tid, s in sorted(named.items()))
+        raise TrialError(f"run name {target!r} names {len(named)} trials: {where}; give --sweep")
+    return locate(next(iter(named)))

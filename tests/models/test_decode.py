@@ -3,36 +3,13 @@ for every variant; sampling is seeded and honours greedy / top-k."""
 
 import pytest
 import torch
+from varied_models import varied_model
 
 from scalelab.models import catalog
-from scalelab.models.build import build
-from scalelab.models.config import ModelConfig
 from scalelab.models.decode import KVCache, forward_cached
 from scalelab.models.generate import SamplingConfig, generate
 
 VOCAB, T, PREFILL = 64, 20, 7
-
-
-def varied_model(variant: str, seed: int = 0, **fields) -> torch.nn.Module:
-    """A nano model whose mechanisms make different per-token decisions: BudgetFormer's k
-    and head sets vary with the prefix, TSA halts about half the tokens at each router."""
-    torch.manual_seed(seed)
-    fields = {**catalog.variant_fields(variant), **fields}
-    cfg = ModelConfig(size="nano", vocab_size=VOCAB, block_size=32, **fields)
-    model = build(cfg).eval()
-    g = torch.Generator().manual_seed(seed)
-    for block in model.blocks:
-        if cfg.budget is not None:
-            block.attn.budget_net[2].weight.data.normal_(0.0, 3.0, generator=g)
-            block.attn.relevance_net.weight.data.normal_(0.0, 1.0, generator=g)
-        if cfg.attn_out == "hadamard":
-            block.attn.out_proj.alpha.data.mul_(1.0 + 0.5 * torch.randn(cfg.d_model, generator=g))
-            block.attn.out_proj.beta.data.normal_(0.0, 0.02, generator=g)
-    if cfg.tsa is not None:
-        for router in model.depth.routers:
-            torch.nn.init.zeros_(router.out.bias)
-            router.out.weight.data.normal_(0.0, 3.0, generator=g)
-    return model
 
 
 def decisions_vary(model: torch.nn.Module, idx: torch.Tensor) -> None:

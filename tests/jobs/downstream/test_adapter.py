@@ -4,35 +4,14 @@ cached and its uncached path; greedy generation is the project's greedy decoding
 
 import pytest
 import torch
+from varied_models import varied_model
 
 from scalelab.jobs.data.tokenizers import load_tokenizer
 from scalelab.jobs.downstream.adapter import TrialLM
 from scalelab.models import catalog
-from scalelab.models.build import build
-from scalelab.models.config import ModelConfig
 from scalelab.models.generate import SamplingConfig, generate
 
 VOCAB = 64
-
-
-def mixed_model(variant: str, vocab: int = VOCAB, seed: int = 0) -> torch.nn.Module:
-    """A nano model whose mechanisms decide differently per token (as test_decode.py's):
-    BudgetFormer's k varies, TSA halts some tokens."""
-    torch.manual_seed(seed)
-    cfg = ModelConfig(
-        size="nano", vocab_size=vocab, block_size=32, **catalog.variant_fields(variant)
-    )
-    model = build(cfg).eval()
-    g = torch.Generator().manual_seed(seed)
-    for block in model.blocks:
-        if cfg.budget is not None:
-            block.attn.budget_net[2].weight.data.normal_(0.0, 3.0, generator=g)
-            block.attn.relevance_net.weight.data.normal_(0.0, 1.0, generator=g)
-    if cfg.tsa is not None:
-        for router in model.depth.routers:
-            torch.nn.init.zeros_(router.out.bias)
-            router.out.weight.data.normal_(0.0, 3.0, generator=g)
-    return model
 
 
 def requests(seed: int = 1) -> list:
@@ -59,7 +38,7 @@ def reference(model: torch.nn.Module, ctx: list[int], cont: list[int]) -> float:
 
 @pytest.mark.parametrize("variant", catalog.variants())
 def test_loglikelihood_is_the_sum_of_the_forwards_token_log_probs(variant):
-    model = mixed_model(variant)
+    model = varied_model(variant, vocab=VOCAB)
     reqs = requests()
     want = [reference(model, ctx, cont) for _, ctx, cont in reqs]
     byte = load_tokenizer("byte")
@@ -75,7 +54,7 @@ def test_loglikelihood_is_the_sum_of_the_forwards_token_log_probs(variant):
 
 
 def test_what_ran_is_reported_per_mode():
-    model = mixed_model("budget+tsa")
+    model = varied_model("budget+tsa", vocab=VOCAB)
     inference = TrialLM(model, load_tokenizer("byte"))
     inference._loglikelihood_tokens(requests(), disable_tqdm=True)
     ran = inference.executed.summary()
@@ -97,7 +76,7 @@ class _Request:
 
 @pytest.mark.parametrize("variant", ["dense", "budget+tsa"])
 def test_generate_until_is_greedy_decoding_cut_at_the_stop_string(variant):
-    model = mixed_model(variant, vocab=256, seed=2)
+    model = varied_model(variant, seed=2, vocab=256)
     lm = TrialLM(model, load_tokenizer("byte"))
     prompt = "The zen of "
     ids = torch.tensor([list(prompt.encode())])
