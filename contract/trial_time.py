@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
+from typing import Any
 
 from scalelab.contract.runs import TERMINAL, Tag
 
@@ -52,6 +53,13 @@ def started_ms(tags: Mapping[str, str]) -> float | None:
 def launched(tags: Mapping[str, str]) -> bool:
     """Whether the run is a launched trial's, not the placeholder made at submit."""
     return Tag.STARTED in tags or Tag.STARTED_MS in tags
+
+
+def trial_run_rank(run: Any) -> tuple[bool, int, str]:
+    """Where a run stands among its trial's runs; the first is the trial's run for every
+    reader (the ledger, `results sync`, `eval`): a launched run before a placeholder a driver
+    stopped in start_run left behind, then the oldest, the winner of a creation race."""
+    return not launched(run.data.tags), run.info.start_time or 0, run.info.run_id
 
 
 def queued_seconds(tags: Mapping[str, str]) -> float | None:

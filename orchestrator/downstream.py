@@ -20,7 +20,8 @@ from pydantic import Field
 
 from scalelab.contract import workdir
 from scalelab.contract.config import FrozenConfig
-from scalelab.contract.runs import Metric, Status, Tag, search_all, tag_filter
+from scalelab.contract.runs import Metric, Tag, search_all, tag_filter
+from scalelab.contract.trial_time import trial_run_rank
 
 
 class EvalError(ValueError):
@@ -137,7 +138,7 @@ def _client() -> Any:
 
 
 def _trial_run(client: Any, trial_id: str) -> Any:
-    """The trial's run: its FINISHED one, else its newest."""
+    """The trial's run, the one the ledger and `results sync` read (trial_run_rank)."""
     experiments = [e.experiment_id for e in client.search_experiments()]
     runs = (
         search_all(client, experiments, tag_filter(Tag.TRIAL_ID, trial_id)) if experiments else []
@@ -146,5 +147,4 @@ def _trial_run(client: Any, trial_id: str) -> Any:
         raise EvalError(
             f"trial {trial_id} has no run in {workdir.tracking_uri()} to write its scores to"
         )
-    runs.sort(key=lambda r: (r.info.status == Status.FINISHED, r.info.start_time or 0))
-    return runs[-1]
+    return min(runs, key=trial_run_rank)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from scalelab.contract import workdir
 from scalelab.contract.runs import Metric, Role, Tag, search_all, sweep_experiment, sweep_run_name
+from scalelab.contract.trial_time import trial_run_rank
 from scalelab.jobs.tracking.provenance import unflatten
 
 from .store import ResultsError
@@ -78,14 +79,14 @@ def find_sweep_runs(sweep: str, tracking_uri: str | None = None) -> SweepRuns:
         raise ResultsError(f"cannot read MLflow at {uri}: {e.message}") from None
     parent = None
     by_trial: dict[str, TrialRun] = {}
-    for run in sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id)):
+    for run in sorted(runs, key=trial_run_rank):
         tags = run.data.tags
         if tags.get(Tag.ROLE) == Role.SWEEP or tags.get(Tag.RUN_NAME) == sweep_run_name(sweep):
             parent = parent or run.info.run_id
             continue
         tid = tags.get(Tag.TRIAL_ID)
         if not tid or tags.get(Tag.SWEEP, sweep) != sweep or tid in by_trial:
-            continue  # not a trial of this sweep, or a duplicate (the oldest run wins)
+            continue  # not a trial of this sweep, or not the trial's run (trial_run_rank)
         by_trial[tid] = TrialRun(
             run_id=run.info.run_id,
             trial_id=tid,

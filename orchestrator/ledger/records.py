@@ -23,7 +23,7 @@ from scalelab.contract.runs import (
     tag_filter,
     trials_filter,
 )
-from scalelab.contract.trial_time import launched, timestamp_text
+from scalelab.contract.trial_time import launched, timestamp_text, trial_run_rank
 from scalelab.jobs import identity
 from scalelab.jobs.tracking.provenance import code_version, mlflow_params
 from scalelab.orchestrator.ledger.parent import SETTLE_S
@@ -95,12 +95,8 @@ def latest_records(runs: list[Any]) -> dict[str, TrialRecord]:
     placeholder (one a driver stopped in start_run left behind); else the oldest, the
     winner of a creation race (create_placeholders)."""
 
-    def rank(run: Any) -> tuple[bool, int, str]:
-        placeholder = not launched(run.data.tags)
-        return placeholder, run.info.start_time, run.info.run_id
-
     out: dict[str, TrialRecord] = {}
-    for run in sorted(runs, key=rank):
+    for run in sorted(runs, key=trial_run_rank):
         tid = run.data.tags.get(Tag.TRIAL_ID)
         if tid and tid not in out:
             out[tid] = record_of(run)

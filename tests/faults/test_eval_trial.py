@@ -22,10 +22,11 @@ def test_eval_writes_scores_to_the_run_and_the_tables_once(trial_copy, tmp_path,
     assert "scalelab_zen: acc " in first.stdout and "budget_heads" in first.stdout
 
     client = MlflowClient()
-    (run,) = client.search_runs(
+    runs = client.search_runs(  # the shared store may hold a resumed copy's run too
         [e.experiment_id for e in client.search_experiments()],
         f"tags.`scalelab.trial_id` = '{trial_id}'",
     )
+    (run,) = [r for r in runs if "eval/scalelab_zen/acc" in r.data.metrics]
     acc = run.data.metrics["eval/scalelab_zen/acc"]
     assert 0.0 <= acc <= 1.0 and "eval/scalelab_zen/acc_norm" in run.data.metrics
     assert 1.0 <= run.data.metrics["eval/scalelab_zen/budget_heads"] <= trial_copy.job.model.n_head
@@ -39,10 +40,11 @@ def test_eval_writes_scores_to_the_run_and_the_tables_once(trial_copy, tmp_path,
     assert len(client.get_metric_history(run.info.run_id, "eval/scalelab_zen/acc")) == 1
 
     query = ["results", "query", "tests-faults", "--format", "json", "--columns"]
-    shown = runner.invoke(app, [*query, "trial_id,eval_scalelab_zen_acc"])
+    shown = runner.invoke(app, [*query, "trial_id,run_id,eval_scalelab_zen_acc"])
     assert shown.exit_code == 0, shown.output
     rows = {r["trial_id"]: r for r in json.loads(shown.stdout)}
-    assert rows[trial_id]["eval_scalelab_zen_acc"] == acc
+    assert rows[trial_id]["eval_scalelab_zen_acc"] == acc  # eval and sync read one run
+    assert rows[trial_id]["run_id"] == run.info.run_id
 
 
 def test_lm_evals_own_api_takes_the_adapter_by_name(trial_copy, tmp_path, monkeypatch):
