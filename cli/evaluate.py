@@ -10,10 +10,11 @@ from scalelab.cli.console import fail
 def evaluate(
     target: str = typer.Argument(
         ...,
-        metavar="TRIAL_OR_RUN_NAME",
+        metavar="TRIAL_OR_SWEEP",
         help="A trial's run name (as `status` shows it), its id (or a unique prefix) under "
-        "$SCALELAB_HOME/trials, a trial folder (its newest complete checkpoint is used), or "
-        "one checkpoint folder trials/<id>/ckpt/step<N>.",
+        "$SCALELAB_HOME/trials, a trial folder (its newest complete checkpoint is used), "
+        "one checkpoint folder trials/<id>/ckpt/step<N>; or, where it names no trial, a "
+        "sweep: every FINISHED trial of it, through the sweep's own backend.",
     ),
     tasks: str = typer.Option(
         ...,
@@ -45,7 +46,8 @@ def evaluate(
         False, "--force", help="Evaluate again tasks whose scores the run already holds."
     ),
 ) -> None:
-    """Score a trained trial on lm-eval tasks and record the scores on its run.
+    """Score a trained trial (or every finished trial of a sweep) on lm-eval tasks and
+    record the scores on its run.
 
     Loads the checkpoint as `generate` does (any ZeRO stage; verified, weights-only) and
     evaluates with lm-evaluation-harness through scalelab's model adapter (the trial's own
@@ -53,7 +55,9 @@ def evaluate(
     trial's MLflow run with lm-eval's full results as the artifact eval/<task>.json; `results
     query` shows them after the next sync. Tasks whose scores the run holds are skipped. Task
     data comes from the datasets cache (HF_DATASETS_OFFLINE is honoured); a task whose data is
-    not cached, or a bad trial, exits 2 with one line."""
+    not cached, or a bad trial, exits 2 with one line. A sweep's trials are evaluated as
+    its `eval.downstream` step would (the trials' own backend and devices, each in a job of
+    its own, skipping tasks a run holds); trials not trained yet are left to `submit`."""
     from scalelab.orchestrator import door
 
     if device == "auto":
@@ -74,7 +78,12 @@ def evaluate(
     try:
         answer = door.evaluate(target, names, options, sweep=sweep)
     except door.EvalError as e:
-        raise fail(str(e)) from None
+        if not _names_a_sweep(target):
+            raise fail(str(e)) from None
+        if force:
+            raise fail("--force evaluates one trial again; give its run name or id") from None
+        _evaluate_sweep(target, names, options)
+        return
     except door.LedgerUnavailable as e:
         raise fail(str(e)) from None
     for task in answer.skipped:
@@ -93,6 +102,37 @@ def evaluate(
         print(
             f"scores written to run {answer.run_name} ({answer.run_id}) of trial {answer.trial_id}"
         )
+
+
+def _names_a_sweep(target: str) -> bool:
+    from scalelab.orchestrator import door
+
+    try:
+        door.find(target)
+    except (LookupError, door.LedgerUnavailable, door.SpecError):
+        return False
+    return True
+
+
+def _evaluate_sweep(name: str, tasks: list[str], options: object) -> None:
+    """Every FINISHED trial of the sweep, its owed tasks, through the sweep's scheduler and
+    backend (each trial's evaluation a job on its own devices): the sweep as recorded with
+    eval.downstream set to these tasks (docs/evaluation.md, 'In a sweep')."""
+    import json
+
+    from scalelab.cli.sweeps import _drive, _expanded
+    from scalelab.orchestrator import door
+
+    more = [f"eval.downstream.tasks={json.dumps(tasks)}"]
+    more += [
+        f"eval.downstream.mode={options.mode}",
+        f"eval.downstream.batch_size={options.batch_size}",
+    ]
+    if options.limit is not None:
+        more.append(f"eval.downstream.limit={options.limit}")
+    loaded = _expanded(lambda bar: door.recorded(name, progress=bar, more_overrides=tuple(more)))
+    if not _drive(loaded, door.DEFAULT_JOB, trained_only=True).ok:
+        raise typer.Exit(code=1)
 
 
 def register(app: typer.Typer) -> None:

@@ -290,7 +290,9 @@ class _Terminal:
         )
 
 
-def _drive(loaded: door.Sweep, job: str, ignore_fit: bool = False) -> door.SweepRun:
+def _drive(
+    loaded: door.Sweep, job: str, ignore_fit: bool = False, trained_only: bool = False
+) -> door.SweepRun:
     """Run the sweep with a progress bar and a line per ended trial; print the outcome and
     each failure with its log."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -301,7 +303,9 @@ def _drive(loaded: door.Sweep, job: str, ignore_fit: bool = False) -> door.Sweep
     with Progress(*columns, console=err, transient=False) as progress:
         terminal = _Terminal(progress, loaded)
         with door_errors(submitting=True):
-            ran = door.run(loaded, job=job, ignore_fit=ignore_fit, watcher=terminal)
+            ran = door.run(
+                loaded, job=job, ignore_fit=ignore_fit, watcher=terminal, trained_only=trained_only
+            )
         terminal.figure.flush()
         progress.update(terminal.task, completed=len(loaded.trials) - len(ran.outcome.elsewhere))
     result = ran.outcome
@@ -310,6 +314,8 @@ def _drive(loaded: door.Sweep, job: str, ignore_fit: bool = False) -> door.Sweep
         f"{len(result.failed)} failed, {len(result.killed)} cancelled, "
         f"{len(result.elsewhere)} run by another driver"
     )
+    if result.untrained:
+        summary += f", {len(result.untrained)} not trained yet (left to `scalelab submit`)"
     if result.reused:
         summary += f", {len(result.reused)} trained before in another sweep (metrics copied)"
     if result.undelivered:

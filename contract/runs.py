@@ -27,6 +27,7 @@ class Tag:
     CODE_VERSION = "scalelab.code_version"
     WORLD_SIZE = "scalelab.world_size"
     ERROR = "scalelab.error"  # why a trial failed
+    EVAL_ERROR = "scalelab.eval_error"  # why a finished trial's eval.downstream step failed
     ATTEMPTS = "scalelab.attempts"
     CANCEL = "scalelab.cancel"  # "1": cancel requested
     PREEMPTED = "scalelab.preempted"  # time of the last preemption (UTC, ISO 8601)

@@ -52,6 +52,7 @@ def check_budget(job: JobConfig) -> None:
 
 def check_placement(job: JobConfig, world_size: int, device: str | None) -> BatchPlan:
     check_budget(job)
+    check_downstream(job)
     if device is not None and job.train.dtype == "fp16" and not device.startswith("cuda"):
         raise JobCheckError(
             "train.dtype", "train.dtype='fp16' needs a GPU (refused on CPU); use bf16 or fp32"
@@ -67,6 +68,18 @@ def check_placement(job: JobConfig, world_size: int, device: str | None) -> Batc
             f"train.grad_accum_dtype={t.dtype!r} (DeepSpeed's own, less exact default)",
         )
     return plan_batch(job, world_size)
+
+
+def check_downstream(job: JobConfig) -> None:
+    """eval.downstream's local task files exist and parse (hub tasks are looked up when the
+    step runs: lm-eval's index of them takes seconds to build)."""
+    from scalelab.jobs.downstream.tasks import TaskError, specs
+
+    if job.eval.downstream is not None:
+        try:
+            specs(list(job.eval.downstream.tasks))
+        except TaskError as e:
+            raise JobCheckError("eval.downstream.tasks", str(e)) from None
 
 
 def check_environment(job: JobConfig, hub: bool = True) -> None:

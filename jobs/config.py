@@ -3,7 +3,7 @@
 A trial is a fully resolved `JobConfig`. Its science fields (model, data, train, seed)
 define the trial's identity (jobs/identity.py); fields marked `NotIdentity` do not: the
 cadence of logs, evaluations and checkpoints, `deepspeed` (how the same computation is laid
-out on devices), `data.tokenizer_file` (where a vocabulary is), `train.compile` (how the
+out on devices), `eval` (what is measured on the trained model), `data.tokenizer_file` (where a vocabulary is), `train.compile` (how the
 same computation is executed) and `train.async_checkpoint` (how checkpoints are written).
 """
 
@@ -294,6 +294,41 @@ class DeepSpeedConfig(FrozenConfig):
     )
 
 
+class DownstreamEval(FrozenConfig):
+    """lm-eval tasks run on the trial once it has trained, as a step of the trial: its
+    scores go to the trial's run, tasks whose scores the run holds are skipped
+    (docs/evaluation.md, 'In a sweep')."""
+
+    tasks: tuple[str, ...] = Field(
+        ...,
+        min_length=1,
+        description="lm-eval task or group names (piqa, hellaswag, arc_easy, blimp), "
+        "scalelab_zen (shipped, offline), or paths to local task YAMLs",
+    )
+    limit: int | None = Field(None, ge=1, description="items per task (all when unset)")
+    mode: Literal["inference", "soft"] = Field(
+        "inference",
+        description="TSA and BudgetFormer on their inference path (sparse tokens, top-k "
+        "heads) or in their soft, training-time mode",
+    )
+    batch_size: int = Field(16, ge=1, description="sequences per forward")
+
+    @field_validator("tasks")
+    @classmethod
+    def _named(cls, tasks: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not t.strip() for t in tasks):
+            raise ValueError("a task name is empty")
+        if len(set(tasks)) != len(tasks):
+            raise ValueError("a task is named twice")
+        return tasks
+
+
+class EvalConfig(FrozenConfig):
+    """What runs after training (not in the trial id: the trained model is the same)."""
+
+    downstream: DownstreamEval | None = None
+
+
 class JobConfig(FrozenConfig):
     """One fully resolved trial."""
 
@@ -302,6 +337,7 @@ class JobConfig(FrozenConfig):
     train: TrainConfig
     deepspeed: Annotated[DeepSpeedConfig, NotIdentity] = DeepSpeedConfig()
     seed: int = Field(0, ge=0, le=MAX_SEED)
+    eval: Annotated[EvalConfig, NotIdentity] = EvalConfig()
 
     @model_validator(mode="after")
     def _sections_agree(self) -> JobConfig:
@@ -320,6 +356,11 @@ class JobConfig(FrozenConfig):
             raise JobCheckError(
                 "train.early_exit_alphas",
                 "train.early_exit_alphas needs model.task='lm' (it reads out tokens)",
+            )
+        if self.eval.downstream is not None and model.task != "lm":
+            raise JobCheckError(
+                ("eval.downstream", "model.task"),
+                "eval.downstream scores a language model; model.task='classify' has none",
             )
         if data.seq_len > model.block_size:
             raise JobCheckError(

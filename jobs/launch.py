@@ -89,15 +89,34 @@ def launch(
         scoped_environ(placement),  # the job's ranks inherit it; a reused worker forgets it
     ):
         try:
-            if ranks > 1:
-                if job_ref != DEFAULT_JOB:
-                    raise ValueError(
-                        f"several ranks per trial need the training job, not {job_ref!r}"
-                    )
-                return run_ranks(job, run_id, ranks)
-            return outcome_of(resolve_job(job_ref)(job, run_id))
+            outcome = _trained_outcome(job) or _train(job_ref, job, run_id, ranks)
         except EnvironmentRefused as e:
             return refused(str(e))
+        if job.eval.downstream is not None and outcome["status"] == Status.FINISHED:
+            from scalelab.jobs.downstream.step import evaluate_trained
+
+            evaluate_trained(job, run_id)
+        return outcome
+
+
+def _train(job_ref: JobRef, job: Any, run_id: str | None, ranks: int) -> dict[str, Any]:
+    if ranks > 1:
+        if job_ref != DEFAULT_JOB:
+            raise ValueError(f"several ranks per trial need the training job, not {job_ref!r}")
+        return run_ranks(job, run_id, ranks)
+    return outcome_of(resolve_job(job_ref)(job, run_id))
+
+
+def _trained_outcome(job: Any) -> dict[str, Any] | None:
+    """A trial with an `eval.downstream` step whose training is done (a driver killed in its
+    evaluation): FINISHED without training again; only its evaluation is owed."""
+    if job.eval.downstream is None:
+        return None
+    from scalelab.jobs.downstream.step import trained
+
+    if trained(job.trial_id) is None:
+        return None
+    return outcome_of({"status": Status.FINISHED})
 
 
 def run_ranks(job: Any, run_id: str | None, ranks: int) -> dict[str, Any]:

@@ -148,12 +148,15 @@ def load(
 
 
 def recorded(
-    name: str, max_trials: int = DEFAULT_MAX_TRIALS, progress: Progress | None = None
+    name: str,
+    max_trials: int = DEFAULT_MAX_TRIALS,
+    progress: Progress | None = None,
+    more_overrides: tuple[str, ...] = (),
 ) -> Sweep:
     """A submitted sweep as its parent run recorded it at its last submit (its YAML and
-    overrides, whatever their length), validated and expanded again. A sweep recorded
-    before its YAML always was (by an older scalelab, over 8,000 characters) is read from
-    the file at its recorded path, and `notes` says so."""
+    overrides, whatever their length, then `more_overrides`), validated and expanded again.
+    A sweep recorded before its YAML always was (by an older scalelab, over 8,000
+    characters) is read from the file at its recorded path, and `notes` says so."""
     from scalelab.orchestrator.ledger.parent import RecordDamaged
 
     try:
@@ -166,9 +169,9 @@ def recorded(
             raise SweepRefused(f"sweep {name}: its YAML is not recorded; submit the file again")
         text = read_sweep(path)
         notes = (f"sweep {name}: its YAML was not recorded; read from {path} as it is now",)
-    spec, source = parse_spec(text, path or "<recorded sweep>", record.overrides)
+    overrides = (*record.overrides, *more_overrides)
+    spec, source = parse_spec(text, path or "<recorded sweep>", list(overrides))
     trials, missing = _expanded(spec, source, max_trials, progress)
-    overrides = tuple(record.overrides)
     return Sweep(spec, tuple(trials), text, path, overrides, max_trials, notes, missing)
 
 
@@ -375,9 +378,11 @@ def run(
     job: JobRef = DEFAULT_JOB,
     ignore_fit: bool = False,
     watcher: Watcher | None = None,
+    trained_only: bool = False,
 ) -> SweepRun:
     """Record the sweep in MLflow and run every trial that is not FINISHED, to its end
-    (retries, requeues, cancels). Refuses (SweepRefused) what `plan` refuses and a backend
+    (retries, requeues, cancels); `trained_only`: only the FINISHED trials' owed
+    `eval.downstream` steps (`scalelab eval SWEEP`), nothing trained. Refuses (SweepRefused) what `plan` refuses and a backend
     that cannot run it; an unreachable tracking store raises LedgerUnavailable before
     anything is created, and SweepStopped when it fails mid-sweep."""
     from scalelab.orchestrator.backends import preflight
@@ -400,6 +405,7 @@ def run(
             on_update=watcher.update if watcher else None,
             on_trial=watcher.trial_ended if watcher else None,
             spec_yaml=sweep.text, spec_path=sweep.path, overrides=sweep.overrides,
+            trained_only=trained_only,
         )  # fmt: skip
     except LedgerUnavailable as e:  # mid-sweep: what MLflow holds is the state to resume
         raise SweepStopped(str(e)) from None

@@ -4,15 +4,13 @@
 The trial is named as `generate` names it (a run name, a trial id or prefix, a trial or
 checkpoint folder). Its run gets the metrics `eval/<task>/<metric>` (one log_batch per
 task, with what ran: `eval/<task>/tsa_alpha`, `.../budget_heads`, `.../soft_mode`) and
-lm-eval's full results as the artifact `eval/<task>.json`; the results tables read the
-metrics from the run (analysis/results/sync.py). A task whose scores the run already holds
+lm-eval's full results as the artifact `eval/<task>.json` (jobs/downstream/record.py); the
+results tables read the metrics from the run (analysis/results/sync.py). A task whose scores the run already holds
 is not evaluated again (`force` re-evaluates). Nothing here imports torch at module level.
 """
 
 from __future__ import annotations
 
-import json
-import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,7 +18,7 @@ from pydantic import Field
 
 from scalelab.contract import workdir
 from scalelab.contract.config import FrozenConfig
-from scalelab.contract.runs import Metric, Tag, search_all, tag_filter
+from scalelab.contract.runs import Tag, search_all, tag_filter
 from scalelab.contract.trial_time import trial_run_rank
 
 
@@ -55,6 +53,7 @@ class EvalOptions(FrozenConfig):
 def evaluate(
     target: str, tasks: list[str], options: EvalOptions | None = None, *, sweep: str | None = None
 ) -> EvalAnswer:
+    from scalelab.jobs.downstream import record
     from scalelab.jobs.downstream.evaluate import task_names
     from scalelab.jobs.downstream.tasks import TaskError
     from scalelab.jobs.training.trained_model import TrialError
@@ -70,59 +69,25 @@ def evaluate(
         raise EvalError(str(e)) from None
     client = _client()
     run = _trial_run(client, located.job.trial_id)
-    held = {k for k in run.data.metrics if k.startswith(Metric.EVAL_PREFIX)}
-    todo = [
-        (requested, name)
-        for requested, name in zip(tasks, names, strict=True)
-        if options.force or not any(k.startswith(f"{Metric.EVAL_PREFIX}{name}/") for k in held)
-    ]
+    todo = tasks if options.force else record.owed(tasks, run.data.metrics)
     answer = EvalAnswer(
         located.job.trial_id, run.info.run_id, run.info.run_name or "", str(located.tag_dir),
-        {}, {}, [n for n in names if n not in {name for _, name in todo}],
+        {}, {}, [n for r, n in zip(tasks, names, strict=True) if r not in todo],
     )  # fmt: skip
     if not todo:
         return answer
-    scored = _score(located, [r for r, _ in todo], options)
-    for result in scored:
-        extra = {f"{Metric.EVAL_PREFIX}{result.task}/soft_mode": float(options.mode == "soft")}
-        for key in ("tsa_alpha", "budget_heads"):
-            if key in result.executed:
-                extra[f"{Metric.EVAL_PREFIX}{result.task}/{key}"] = result.executed[key]
-        _log(client, run.info.run_id, {**result.metrics, **extra})
-        client.log_text(
-            run.info.run_id,
-            json.dumps(result.results, indent=1, sort_keys=True),
-            f"eval/{result.task}.json",
-        )
-        answer.scores.update(result.metrics)
-        answer.executed[result.task] = result.executed
-    return answer
-
-
-def _score(located: Any, tasks: list[str], options: EvalOptions) -> list:
-    from scalelab.jobs.data.tokenizers import load_tokenizer
-    from scalelab.jobs.downstream import evaluate as downstream
-    from scalelab.jobs.downstream.tasks import TaskError
-    from scalelab.jobs.training.trained_model import TrialError, load_model
-
     try:
-        tokenizer = load_tokenizer(located.job.data.tokenizer, located.job.data.tokenizer_file)
-        return downstream.evaluate(
-            lambda: load_model(located, options.device),
-            tokenizer, tasks, limit=options.limit, mode=options.mode,
+        scored = record.score(
+            located, todo, device=options.device, limit=options.limit, mode=options.mode,
             cache=options.cache, batch_size=options.batch_size,
         )  # fmt: skip
     except (TrialError, TaskError) as e:
         raise EvalError(str(e)) from None
-
-
-def _log(client: Any, run_id: str, metrics: dict[str, float]) -> None:
-    from mlflow.entities import Metric as MlflowMetric
-
-    now = int(time.time() * 1000)
-    batch = [MlflowMetric(k, v, now, 0) for k, v in sorted(metrics.items())]
-    for start in range(0, len(batch), 1000):  # MLflow's limit per log_batch
-        client.log_batch(run_id, metrics=batch[start : start + 1000])
+    for result in scored:
+        record.write(client, run.info.run_id, result, options.mode)
+        answer.scores.update(result.metrics)
+        answer.executed[result.task] = result.executed
+    return answer
 
 
 def _client() -> Any:

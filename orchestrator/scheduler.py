@@ -15,7 +15,8 @@ spot reclaim: Ray's NodeDiedError), which resumes from its last checkpoint on an
 A wsd cooldown branch waits for its trunk's checkpoint (orchestrator/branching.py).
 A trial whose training is done (its `result.json`) is never trained again: the driver
 only sends what its run still lacks, and marks a run FINISHED only once its spool is
-empty (`orchestrator/delivery.py`).
+empty (`orchestrator/delivery.py`); a FINISHED trial whose `eval.downstream` scores are
+owed (a driver killed during that step, tasks added since) is launched for that step alone.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class SweepOutcome:
     diverged: list[str] = field(default_factory=list)  # of `failed`: the loss diverged
     killed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # already FINISHED (or out of retries)
+    untrained: list[str] = field(default_factory=list)  # not FINISHED, left (trained_only)
     elsewhere: list[str] = field(default_factory=list)  # claimed by another live driver
     reused: list[str] = field(default_factory=list)  # trained under another run: copied
     # trained, but MLflow writes are spooled where this driver cannot send them (a cluster
@@ -99,10 +101,12 @@ def run_sweep(
     spec_yaml: str = "",
     spec_path: str = "",
     overrides: list[str] | tuple[str, ...] = (),
+    trained_only: bool = False,
 ) -> SweepOutcome:
     """Run every live trial of the sweep to a terminal state (or until cancelled).
     `on_update(counts)` follows the counts; `on_trial(trial_id, outcome)` is called once
-    per trial this driver ran, when it ends ('finished', 'failed', 'diverged', 'killed')."""
+    per trial this driver ran, when it ends ('finished', 'failed', 'diverged', 'killed').
+    `trained_only`: a trial not FINISHED is left as it is (`scalelab eval SWEEP`)."""
     cfg = spec.backend
     out = SweepOutcome()
     records = ledger.sync(
@@ -118,8 +122,10 @@ def run_sweep(
     pending: list[_Live] = []
     for trial in trials:  # already sorted by compute
         rec = records[trial.trial_id]
-        if rec.status == Status.FINISHED:
+        if rec.status == Status.FINISHED and not owes_eval(trial, rec):
             out.skipped.append(trial.trial_id)
+        elif trained_only and rec.status != Status.FINISHED:
+            out.untrained.append(trial.trial_id)
         elif rec.status == Status.KILLED and ledger.driver_alive(rec.claim[1], parent_tags):
             out.elsewhere.append(trial.trial_id)  # cancelled under a driver still running
         elif (
@@ -151,7 +157,7 @@ def run_sweep(
     inflight: dict[Any, _Live] = {}
     killing: set[Any] = set()  # handles cancelled on request
     last_beat = last_cancel_check = time.monotonic()
-    counts = {"done": len(out.skipped), "running": 0, "total": len(trials)}
+    counts = {"done": len(out.skipped) + len(out.untrained), "running": 0, "total": len(trials)}
     reported: set[str] = set()
     try:
         while pending or inflight or sends:
@@ -198,7 +204,7 @@ def run_sweep(
             if on_trial:
                 _report_ended(out, finished, reported, on_trial)
             counts.update(
-                done=len(out.skipped) + len(finished) + len(out.failed) + len(out.killed),
+                done=len(out.skipped + out.untrained + finished + out.failed + out.killed),
                 running=len(inflight) + len(sends),
             )
             if on_update:
@@ -249,7 +255,7 @@ def _claim(
     for live in ready:
         pending.remove(live)
         live.rec = fresh.get(live.rec.run_id, live.rec)
-        if live.rec.status == Status.FINISHED:
+        if live.rec.status == Status.FINISHED and not owes_eval(live.trial, live.rec):
             out.skipped.append(live.trial.trial_id)
         elif live.rec.cancelled:
             ledger.set_status(live.rec.run_id, Status.KILLED)
@@ -271,15 +277,34 @@ def _claim(
 
 
 def _adopt_trained(claimed: list[_Live], sends: delivery.Deliveries) -> list[_Live]:
-    """The claimed trials to train. Those whose training is done (their result.json) are
-    never trained again: their runs are only sent what they lack."""
+    """The claimed trials to launch. Those whose training is done (their result.json) are
+    never trained again: their runs are only sent what they lack, or, when their
+    `eval.downstream` scores are owed, they are launched for that step alone (jobs/launch.py),
+    which is not a new attempt."""
     to_train = []
     for live in claimed:
-        if delivery.trained(live.trial.trial_id):
-            sends.add(live.trial.trial_id, live.rec.run_id, adopt=True)
-        else:
+        if not delivery.trained(live.trial.trial_id):
             to_train.append(live)
+        elif owes_eval(live.trial, live.rec):
+            live.requeued = True
+            to_train.append(live)
+        else:
+            sends.add(live.trial.trial_id, live.rec.run_id, adopt=True)
     return to_train
+
+
+def owes_eval(trial: Trial, rec: TrialRecord) -> bool:
+    """The trial's `eval.downstream` asks for tasks whose scores its run lacks."""
+    from scalelab.jobs.downstream.record import owed
+    from scalelab.jobs.downstream.tasks import TaskError
+
+    wanted = trial.job.eval.downstream
+    if wanted is None:
+        return False
+    try:
+        return bool(owed(list(wanted.tasks), rec.metrics))
+    except TaskError:  # a task file gone since submit: the step says so on the run
+        return True
 
 
 def _launch(ledger: Ledger, backend: Any, claimed: list[_Live], inflight: dict) -> None:

@@ -249,3 +249,35 @@ def test_custom_resources_per_trial_are_checked_at_their_line():
     assert "must be > 0" in line
     (line,) = problems(BASE + "backend: {kind: slurm, resources_per_trial: {fake_gpu: 1}}\n")
     assert "'local' or 'ray'" in line
+
+
+BATCHED = BASE.replace("tokens: 4096}", "tokens: 4096, global_batch_tokens: 512}")
+
+
+def test_eval_downstream_is_checked_at_its_line_and_not_in_the_trial_id(tmp_path):
+    from scalelab.orchestrator.job_checks import check_trials
+
+    spec, source = parse_spec(BATCHED + "grid: {seed: [0, 1]}\n")
+    ids = [t.trial_id for t in expand(spec, source)]
+    evaluated = (
+        BATCHED
+        + "  eval: {downstream: {tasks: [scalelab_zen, piqa], limit: 8}}\ngrid: {seed: [0, 1]}\n"
+    )
+    spec2, source2 = parse_spec(evaluated)
+    trials = expand(spec2, source2)
+    assert [t.trial_id for t in trials] == ids  # the trained model is the same
+    assert trials[0].job.eval.downstream.tasks == ("scalelab_zen", "piqa")
+    check_trials(spec2, trials, source2)  # shipped and hub names pass without the hub
+
+    gone = evaluated.replace("piqa", str(tmp_path / "gone.yaml"))
+    spec3, source3 = parse_spec(gone, "x.yaml")
+    with pytest.raises(SpecError) as e:
+        check_trials(spec3, expand(spec3, source3), source3)
+    (line,) = e.value.problems
+    assert line.startswith("x.yaml:7: base.eval.downstream.tasks:") and "does not exist" in line
+
+    twice = problems(BASE + "  eval: {downstream: {tasks: [piqa, piqa]}}\n")
+    assert "named twice" in twice[0]
+    classifier = BASE.replace("block_size: 64}", "block_size: 64, task: classify, n_classes: 2}")
+    (line,) = problems(classifier + "  eval: {downstream: {tasks: [piqa]}}\n")
+    assert "eval.downstream scores a language model" in line

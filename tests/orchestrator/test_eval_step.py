@@ -1,0 +1,111 @@
+"""A sweep's `eval.downstream` step (real training, real lm-eval, real MLflow, a real
+driver killed with SIGKILL): a trial is evaluated on the shipped task after it trains; a
+driver killed during the evaluation leaves it FINISHED without scores; the resubmit
+evaluates it without training it again, and the next submit evaluates nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from scalelab.cli.main import app
+from scalelab.jobs.downstream.tasks import SHIPPED
+from scalelab.orchestrator.ledger import Ledger
+
+runner = CliRunner()
+ACC = "eval/scalelab_zen/acc"
+
+
+def _sweep(name: str) -> str:
+    return f"""
+name: {name}
+base:
+  model: {{size: nano, vocab_size: 256, block_size: 64}}
+  data: {{source: "builtin:pydoc", tokenizer: byte, seq_len: 64}}
+  train: {{tokens: 4096, global_batch_tokens: 512}}
+  eval: {{downstream: {{tasks: [scalelab_zen], limit: 4, batch_size: 8}}}}
+grid:
+  seed: [81]
+backend: {{concurrency: 1, cpus_per_trial: 1, retry_backoff_s: 0.1}}
+"""
+
+
+def _evaluating(home: Path) -> str | None:
+    """The trial whose log says its eval.downstream step started, with no scores yet."""
+    for log in (home / "trials").glob("*/logs/*"):
+        text = log.read_text(errors="replace")
+        if "eval.downstream:" in text and "eval scalelab_zen:" not in text:
+            return log.parts[-3]
+    return None
+
+
+@pytest.mark.slow
+def test_a_driver_killed_mid_evaluation_resubmits_to_one_score(
+    tmp_path, ray_session, work_home, sweep_name
+):
+    from mlflow import MlflowClient
+
+    from scalelab.contract.workdir import tracking_uri
+
+    path = tmp_path / "sweep.yaml"
+    path.write_text(_sweep(sweep_name))
+    log = tmp_path / "driver.log"
+    with log.open("wb") as out:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "scalelab.cli.main", "submit", str(path)],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    deadline, killed = time.monotonic() + 300, None
+    while killed is None:
+        assert driver.poll() is None, log.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < deadline, "the trial's evaluation never started"
+        time.sleep(0.1)
+        killed = _evaluating(work_home)
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+
+    before = _records(sweep_name)
+    assert before[killed].status == "FINISHED" and ACC not in before[killed].metrics
+    result = (work_home / "trials" / killed / "result.json").read_text()
+
+    again = runner.invoke(app, ["submit", str(path)])
+    assert again.exit_code == 0, again.output
+    after = _records(sweep_name)
+    assert {t: r.run_id for t, r in after.items()} == {t: r.run_id for t, r in before.items()}
+    assert (work_home / "trials" / killed / "result.json").read_text() == result  # not retrained
+    client = MlflowClient(tracking_uri())
+    for rec in after.values():
+        assert rec.status == "FINISHED"
+        (point,) = client.get_metric_history(rec.run_id, ACC)  # evaluated once
+        saved = client.download_artifacts(rec.run_id, "eval/scalelab_zen.json", str(tmp_path))
+        assert json.loads(Path(saved).read_text())["results"]["scalelab_zen"]["acc,none"] == (
+            point.value
+        )
+    last = runner.invoke(app, ["submit", str(path)])
+    assert last.exit_code == 0 and "1 skipped" in last.output, last.output
+    assert len(client.get_metric_history(after[killed].run_id, ACC)) == 1
+
+    # `scalelab eval SWEEP`: another task on every finished trial, through the scheduler
+    task = tmp_path / "zen_again.yaml"
+    text = (
+        (SHIPPED / "scalelab_zen.yaml").read_text().replace("task: scalelab_zen", "task: zen_again")
+    )
+    task.write_text(text.replace("test: zen.jsonl", f"test: {SHIPPED / 'zen.jsonl'}"))
+    evaluated = runner.invoke(app, ["eval", sweep_name, "--tasks", str(task), "--limit", "4"])
+    assert evaluated.exit_code == 0 and "1 finished" in evaluated.output, evaluated.output
+    assert len(client.get_metric_history(after[killed].run_id, "eval/zen_again/acc")) == 1
+    again = runner.invoke(app, ["eval", sweep_name, "--tasks", str(task), "--limit", "4"])
+    assert again.exit_code == 0 and "1 skipped" in again.output, again.output
+
+
+def _records(sweep: str) -> dict:
+    ledger = Ledger(sweep)
+    return ledger.records() if ledger.experiment_id() is not None else {}
