@@ -148,6 +148,7 @@ def run_sweep(
     delivery.send_owed(spent, ledger.uri)
     if not pending:  # nothing to run: the statuses just read are the sweep's
         _close_parent(ledger, out, {tid: rec.status for tid, rec in records.items()})
+        ledger.retire()
         return out
 
     holds = branching.branches(trials)  # wsd cooldown branches wait for their trunk's seed
@@ -214,6 +215,7 @@ def run_sweep(
         if started:
             backend.stop()
     _close_parent(ledger, out)
+    ledger.retire()
     return out
 
 

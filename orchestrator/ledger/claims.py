@@ -56,6 +56,20 @@ class Claims(SweepStore):
         client = self.poll_client if poll else self.client
         client.set_tag(self.parent_id, _beat_key(self.driver_id), beat)
 
+    def retire(self) -> None:
+        """This driver is done: its beat goes, so its claims lapse at once. Else a driver
+        started later in the same process (a notebook's next submit, `scalelab eval SWEEP`
+        after a submit) would find them held by a live pid for a lease. A store that fails
+        now leaves the beat to age out."""
+        from mlflow.exceptions import MlflowException
+
+        from scalelab.orchestrator.ledger.store import LedgerUnavailable
+
+        try:
+            self.poll_client.delete_tag(self.parent_id, _beat_key(self.driver_id))
+        except (LedgerUnavailable, MlflowException):
+            pass
+
     def liveness(self, driver_id: str | None, parent_tags: dict[str, str]) -> Liveness:
         if driver_id is None:
             return Liveness.DEAD
