@@ -15,6 +15,7 @@ from rich.console import Console
 
 from scalelab.cli.console import err, fail, stdout_console
 from scalelab.cli.fit_options import BUDGETS, HOLDOUT_FLOPS, HUBER, ISO_BINS, WHERE, fit_options
+from scalelab.cli.results_common import guard, synced
 from scalelab.cli.wide_tables import print_table
 
 app = typer.Typer(
@@ -36,32 +37,12 @@ EXCLUDE_OUTLIERS = typer.Option(
 )
 
 
-def _synced(sweep: str, uri: str | None) -> None:
-    """Sync first when the sweep has never been synced or imported (queries then just
-    work)."""
-    from scalelab.analysis.results import store, sync
-
-    if store.read_table(store.TRIALS, sweep) is None:
-        err.print(str(sync(sweep, uri)), highlight=False)
-
-
-def _guard(fn):  # noqa: ANN001, ANN202
-    """Run a command body; ResultsError/ScalingError -> exit 2 with one line."""
-    from scalelab.analysis.results.store import ResultsError
-    from scalelab.analysis.scaling import ScalingError
-
-    try:
-        return fn()
-    except (ResultsError, ScalingError) as e:
-        raise fail(str(e)) from None
-
-
 @app.command("sync")
 def sync_cmd(sweep: str = SWEEP, tracking_uri: str | None = URI) -> None:
     """Build or refresh the sweep's `trials` and `curves` Parquet tables (incremental)."""
     from scalelab.analysis.results import sync
 
-    result = _guard(lambda: sync(sweep, tracking_uri))
+    result = guard(lambda: sync(sweep, tracking_uri))
     console.print(str(result), highlight=False)
     console.print(f"trials: {result.trials_path}\ncurves: {result.curves_path}", highlight=False)
 
@@ -105,7 +86,7 @@ def query_cmd(
 
         from scalelab.analysis.results.query import ResultsWarning
 
-        _synced(sweep, tracking_uri)
+        synced(sweep, tracking_uri)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ResultsWarning)
             result = query(sweep, where=where, group_by=groups, metric=metric, at=at, table=table)
@@ -123,7 +104,7 @@ def query_cmd(
             result = result.select(wanted)
         return result
 
-    result = _guard(run)
+    result = guard(run)
     try:
         _emit(result, fmt, output, chosen=bool(columns))
     except OSError as e:  # --output in a missing folder, a folder, no permission
@@ -252,11 +233,11 @@ def fit_cmd(
     options = fit_options(budget, huber_delta, holdout_flops, isoflop_bin_width)
 
     def run():  # noqa: ANN202
-        _synced(sweep, tracking_uri)
+        synced(sweep, tracking_uri)
         return fit_sweep(sweep, baseline=baseline, loss=loss, n_resamples=resamples,
                          exclude_outliers=exclude_outliers, where=where, **options)  # fmt: skip
 
-    fit = _guard(run)
+    fit = guard(run)
     if as_json:
         print(json.dumps(fit.to_dict(), indent=1))
         return
@@ -276,7 +257,7 @@ def _fit_and_plot(sweep: str, baseline: str, resamples: int, tracking_uri: str |
     from scalelab.analysis.results.imports import curves_of, parent_run
     from scalelab.contract import workdir
 
-    _synced(sweep, tracking_uri)
+    synced(sweep, tracking_uri)
     fit = fit_sweep(sweep, baseline=baseline, n_resamples=resamples, **options)
     files = plots.make_plots(fit, curves_of(sweep), sweep_dir(sweep) / "plots")
     uri = tracking_uri or workdir.tracking_uri()
@@ -292,7 +273,7 @@ def plot_cmd(
     tracking_uri: str | None = URI,
 ) -> None:
     """PNG plots into results/<sweep>/plots, attached to the sweep's MLflow parent run."""
-    _, files, logged, _ = _guard(lambda: _fit_and_plot(sweep, baseline, resamples, tracking_uri))
+    _, files, logged, _ = guard(lambda: _fit_and_plot(sweep, baseline, resamples, tracking_uri))
     for path in files.values():
         console.print(str(path), highlight=False)
     if logged:
@@ -317,7 +298,7 @@ def report_cmd(
     from scalelab.analysis.results.imports import imported_only
 
     options = fit_options(budget, huber_delta, holdout_flops, isoflop_bin_width)
-    fit, files, _, uri = _guard(
+    fit, files, _, uri = guard(
         lambda: _fit_and_plot(sweep, baseline, resamples, tracking_uri, where=where, **options)
     )
     uri = "" if imported_only(sweep) else uri  # no MLflow record to point at
@@ -334,7 +315,7 @@ def summary_cmd(
     """sync + fit + plot + report in one go, printing the gains and where everything is."""
     from scalelab.analysis.report import summarise_sweep
 
-    text = _guard(
+    text = guard(
         lambda: summarise_sweep(
             sweep, tracking_uri, baseline=baseline, n_resamples=resamples, width=console.width
         )
@@ -379,7 +360,7 @@ def forecast_cmd(
         raise fail(f"--level {level}: expected a number between 0 and 1")
 
     def run():  # noqa: ANN202
-        _synced(sweep, tracking_uri)
+        synced(sweep, tracking_uri)
         table = load_trials(sweep)
         if loss not in table.column_names:
             raise ResultsError(
@@ -390,7 +371,7 @@ def forecast_cmd(
                               exclude_outliers=exclude_outliers,
                               holdout_flops=holdout_flops)  # fmt: skip
 
-    result = _guard(run)
+    result = guard(run)
     if as_json:
         print(json.dumps(result.to_dict(), indent=1, allow_nan=False))
         return
@@ -453,11 +434,11 @@ def advise_cmd(
         raise fail("--power and --level: expected numbers between 0 and 1")
 
     def run():  # noqa: ANN202
-        _synced(sweep, tracking_uri)
+        synced(sweep, tracking_uri)
         return fit_sweep(sweep, baseline=baseline, loss=loss, level=level, effect=effect,
                          power=power, resample=False)  # fmt: skip
 
-    fit = _guard(run)
+    fit = guard(run)
     if not fit.advice:
         raise fail(
             "no advice: no variant has a paired gain against the baseline ("
@@ -486,3 +467,6 @@ def advise_cmd(
 from scalelab.cli.results_import import import_cmd  # noqa: E402
 
 app.command("import")(import_cmd)
+from scalelab.cli.results_compare import compare_cmd  # noqa: E402
+
+app.command("compare")(compare_cmd)
