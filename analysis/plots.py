@@ -276,6 +276,43 @@ def metric_figure(table: pa.Table, plot: MetricPlot) -> Figure | None:
     return fig
 
 
+def downstream_vs_flops(table: pa.Table, column: str) -> Figure | None:
+    """A downstream score (`eval_<task>_<metric>`) against training FLOPs, a line per
+    variant through its cells (every swept axis but the seed: a ladder's sizes), each point
+    the cell's mean over seeds with its standard error where there are several. None when no
+    trial has the score."""
+    from scalelab.analysis.results.design import read_design
+
+    if column not in table.column_names:
+        return None
+    y_all = _col(table, column)
+    if not np.isfinite(y_all).any():
+        return None
+    design = read_design(table)
+    cells = [tuple(design.table[a].to_pylist()) for a in design.axes]
+    variants = [str(v) for v in table["variant"].to_pylist()]
+    flops = _col(table, "flops")
+    points: dict[str, dict[tuple, list[int]]] = {}
+    for i, (v, y) in enumerate(zip(variants, y_all, strict=True)):
+        if np.isfinite(y):
+            points.setdefault(v, {}).setdefault(tuple(c[i] for c in cells), []).append(i)
+    fig, ax = new_figure(6.0, 4.0)
+    palette = colours(sorted(points))
+    for v in sorted(points):
+        rows = sorted(points[v].values(), key=lambda r: flops[r].mean())
+        x = np.array([flops[r].mean() for r in rows])
+        y = np.array([y_all[r].mean() for r in rows])
+        se = np.array([y_all[r].std(ddof=1) / np.sqrt(len(r)) if len(r) > 1 else 0.0 for r in rows])
+        ax.errorbar(x, y, yerr=se, fmt="o-", color=palette[v], label=v, capsize=3)
+    ax.set_xscale("log")
+    ax.set_xlabel(LABELS["flops"])
+    ax.set_ylabel(column)
+    ax.set_title(f"{column} (each point: a cell's mean over seeds ± se)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
 def _label(column: str) -> str:
     from scalelab.models import catalog
 
@@ -325,6 +362,12 @@ def figures(fit: SweepFit, curves: pa.Table | None) -> dict[str, Figure]:
         figure = metric_figure(fit.table, plot)
         if figure is not None:
             out[plot.name] = figure
+    scores = [c for c in fit.table.column_names
+              if c.startswith("eval_") and c.endswith(("_acc", "_acc_norm"))]  # fmt: skip
+    for column in scores:
+        figure = downstream_vs_flops(fit.table, column)
+        if figure is not None:
+            out[f"{column}_vs_flops"] = figure
     return out
 
 

@@ -157,3 +157,27 @@ def test_the_law_label_says_when_a_law_fell_back_or_failed_its_check():
     label = plots.law_label(fit, "dense")
     assert fit.law_checks["dense"].failed and "check failed" in label
     assert "no E" not in label
+
+
+def test_a_downstream_score_is_drawn_against_flops_a_line_per_variant():
+    """A ladder (tokens grow with the size) with two seeds: one line per variant through its
+    sizes, each point the mean over seeds with its standard error; the figure is among
+    those a sweep's data supports once it has the column."""
+    rows = []
+    for variant, lift in (("dense", 0.0), ("hadamard", 0.01)):
+        for size, n in (("nano", 1.2e5), ("tiny", 3.7e5), ("micro", 1.1e6)):
+            for seed in (0, 1):
+                acc = 0.4 + n / 1e7 + lift + 0.02 * seed
+                rows.append({"variant": variant, "size": size, "n_params": n, "tokens": 20 * n,
+                             "flops": 120 * n * n, "seed": seed, "eval_piqa_acc": acc})  # fmt: skip
+    table = pa.Table.from_pylist(rows)
+    ax = plots.downstream_vs_flops(table, "eval_piqa_acc").axes[0]
+    assert ax.get_xscale() == "log" and "mean over seeds" in ax.get_title()
+    lines = {bars.get_label(): bars.lines[0] for bars in ax.containers}  # errorbar's
+    assert set(lines) == {"dense", "hadamard"}
+    sizes = (1.2e5, 3.7e5, 1.1e6)
+    np.testing.assert_allclose(lines["hadamard"].get_xdata(), [120 * n * n for n in sizes])
+    np.testing.assert_allclose(
+        lines["hadamard"].get_ydata(), [0.4 + n / 1e7 + 0.01 + 0.01 for n in sizes]
+    )
+    assert plots.downstream_vs_flops(table, "eval_arc_easy_acc") is None
