@@ -116,10 +116,11 @@ def test_a_trial_whose_node_never_saw_its_files_resumes_from_object_storage(
     trial_copy, s3, aws, monkeypatch, caplog
 ):
     """The first node resumes the trial at step 3 with MLflow out of its reach (every write
-    stays spooled) and uploads its checkpoints 6 and 8 as it writes them; the upload of
-    step 8 is cut short before its marker. Then the node goes, with the trial folder: the
-    next node downloads step 6, trains steps 7-8 with the uninterrupted run's losses, and
-    sends the first node's spool, so MLflow gets every step."""
+    stays spooled) and uploads its checkpoints 6 and 8 as it writes them (asynchronously:
+    on the checkpoint writer's thread); the upload of step 8 is cut short before its
+    marker. Then the node goes, with the trial folder: the next node downloads step 6,
+    trains steps 7-8 with the uninterrupted run's losses (saving synchronously: step 8 is
+    uploaded again), and sends the first node's spool, so MLflow gets every step."""
     from mlflow import MlflowClient
 
     from scalelab.jobs.training.train import run
@@ -137,7 +138,8 @@ def test_a_trial_whose_node_never_saw_its_files_resumes_from_object_storage(
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{_free_port()}")  # nobody
     monkeypatch.setenv("SCALELAB_TRACKING_FINISH_TIMEOUT_S", "0")
-    first = run(job, run_id)
+    async_train = job.train.model_copy(update={"async_checkpoint": True})
+    first = run(job.model_copy(update={"train": async_train}), run_id)
     assert first.status == "FINISHED" and first.metrics_pending > 0
     remote = s3.tags(storage)
     assert list(remote) == ["step00000003", "step00000006", "step00000008"][1:]
@@ -159,7 +161,9 @@ def test_a_trial_whose_node_never_saw_its_files_resumes_from_object_storage(
     assert "step00000008 skipped: no marker" in tags["scalelab.checkpoints_skipped"]
     sent = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "train/loss"))
     assert sent == trial.losses  # steps 1-6 only ever were in the first node's spool
-    assert s3.tags(storage).keys() == {"step00000006", "step00000008"}  # step 8 uploaded anew
+    remote = s3.tags(storage)  # step 8 uploaded anew, complete
+    assert remote.keys() == {"step00000006", "step00000008"}
+    assert "COMPLETE" in remote["step00000008"]
 
 
 @pytest.mark.parametrize("what_is_left", ["objects-without-marker", "nothing-but-some-objects"])
