@@ -9,7 +9,7 @@ Its layout mirrors the work directory's (contract/workdir.py):
 Credentials never go in the URI (it is written into job.json and logged): they come from
 the environment, as each filesystem reads it (AWS_ACCESS_KEY_ID, GOOGLE_APPLICATION_
 CREDENTIALS, ...). An S3-compatible server elsewhere than AWS: `?endpoint_override=host:port`
-(and `&scheme=http` without TLS), or AWS_ENDPOINT_URL_S3.
+(and `&scheme=http` without TLS) in the URI: pyarrow 24-25 reads no AWS_ENDPOINT_URL(_S3).
 """
 
 from __future__ import annotations
