@@ -96,9 +96,9 @@ def aws(monkeypatch) -> None:
         monkeypatch.setenv(key, value)
 
 
-def _uploaded(trial, s3: S3, tags: tuple[str, ...]) -> Storage:
+def _uploaded(trial, s3: S3, tags: tuple[str, ...], uri: str | None = None) -> Storage:
     """`trial`'s checkpoints `tags` uploaded by the product's own upload."""
-    storage = Storage(s3.uri(), trial.job.trial_id)
+    storage = Storage(uri or s3.uri(), trial.job.trial_id)
     for tag in tags:
         storage.upload(trial.ckpt / tag, keep=3)
     assert s3.tags(storage).keys() == set(tags)
@@ -166,15 +166,33 @@ def test_a_trial_whose_node_never_saw_its_files_resumes_from_object_storage(
     assert "COMPLETE" in remote["step00000008"]
 
 
-@pytest.mark.parametrize("what_is_left", ["objects-without-marker", "nothing-but-some-objects"])
-def test_an_upload_cut_short_is_never_a_checkpoint(trial_copy, s3, aws, tmp_path, what_is_left):
-    """An interrupted upload leaves objects (each whole: S3 commits an object with its
-    last request) and no marker; the resume fetches the previous complete checkpoint."""
-    storage = _uploaded(trial_copy, s3, ("step00000006", "step00000008"))
-    cut = f"{storage.root}/checkpoints/step00000008"
-    s3.fs.delete_file(f"{cut}/COMPLETE")
-    if what_is_left == "nothing-but-some-objects":
-        s3.fs.delete_file(f"{cut}/{OPTIMIZER_STATES}")
+def test_an_upload_killed_before_its_marker_is_never_a_checkpoint(trial_copy, s3, aws, tmp_path):
+    """A process uploading step 8 is killed (SIGKILL) after some of its objects: its
+    optimizer file is a pipe nobody writes, so the upload stops there, after the files
+    sorted before it and before the marker. The resume fetches step 6."""
+    uri = s3.uri()
+    storage = _uploaded(trial_copy, s3, ("step00000006",), uri)
+    tag_dir = tmp_path / "step00000008"
+    shutil.copytree(trial_copy.ckpt / tag_dir.name, tag_dir)
+    (tag_dir / OPTIMIZER_STATES).unlink()
+    os.mkfifo(tag_dir / OPTIMIZER_STATES)
+    upload = (
+        "import sys, pathlib; from scalelab.jobs.training.remote_checkpoints import Storage; "
+        "Storage(sys.argv[1], sys.argv[2]).upload(pathlib.Path(sys.argv[3]), keep=3)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", upload, uri, trial_copy.job.trial_id, str(tag_dir)]
+    )
+    before_the_pipe = ["mp_rank_00_model_states.pt", "rng_rank0.pt"]
+    try:
+        deadline = time.time() + 120
+        while not set(before_the_pipe) <= set(s3.tags(storage).get(tag_dir.name, [])):
+            assert proc.poll() is None and time.time() < deadline, "the upload did not get there"
+            time.sleep(0.1)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert s3.tags(storage)[tag_dir.name] == before_the_pipe  # and no marker
     node = tmp_path / "node" / "ckpt"
 
     skipped = storage.fetch(node)
@@ -183,6 +201,17 @@ def test_an_upload_cut_short_is_never_a_checkpoint(trial_copy, s3, aws, tmp_path
     assert skipped == ["remote step00000008 skipped: no marker (an upload cut short)"]
     for path in (trial_copy.ckpt / "step00000006").iterdir():
         assert (node / "step00000006" / path.name).read_bytes() == path.read_bytes()
+
+
+def test_every_object_but_the_marker_is_not_a_checkpoint_either(trial_copy, s3, aws, tmp_path):
+    storage = _uploaded(trial_copy, s3, ("step00000006", "step00000008"))
+    s3.fs.delete_file(f"{storage.root}/checkpoints/step00000008/COMPLETE")
+    node = tmp_path / "node" / "ckpt"
+
+    skipped = storage.fetch(node)
+
+    assert [p.name for p in node.iterdir() if p.name.startswith("step")] == ["step00000006"]
+    assert skipped == ["remote step00000008 skipped: no marker (an upload cut short)"]
 
 
 def test_a_remote_object_that_does_not_match_its_checksum_is_refused(
