@@ -3,8 +3,9 @@
 Order of work: read the launcher's environment and check every input (devices, batch
 division, data source, tokenizer) before any process group, file or MLflow run exists; then
 make the data ready (every rank, before the process group: the first to take the data's
-file lock tokenises, the others wait on the lock, never in a collective), convert the
-checkpoint to resume from if it was written by another rank count (the same way), build the model,
+file lock tokenises, the others wait on the lock, never in a collective), fetch the newest
+checkpoint from the job's `storage` if the folder has none as new (jobs.training.remote_checkpoints),
+convert the checkpoint to resume from if it was written by another rank count (the same way), build the model,
 wrap it in a DeepSpeed engine, resume from the newest checkpoint that verifies, on any rank
 count (jobs.training.checkpoint), and train with logging, validation, checkpoints, divergence checks
 and preemption handling. trials/<trial_id>/ gets job.json, deepspeed.json, curves.jsonl,
