@@ -3,8 +3,10 @@
 A trial is a fully resolved `JobConfig`. Its science fields (model, data, train, seed)
 define the trial's identity (jobs/identity.py); fields marked `NotIdentity` do not: the
 cadence of logs, evaluations and checkpoints, `deepspeed` (how the same computation is laid
-out on devices), `eval` (what is measured on the trained model), `data.tokenizer_file` (where a vocabulary is), `train.compile` (how the
-same computation is executed) and `train.async_checkpoint` (how checkpoints are written).
+out on devices), `eval` (what is measured on the trained model), `data.tokenizer_file`
+(where a vocabulary is), `train.compile` (how the same computation is executed),
+`train.async_checkpoint` (how checkpoints are written) and `storage` (where they are also
+kept: contract/storage.py).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from scalelab.contract.config import FrozenConfig, NotIdentity
+from scalelab.contract.storage import StorageURI
 from scalelab.jobs import identity
 from scalelab.models.config import ModelConfig
 
@@ -338,6 +341,12 @@ class JobConfig(FrozenConfig):
     deepspeed: Annotated[DeepSpeedConfig, NotIdentity] = DeepSpeedConfig()
     seed: int = Field(0, ge=0, le=MAX_SEED)
     eval: Annotated[EvalConfig, NotIdentity] = EvalConfig()
+    storage: Annotated[StorageURI | None, NotIdentity] = Field(
+        None,
+        description="object storage the trial's checkpoints and metric spool are also kept in "
+        "(a pyarrow.fs URI, e.g. s3://bucket/prefix), for nodes that share no filesystem; "
+        "set by the sweep's `storage:` (docs/running-on-ray.md)",
+    )
 
     @model_validator(mode="after")
     def _sections_agree(self) -> JobConfig:

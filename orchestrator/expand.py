@@ -248,6 +248,8 @@ def iter_trials(
             if len(problems) >= MAX_PROBLEMS:
                 break
             continue
+        if spec.storage is not None:  # a sweep-level setting every trial's job carries
+            job = job.model_copy(update={"storage": spec.storage})
         trial_id = job.trial_id
         if trial_id in seen:
             continue  # two axis combinations that mean the same computation

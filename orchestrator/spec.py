@@ -32,6 +32,7 @@ from scalelab.contract.config import (
 )
 from scalelab.contract.placement import DeviceAsk
 from scalelab.contract.runs import SWEEP_NAME_MAX, SWEEP_NAME_PATTERN
+from scalelab.contract.storage import StorageURI
 from scalelab.jobs.config import JobCheckError, JobConfig
 from scalelab.jobs.gpus import gpu_spec
 from scalelab.models import catalog
@@ -295,6 +296,12 @@ class SweepSpec(FrozenConfig):
     )
     isoflop: IsoFlopAxis | None = None
     backend: BackendConfig = BackendConfig()
+    storage: StorageURI | None = Field(
+        None,
+        description="object storage (a pyarrow.fs URI: s3://bucket/prefix, gs://...) that "
+        "every trial's checkpoints and metric spool are also kept in, for nodes that share no "
+        "filesystem (docs/running-on-ray.md); default: the work directory alone",
+    )
     estimate: EstimateConfig = EstimateConfig()
 
     @property

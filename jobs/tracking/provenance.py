@@ -58,9 +58,11 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
 def mlflow_params(job: JobConfig) -> dict[str, str]:
     """The run's params: the flattened, fully resolved JobConfig without its unset (null)
     leaves, which are every such field's default: the params rebuild the same JobConfig.
-    A trunk's train.branch_seeds are left out: placement that a later submit may change
-    (another budget joins), where an MLflow param may never change."""
-    dump = job.model_dump(mode="json", exclude={"train": {"branch_seeds"}})
+    A trunk's train.branch_seeds, the storage and `eval` are left out: what a later submit
+    may change (another budget joins, another bucket, more downstream tasks), where an
+    MLflow param may never change."""
+    exclude = {"train": {"branch_seeds"}, "storage": True, "eval": True}
+    dump = job.model_dump(mode="json", exclude=exclude)
     return {k: v for k, v in flatten(dump).items() if v != "null"}
 
 

@@ -24,7 +24,7 @@ import copy
 import fcntl
 import logging
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
@@ -97,10 +97,13 @@ def read_state(tag_dir: Path) -> dict[str, Any]:
 
 # -- saving -----------------------------------------------------------------------------
 def save(engine: Any, env: DistEnv, ckpt_dir: Path, state: dict[str, Any], keep: int,
-         writer: BackgroundWriter | None = None) -> Path:  # fmt: skip
+         writer: BackgroundWriter | None = None,
+         then: Callable[[Path], None] | None = None) -> Path:  # fmt: skip
     """Save engine + RNG + loop `state` (must hold 'step'); returns the tag folder. With a
     `writer` (train.async_checkpoint) the state is copied to host memory here and written,
-    digested and marked complete by the writer's thread while training goes on."""
+    digested and marked complete by the writer's thread while training goes on. `then`:
+    called by rank 0 with the tag folder once it is marked complete (on the writer's
+    thread if there is one), e.g. to upload it (jobs.training.remote_checkpoints)."""
     tag = _tag(state["step"])
     tag_dir = ckpt_dir / tag
     if writer is not None:
@@ -113,7 +116,7 @@ def save(engine: Any, env: DistEnv, ckpt_dir: Path, state: dict[str, Any], keep:
             engine.save_checkpoint(str(ckpt_dir), tag=tag, save_latest=False)
         files.append((tag_dir / f"rng_rank{env.rank}.pt", rng_state.capture()))
         done = partial(commit, ckpt_dir, tag_dir, env.world_size, state=copy.deepcopy(state),
-                       keep=keep)  # fmt: skip
+                       keep=keep, then=then)  # fmt: skip
         writer.start(env, tag_dir, files, done)
         return tag_dir
     engine.save_checkpoint(str(ckpt_dir), tag=tag, save_latest=False)
@@ -123,15 +126,16 @@ def save(engine: Any, env: DistEnv, ckpt_dir: Path, state: dict[str, Any], keep:
     mine = checksums.share(sizes, env.rank, env.world_size)
     files = _merged(env, checksums.digests(tag_dir, mine, _threads(env)))
     if env.is_main:
-        commit(ckpt_dir, tag_dir, env.world_size, files, state, keep)
+        commit(ckpt_dir, tag_dir, env.world_size, files, state, keep, then)
     barrier(env)
     return tag_dir
 
 
 def commit(ckpt_dir: Path, tag_dir: Path, world_size: int, files: dict[str, dict],
-           state: dict[str, Any], keep: int) -> None:  # fmt: skip
+           state: dict[str, Any], keep: int,
+           then: Callable[[Path], None] | None = None) -> None:  # fmt: skip
     """Rank 0, once every file of `tag_dir` is written and digested: the marker (last, in
-    one rename), then the checkpoints it supersedes are removed."""
+    one rename), then the checkpoints it supersedes are removed, then `then(tag_dir)`."""
     marker = Marker(format=2, world_size=world_size, files=files, state=state)
     tmp = tag_dir / (MARKER + ".tmp")
     tmp.write_text(marker.model_dump_json())
@@ -141,6 +145,8 @@ def commit(ckpt_dir: Path, tag_dir: Path, world_size: int, files: dict[str, dict
     for unmarked in ckpt_dir.glob("step*"):  # a save that never completed: unusable
         if unmarked.is_dir() and not (unmarked / MARKER).exists():
             shutil.rmtree(unmarked, ignore_errors=True)
+    if then is not None:
+        then(tag_dir)
 
 
 def _threads(env: DistEnv) -> int:
@@ -158,7 +164,7 @@ def prepare_resume(ckpt_dir: Path, world_size: int) -> str:
     Returns what was done, for the log ('' if nothing)."""
     if latest(ckpt_dir) is None:
         return ""
-    with _exclusive(ckpt_dir / CONVERSION_LOCK):
+    with exclusive(ckpt_dir / CONVERSION_LOCK):
         for tag_dir in reversed(complete_checkpoints(ckpt_dir)):
             try:
                 saved_world = read_marker(tag_dir).world_size
@@ -185,7 +191,7 @@ def prepare_resume(ckpt_dir: Path, world_size: int) -> str:
 
 
 @contextmanager
-def _exclusive(lock_file: Path) -> Iterator[None]:
+def exclusive(lock_file: Path) -> Iterator[None]:
     """An exclusive lock on `lock_file`, waited for in the kernel (flock): 63 waiting ranks
     do not poll a shared file system, and the lock goes with a process that dies."""
     with open(lock_file, "a") as f:

@@ -3,8 +3,9 @@
 Order of work: read the launcher's environment and check every input (devices, batch
 division, data source, tokenizer) before any process group, file or MLflow run exists; then
 make the data ready (every rank, before the process group: the first to take the data's
-file lock tokenises, the others wait on the lock, never in a collective), convert the
-checkpoint to resume from if it was written by another rank count (the same way), build the model,
+file lock tokenises, the others wait on the lock, never in a collective), fetch the newest
+checkpoint from the job's `storage` if the folder has none as new (jobs.training.remote_checkpoints),
+convert the checkpoint to resume from if it was written by another rank count (the same way), build the model,
 wrap it in a DeepSpeed engine, resume from the newest checkpoint that verifies, on any rank
 count (jobs.training.checkpoint), and train with logging, validation, checkpoints, divergence checks
 and preemption handling. trials/<trial_id>/ gets job.json, deepspeed.json, curves.jsonl,
@@ -55,6 +56,7 @@ from scalelab.jobs.training.evaluate import evaluate, evaluate_early_exit
 from scalelab.jobs.training.optim import adamw, lr_at, set_lr
 from scalelab.jobs.training.preemption import PreemptionFlag, PreemptionVote
 from scalelab.jobs.training.progress import Progress
+from scalelab.jobs.training.remote_checkpoints import Storage, for_job
 from scalelab.jobs.training.step_metrics import MetricWindow, Reduced
 from scalelab.models.flops import count_params, train_flops_per_token, train_flops_per_token_causal
 from scalelab.models.hadamard_layers import kernels_used
@@ -96,9 +98,12 @@ def run(job: JobConfig, run_id: str | None = None) -> TrainResult:
     try:
         plan = check_job(job, env)
         prepare(job.data, job.seed, job.model, _train_windows(job))  # before any collective
-        checkpoint.prepare_resume(trial_dir(job.trial_id) / "ckpt", env.world_size)  # likewise
+        ckpt_dir = trial_dir(job.trial_id) / "ckpt"
+        storage = for_job(job.storage, job.trial_id)
+        fetched = storage.fetch(ckpt_dir) if storage else []  # likewise (one rank a node)
+        checkpoint.prepare_resume(ckpt_dir, env.world_size)  # likewise
         distributed.init(env, job.deepspeed.dist_timeout_minutes)
-        return _Trainer(job, env, plan, t0).train(run_id)
+        return _Trainer(job, env, plan, t0, storage, fetched).train(run_id)
     finally:
         distributed.shutdown(env)
 
@@ -116,8 +121,12 @@ def _checkpointed(fn: Any) -> Any:
 
 
 class _Trainer:
-    def __init__(self, job: JobConfig, env: DistEnv, plan: BatchPlan, t0: float) -> None:
+    def __init__(self, job: JobConfig, env: DistEnv, plan: BatchPlan, t0: float,
+                 storage: Storage | None = None,
+                 remote_skipped: list[str] | tuple[str, ...] = ()) -> None:  # fmt: skip
         self.job, self.env, self.plan, self.t0 = job, env, plan, t0
+        self.storage = storage if env.is_main else None  # rank 0 uploads (`then` of a save)
+        self.remote_skipped = tuple(remote_skipped)
         self.dir = trial_dir(job.trial_id)
         self.ckpt_dir = self.dir / "ckpt"
         self.steps = total_steps(job)
@@ -225,7 +234,7 @@ class _Trainer:
         fail verification or loading are set aside (jobs.training.checkpoint) and reported."""
         fresh = {"step": 0, "tokens": 0, "flops": 0.0, "best_val": None, "min_loss": None}
         resumed = checkpoint.resume(self.engine, self.env, self.ckpt_dir)
-        self.skipped_checkpoints = resumed.skipped
+        self.skipped_checkpoints = self.remote_skipped + resumed.skipped
         if resumed.state is None and resumed.engine_touched:
             self._build_engine()  # a failed load may have left part of its state behind
         return resumed.state or fresh
@@ -237,6 +246,8 @@ class _Trainer:
         state = self._resume()
         run_id = run_id or state.get("run_id")
         self._write_job_files()
+        if self.storage is not None:  # the spool a lost node could not send, sent from here
+            self.storage.fetch_spools(self.dir)
         run_id = self._start_tracking(run_id, state["tokens"])
         state["run_id"] = run_id
         if state.get(BRANCHED_FROM):  # seeded by a trunk (jobs/training/branch_seed.py)
@@ -259,6 +270,8 @@ class _Trainer:
                 self.writer.abandon()  # unmarked, so never resumed; the older ones stay
             self.tracker.set_tag(Tag.ERROR, f"{type(e).__name__}: {e}"[:5000])
             self.tracker.finish(Status.FAILED)
+            if self.storage is not None:
+                self.storage.upload_spools(self.dir)
             raise
         result = TrainResult(
             status=status,
@@ -283,6 +296,8 @@ class _Trainer:
         self.tracker.finish(None if status == Status.PREEMPTED else status)
         result = replace(result, metrics_pending=self.tracker.pending())
         self._write_result(result)
+        if self.storage is not None:  # the spool as the run ended, for whoever sends it
+            self.storage.upload_spools(self.dir)
         return result
 
     def _write_result(self, result: TrainResult) -> None:
@@ -454,8 +469,9 @@ class _Trainer:
         distributed.barrier(self.env)
 
     def _save(self, state: dict[str, Any]) -> None:
-        checkpoint.save(self.engine, self.env, self.ckpt_dir, state,
-                        self.job.train.keep_checkpoints, self.writer)  # fmt: skip
+        keep = self.job.train.keep_checkpoints
+        then = self.storage.uploader(self.dir, keep) if self.storage else None
+        checkpoint.save(self.engine, self.env, self.ckpt_dir, state, keep, self.writer, then)
 
 
 def _new_log_window() -> dict[str, Any]:

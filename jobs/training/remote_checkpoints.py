@@ -1,0 +1,226 @@
+"""A trial's checkpoints and metric spool kept in object storage too (`storage:`;
+contract/storage.py), so that a node that never saw the trial's folder resumes it.
+
+Uploading (rank 0, once a checkpoint's local marker is written: on the checkpoint writer's
+thread with train.async_checkpoint, else before the save's last barrier): every file the
+marker records, then the marker, last. Each object appears whole or not at all (an S3
+multipart upload is committed by its last request), so an upload cut short leaves
+objects without a marker, and a folder without a marker is never a checkpoint. Then the
+remote checkpoints beyond train.keep_checkpoints are removed, each marker first. An upload
+that fails is a warning: the checkpoint stays local and the next one is uploaded.
+
+Fetching (every rank of a node before the process group, the first under a lock): the
+newest remote checkpoint newer than every complete local one, downloaded into a staging
+folder (not a `step*` name: never a candidate), verified by its marker's checksums and
+pickle check (jobs.training.checkpoint.verify), then renamed into place. One without its
+marker, with a file missing or with a file that does not match is skipped with a one-line
+warning, never loaded; the next older is tried.
+
+Each run's spool (jobs/tracking/outbox.py: the writes and how far MLflow has received
+them) goes up beside the checkpoints, at every checkpoint and at the trial's end, and comes
+down where the trial folder has none, so what MLflow had not received when the node went
+is sent from the next one; the spool's positions keep the resumed job from spooling a
+replayed step again.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow.fs as pafs
+from pydantic import ValidationError
+
+from scalelab.contract.storage import CHECKPOINTS_DIR, trial_prefix
+from scalelab.jobs.tracking.outbox import OUTBOX_DIR
+from scalelab.jobs.training import checkpoint
+from scalelab.jobs.training.checkpoint import MARKER
+
+log = logging.getLogger(__name__)
+CHUNK = 1 << 22
+TAG = re.compile(r"^step\d{8}$")
+RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+FETCH_LOCK = "fetch.lock"
+STAGING_PREFIX = ".remote-"  # a download in progress (in ckpt/)
+
+
+class Storage:
+    """One trial's folder in the storage at `uri`."""
+
+    def __init__(self, uri: str, trial_id: str) -> None:
+        self.fs, root = pafs.FileSystem.from_uri(uri)
+        self.uri = uri.split("?", 1)[0].rstrip("/") + f"/trials/{trial_id}"  # for messages
+        self.root = trial_prefix(root, trial_id)
+
+    # -- checkpoints --------------------------------------------------------------------
+    def upload(self, tag_dir: Path, keep: int) -> None:
+        """Upload the complete checkpoint `tag_dir`, its marker last, and prune the older
+        remote ones to `keep`. Never raises: a failure leaves the checkpoint local only."""
+        try:
+            marker = checkpoint.read_marker(tag_dir)
+            dest = self._ckpt(tag_dir.name)
+            self._delete_checkpoint(tag_dir.name)  # a step saved again: its marker goes first
+            for name in sorted(marker.files):
+                self._put_file(tag_dir / name, f"{dest}/{name}")
+            self._put_file(tag_dir / MARKER, f"{dest}/{MARKER}")
+            self._prune(keep, tag_dir.name)
+        except Exception as e:
+            log.warning("uploading checkpoint %s to %s failed (kept locally): %s: %s",
+                        tag_dir.name, self.uri, type(e).__name__, e)  # fmt: skip
+
+    def uploader(self, trial_dir: Path, keep: int) -> Callable[[Path], None]:
+        """What rank 0 calls with a checkpoint just marked complete (checkpoint.save's
+        `then`): it, then the spools as of now, go up."""
+
+        def uploaded(tag_dir: Path) -> None:
+            self.upload(tag_dir, keep)
+            self.upload_spools(trial_dir)
+
+        return uploaded
+
+    def _prune(self, keep: int, current: str) -> None:
+        tags = self._tags()
+        complete = [t for t in tags if self._exists(f"{self._ckpt(t)}/{MARKER}")]
+        for tag in complete[:-keep]:
+            self._delete_checkpoint(tag)
+        for tag in tags:  # uploads cut short: objects without a marker
+            if tag not in complete and tag != current:
+                self._delete_checkpoint(tag)
+
+    def fetch(self, ckpt_dir: Path) -> list[str]:
+        """Download the newest remote checkpoint that is newer than every complete local
+        one and verifies; returns one line per remote checkpoint skipped. Every rank of a
+        node may call it: the first does the work, the others then find it done."""
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        with checkpoint.exclusive(ckpt_dir / FETCH_LOCK):
+            local = checkpoint.latest(ckpt_dir)
+            skipped = []
+            for tag in reversed(self._tags()):
+                if local is not None and tag <= local.name:
+                    break
+                problem = self._fetch_one(tag, ckpt_dir)
+                if not problem:
+                    log.warning("resuming from %s/%s/%s", self.uri, CHECKPOINTS_DIR, tag)
+                    break
+                line = f"remote {tag} skipped: {problem}"
+                log.warning("checkpoint in %s: %s", self.uri, line)
+                skipped.append(line)
+            return skipped
+
+    def _fetch_one(self, tag: str, ckpt_dir: Path) -> str:
+        """Download `tag` into place; the problem that kept it out ('' if none)."""
+        src = self._ckpt(tag)
+        staging = ckpt_dir / (STAGING_PREFIX + tag)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        try:
+            try:
+                self._get_file(f"{src}/{MARKER}", staging / MARKER)
+            except FileNotFoundError:
+                return "no marker (an upload cut short)"
+            try:
+                names = checkpoint.read_marker(staging).files
+            except ValidationError as e:
+                return f"its marker is not a record with checksums: {e.errors()[0]['msg']}"
+            for name in names:  # only the recorded names (checked: no path in them)
+                try:
+                    self._get_file(f"{src}/{name}", staging / name)
+                except FileNotFoundError:
+                    return f"{name} is missing"
+            problem = checkpoint.verify(staging)
+            if problem:
+                return problem
+            shutil.rmtree(ckpt_dir / tag, ignore_errors=True)  # an unmarked local save
+            staging.rename(ckpt_dir / tag)
+            return ""
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _tags(self) -> list[str]:
+        """The remote checkpoint folders, oldest first."""
+        found = self.fs.get_file_info(
+            pafs.FileSelector(f"{self.root}/{CHECKPOINTS_DIR}", allow_not_found=True)
+        )
+        return sorted(i.base_name for i in found if TAG.match(i.base_name))
+
+    def _ckpt(self, tag: str) -> str:
+        return f"{self.root}/{CHECKPOINTS_DIR}/{tag}"
+
+    def _delete_checkpoint(self, tag: str) -> None:
+        marker = f"{self._ckpt(tag)}/{MARKER}"
+        if self._exists(marker):
+            self.fs.delete_file(marker)
+        if self.fs.get_file_info(self._ckpt(tag)).type == pafs.FileType.Directory:
+            self.fs.delete_dir(self._ckpt(tag))  # the folder too: no empty one stays listed
+
+    # -- the spools ----------------------------------------------------------------------
+    def upload_spools(self, trial_dir: Path) -> None:
+        """Rank 0: every run's spool up to its last complete line (the job may be
+        appending), then how far it was sent. Never raises."""
+        try:
+            for box in sorted((trial_dir / OUTBOX_DIR).glob("*/")):
+                if not RUN_ID.match(box.name):
+                    continue
+                sent = _read(box / "sent")  # before the spool: it never passes the copy's end
+                self._put_bytes(_complete_lines(_read(box / "spool.jsonl")),
+                                f"{self.root}/{OUTBOX_DIR}/{box.name}/spool.jsonl")  # fmt: skip
+                self._put_bytes(sent, f"{self.root}/{OUTBOX_DIR}/{box.name}/sent")
+        except Exception as e:
+            log.warning("uploading the metric spool to %s failed: %s: %s",
+                        self.uri, type(e).__name__, e)  # fmt: skip
+
+    def fetch_spools(self, trial_dir: Path) -> None:
+        """Rank 0, before tracking starts: each run's spool this folder lacks."""
+        found = self.fs.get_file_info(
+            pafs.FileSelector(f"{self.root}/{OUTBOX_DIR}", allow_not_found=True)
+        )
+        for info in found:
+            box = trial_dir / OUTBOX_DIR / info.base_name
+            if not RUN_ID.match(info.base_name) or (box / "spool.jsonl").exists():
+                continue
+            src = f"{self.root}/{OUTBOX_DIR}/{info.base_name}"
+            spool = self._get_bytes(f"{src}/spool.jsonl")
+            if spool is None:
+                continue
+            sent = min(int((self._get_bytes(f"{src}/sent") or b"0").decode() or 0), len(spool))
+            box.mkdir(parents=True, exist_ok=True)
+            (box / "sent").write_text(str(sent))
+            (box / "spool.jsonl").write_bytes(spool)
+
+    # -- objects --------------------------------------------------------------------------
+    def _exists(self, path: str) -> bool:
+        return self.fs.get_file_info(path).type == pafs.FileType.File
+
+    def _put_file(self, src: Path, dest: str) -> None:
+        with open(src, "rb") as f, self.fs.open_output_stream(dest) as out:
+            shutil.copyfileobj(f, out, CHUNK)
+
+    def _put_bytes(self, data: bytes, dest: str) -> None:
+        with self.fs.open_output_stream(dest) as out:
+            out.write(data)
+
+    def _get_file(self, src: str, dest: Path) -> None:
+        with self.fs.open_input_stream(src) as f, open(dest, "wb") as out:
+            shutil.copyfileobj(f, out, CHUNK)
+
+    def _get_bytes(self, src: str) -> bytes | None:
+        try:
+            with self.fs.open_input_stream(src) as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+
+def for_job(uri: str | None, trial_id: str) -> Storage | None:
+    return Storage(uri, trial_id) if uri else None
+
+
+def _read(path: Path) -> bytes:
+    return path.read_bytes() if path.exists() else b""
+
+
+def _complete_lines(data: bytes) -> bytes:
+    return data[: data.rfind(b"\n") + 1]
