@@ -122,12 +122,19 @@ def test_one_task_failing_ends_the_job_not_the_time_limit(
 
 
 def _sbatch_count(job_name: str) -> int:
-    """How many SLURM jobs were ever submitted under this name (accounting, not the queue)."""
-    res = subprocess.run(
-        ["sacct", "-n", "-X", "-P", f"--name={job_name}", "--format=JobID", "-S", "now-1days"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    return len([line for line in res.stdout.splitlines() if line.strip()])
+    """How many SLURM jobs were ever submitted under this name (accounting, not the queue).
+    Accounting records a job a moment after it ends (once, under the full suite's load, not
+    yet when the driver was done): none is asked again for up to 10 s."""
+    deadline = time.monotonic() + 10
+    while True:
+        res = subprocess.run(
+            ["sacct", "-n", "-X", "-P", f"--name={job_name}", "--format=JobID", "-S", "now-1days"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        jobs = [line for line in res.stdout.splitlines() if line.strip()]
+        if jobs or time.monotonic() > deadline:
+            return len(jobs)
+        time.sleep(0.5)
 
 
 def test_a_restarted_driver_reattaches_to_the_running_slurm_job(
