@@ -79,7 +79,7 @@ def evaluate(
         answer = door.evaluate(target, names, options, sweep=sweep)
     except door.EvalError as e:
         if not _names_a_sweep(target):
-            raise fail(str(e)) from None
+            raise fail(f"{e}; no sweep is named {target!r} either") from None
         if force:
             raise fail("--force evaluates one trial again; give its run name or id") from None
         _evaluate_sweep(target, names, options)

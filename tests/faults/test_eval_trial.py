@@ -74,3 +74,6 @@ def test_eval_of_uncached_task_data_is_one_line(trial_copy, tmp_path, monkeypatc
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "not cached" in lines[0] and "HF_DATASETS_CACHE" in lines[0], lines
+    nothing = runner.invoke(app, ["eval", "no-such-name", "--tasks", "scalelab_zen"])
+    assert nothing.exit_code == 2, nothing.output
+    assert "no trial 'no-such-name'" in nothing.stderr and "no sweep is named" in nothing.stderr
