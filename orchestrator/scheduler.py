@@ -71,6 +71,7 @@ class _Live:
     rec: TrialRecord
     not_before: float = 0.0  # retry backoff
     requeued: bool = False  # preempted: the next launch is not a new attempt
+    trained: bool = False  # launched for its eval.downstream step alone (its training is done)
     lost_claims: int = 0  # claims lost to an owner not known to live (a new one each lease)
 
 
@@ -288,7 +289,7 @@ def _adopt_trained(claimed: list[_Live], sends: delivery.Deliveries) -> list[_Li
         if not delivery.trained(live.trial.trial_id):
             to_train.append(live)
         elif owes_eval(live.trial, live.rec):
-            live.requeued = True
+            live.requeued = live.trained = True
             to_train.append(live)
         else:
             sends.add(live.trial.trial_id, live.rec.run_id, adopt=True)
@@ -351,7 +352,9 @@ def _settle(
     status = outcome["status"]
     if max_retries < 0 and status != Status.FINISHED:  # cancelled on request, however it ended
         status = Status.KILLED
-    if status == Status.FINISHED:
+    if status == Status.FINISHED and live.trained:  # evaluated: the run gets what it lacks of
+        sends.add(tid, run_id, adopt=True)  # the training (trained in another sweep's run)
+    elif status == Status.FINISHED:
         outbox = Outbox(workdir.trial_dir(tid), run_id)
         spooled = outbox.pending() or outcome.get("metrics_pending") or 0
         if not spooled:

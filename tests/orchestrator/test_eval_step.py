@@ -1,7 +1,9 @@
 """A sweep's `eval.downstream` step (real training, real lm-eval, real MLflow, a real
 driver killed with SIGKILL): a trial is evaluated on the shipped task after it trains; a
 driver killed during the evaluation leaves it FINISHED without scores; the resubmit
-evaluates it without training it again, and the next submit evaluates nothing."""
+evaluates it without training it again, and the next submit evaluates nothing; `eval
+SWEEP` scores another task through the scheduler; a second sweep sharing the trial evaluates
+it on its own run, which gets the training's curve, without training it."""
 
 from __future__ import annotations
 
@@ -104,6 +106,21 @@ def test_a_driver_killed_mid_evaluation_resubmits_to_one_score(
     assert len(client.get_metric_history(after[killed].run_id, "eval/zen_again/acc")) == 1
     again = runner.invoke(app, ["eval", sweep_name, "--tasks", str(task), "--limit", "4"])
     assert again.exit_code == 0 and "1 skipped" in again.output, again.output
+
+    # another sweep with the same trial: not trained again, evaluated on its own run, and
+    # its run gets the training's curve as any sweep sharing a trained trial does
+    other = tmp_path / "other.yaml"
+    other.write_text(_sweep(f"{sweep_name}-b"))
+    shared = runner.invoke(app, ["submit", str(other)])
+    assert shared.exit_code == 0 and "trained before in another sweep" in shared.output
+    mine, theirs = after[killed].run_id, _records(f"{sweep_name}-b")[killed]
+    assert theirs.status == "FINISHED" and theirs.tags["scalelab.trained_in_run"] == mine
+    assert len(client.get_metric_history(theirs.run_id, ACC)) == 1
+    curve = [(m.step, m.value) for m in client.get_metric_history(mine, "train/loss")]
+    assert [(m.step, m.value) for m in client.get_metric_history(theirs.run_id, "train/loss")] == (
+        curve
+    )
+    assert (work_home / "trials" / killed / "result.json").read_text() == result
 
 
 def _records(sweep: str) -> dict:
