@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import sweep_yaml
 from typer.testing import CliRunner
 
 from scalelab.cli.main import app
@@ -27,17 +28,12 @@ ACC = "eval/scalelab_zen/acc"
 
 
 def _sweep(name: str) -> str:
-    return f"""
-name: {name}
-base:
-  model: {{size: nano, vocab_size: 256, block_size: 64}}
-  data: {{source: "builtin:pydoc", tokenizer: byte, seq_len: 64}}
-  train: {{tokens: 4096, global_batch_tokens: 512}}
-  eval: {{downstream: {{tasks: [scalelab_zen], limit: 4, batch_size: 8}}}}
-grid:
-  seed: [81]
-backend: {{concurrency: 1, cpus_per_trial: 1, retry_backoff_s: 0.1}}
-"""
+    """conftest's tiny sweep, one trial, with an eval.downstream step in its base."""
+    backend = "{concurrency: 1, cpus_per_trial: 1, retry_backoff_s: 0.1}"
+    step = "  eval: {downstream: {tasks: [scalelab_zen], limit: 4, batch_size: 8}}\n"
+    return sweep_yaml(name, seeds=1, first_seed=8100, backend=backend).replace(
+        "grid:", step + "grid:"
+    )
 
 
 def _evaluating(home: Path) -> str | None:
