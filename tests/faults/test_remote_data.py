@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from scalelab.cli.main import app
 from scalelab.jobs.config import JobConfig
+from scalelab.jobs.data.remote_data import RemoteData
 from scalelab.jobs.data.shards import DEFAULT_SHARD_TOKENS, read_manifest
 from scalelab.jobs.data.trial import prepare
 
@@ -31,19 +32,26 @@ def _files(root: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(root.iterdir()) if p.name != "lock"}
 
 
-def _pushed(s3, tmp_path: Path, monkeypatch) -> tuple[str, Path, dict[str, bytes]]:
+def _pushed(
+    s3, tmp_path: Path, monkeypatch, cut: bool = False
+) -> tuple[str, Path, dict[str, bytes]]:
     """builtin:pydoc prepared on a first node and uploaded by `scalelab data prepare
-    --storage`; then that node's data folder is gone and the second node's is empty."""
+    --storage` (`cut`: uploaded by the same code but cut short at shard 3, a file that is
+    gone); then that node's data folder is gone and the second node's is empty."""
     uri = s3.uri()
     monkeypatch.setenv("SCALELAB_DATA", str(tmp_path / "node1"))
     done = CliRunner().invoke(app, [
         "data", "prepare", "builtin:pydoc", "--tokenizer", "byte", "--max-tokens", "20000",
-        "--shard-tokens", str(SHARD_TOKENS), "--workers", "0", "--storage", uri,
+        "--shard-tokens", str(SHARD_TOKENS), "--workers", "0", *([] if cut else ["--storage", uri]),
     ])  # fmt: skip
     assert done.exit_code == 0, done.output
-    assert "uploaded to s3://" in done.output
+    assert cut or "uploaded to s3://" in done.output
     (root,) = (tmp_path / "node1").iterdir()
     first = _files(root)
+    if cut:
+        (root / "train-000003.bin").unlink()
+        with pytest.raises(FileNotFoundError):
+            RemoteData(uri, root.name).push(root)
     shutil.rmtree(tmp_path / "node1")
     monkeypatch.setenv("SCALELAB_DATA", str(tmp_path / "node2"))
     return uri, root, first
@@ -72,8 +80,9 @@ def test_a_node_that_never_saw_the_data_fetches_it_byte_identical(s3, aws, tmp_p
 
 
 def test_an_upload_cut_before_its_manifest_is_not_data(s3, aws, tmp_path, monkeypatch, caplog):
-    uri, first, _ = _pushed(s3, tmp_path, monkeypatch)
-    s3.fs.delete_file(f"{_remote(uri, first.name)}/manifest.json")
+    uri, first, _ = _pushed(s3, tmp_path, monkeypatch, cut=True)
+    shards = [f"train-00000{i}.bin" for i in range(3)]
+    assert s3.objects(_remote(uri, first.name)) == shards  # sorted before it; no manifest
 
     root = prepare(JOB.data, JOB.seed, JOB.model, WINDOWS, storage=uri)
 
