@@ -15,8 +15,10 @@ from typer.testing import CliRunner
 
 from scalelab.cli.main import app
 from scalelab.jobs.config import JobConfig
+from scalelab.jobs.data.prepare import prepare_source
 from scalelab.jobs.data.remote_data import RemoteData
 from scalelab.jobs.data.shards import DEFAULT_SHARD_TOKENS, read_manifest
+from scalelab.jobs.data.sources import TextSource
 from scalelab.jobs.data.trial import prepare
 
 SHARD_TOKENS = 4096  # the uploaded dataset's; a trial preparing its own uses the default
@@ -65,17 +67,25 @@ def _warnings(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
 
 
-def test_a_node_that_never_saw_the_data_fetches_it_byte_identical(s3, aws, tmp_path, monkeypatch):
+@pytest.mark.parametrize("here", ["nothing", "fewer tokens"])
+def test_a_node_without_the_data_fetches_it_byte_identical(s3, aws, tmp_path, monkeypatch, here):
+    """`fewer tokens`: the node prepared 1 shard itself and the trial needs 12,801 tokens:
+    the fetch keeps that shard and adds the 4 others (preparing on would stop at 4)."""
     uri, first, files = _pushed(s3, tmp_path, monkeypatch)
     remote = _remote(uri, first.name)
     assert s3.objects(remote) == sorted(files)  # every listed file and the manifest
+    windows = WINDOWS
+    if here == "fewer tokens":
+        source = TextSource.open("builtin:pydoc", "text")
+        _, m = prepare_source(source, "byte", max_tokens=4096, workers=0, shard_tokens=SHARD_TOKENS)
+        assert len(m.train) == 1
+        windows = 400
 
-    root = prepare(JOB.data, JOB.seed, JOB.model, WINDOWS, storage=uri)
+    root = prepare(JOB.data, JOB.seed, JOB.model, windows, storage=uri)
 
     assert root == tmp_path / "node2" / first.name
-    assert _files(root) == files  # all 5 uploaded shards, not one prepared here
-    assert read_manifest(root).shard_tokens == SHARD_TOKENS
-    again = prepare(JOB.data, JOB.seed, JOB.model, WINDOWS, storage=uri)  # the second call
+    assert _files(root) == files  # all 5 uploaded shards, not what it would prepare here
+    again = prepare(JOB.data, JOB.seed, JOB.model, windows, storage=uri)  # the second call
     assert again == root and _files(root) == files
 
 
