@@ -54,7 +54,6 @@ class RemoteData(Objects):
 
     def __init__(self, uri: str, folder: str) -> None:
         super().__init__(uri)
-        self.folder = folder
         self.root = data_prefix(self.base, folder)
         self.uri = f"{self.base_uri}/{DATA_DIR}/{folder}"  # for messages
 
