@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import typer
 from rich.table import Table
 
 from scalelab.cli.console import fail, stdout_console
-from scalelab.jobs.data.shards import DEFAULT_SHARD_TOKENS
+from scalelab.jobs.data.shards import DEFAULT_SHARD_TOKENS, MANIFEST
 
 app = typer.Typer(
     help="Training text, tokenised once per (source, tokenizer) and shared by every trial.",
@@ -41,17 +42,25 @@ def prepare(
     workers: int = typer.Option(
         None, min=0, help="Tokeniser processes (0: in this process). Default: one per CPU."
     ),
+    storage: str = typer.Option(
+        None,
+        help="Also upload the prepared folder to <STORAGE>/data/<folder>/ (manifest.json "
+        "last), where trials with this `storage:` fetch it, e.g. s3://bucket/prefix.",
+    ),
     shard_tokens: int = typer.Option(
         DEFAULT_SHARD_TOKENS, min=1024, help="Tokens per shard (for a new dataset)."
     ),
 ) -> None:
     """Tokenise SOURCE into token shards under $SCALELAB_DATA (default
     $SCALELAB_HOME/data). Interrupted, it continues from the last complete shard."""
+    from scalelab.contract.storage import check_uri
     from scalelab.jobs.data.prepare import Report, dataset_root, prepare_source
     from scalelab.jobs.data.shards import read_manifest
     from scalelab.jobs.data.sources import TextSource
 
     try:
+        if storage:
+            check_uri(storage)
         text = TextSource.open(source, text_field)
         root = dataset_root(text, tokenizer)
         report = Report(f"{source} ({tokenizer})")
@@ -74,6 +83,20 @@ def prepare(
         f"{state}" + (f"; {report.rate / 1e6:.2f}M tokens/s" if report.tokens else ""),
         highlight=False,
     )
+    if storage:
+        _push(root, storage)
+
+
+def _push(root: Path, storage: str) -> None:
+    from scalelab.jobs.data.remote_data import RemoteData
+
+    remote = RemoteData(storage, root.name)
+    try:
+        m = remote.push(root)
+    except (OSError, ValueError) as e:
+        raise fail(f"uploading {root.name} to {remote.uri} failed: {e}") from None
+    out.print(f"  uploaded to {remote.uri}/ ({len(m.train) + 1} files, then {MANIFEST})",
+              highlight=False)  # fmt: skip
 
 
 @app.command("list")

@@ -5,6 +5,8 @@ no filesystem (docs/running-on-ray.md, 'Storage without a shared filesystem'): a
 Its layout mirrors the work directory's (contract/workdir.py):
   <storage>/trials/<trial_id>/checkpoints/<tag>/   a checkpoint's files, its marker last
   <storage>/trials/<trial_id>/outbox/<run_id>/     a run's spool (`sent`, `spool.jsonl`)
+  <storage>/data/<dataset folder>/                  prepared token shards (jobs/data/shards.py),
+                                                    their manifest.json last
 
 Credentials never go in the URI (it is written into job.json and logged): they come from
 the environment, as each filesystem reads it (AWS_ACCESS_KEY_ID, GOOGLE_APPLICATION_
@@ -24,6 +26,7 @@ SCHEMES = ("s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss", "file")
 SECRET_KEYS = ("access_key", "secret_key", "session_token", "credentials", "sas_token")
 CHECKPOINTS_DIR = "checkpoints"
 OUTBOX_DIR = "outbox"
+DATA_DIR = "data"
 
 
 def check_uri(uri: str) -> str:
@@ -52,3 +55,8 @@ StorageURI = Annotated[str, AfterValidator(check_uri)]
 def trial_prefix(root: str, trial_id: str) -> str:
     """The trial's folder below the storage's root path (what from_uri returned)."""
     return f"{root.rstrip('/')}/trials/{trial_id}"
+
+
+def data_prefix(root: str, folder: str) -> str:
+    """A prepared dataset's folder (its name under data_dir()) below the storage's root path."""
+    return f"{root.rstrip('/')}/{DATA_DIR}/{folder}"

@@ -141,13 +141,18 @@ def tokens_needed(cfg: DataConfig, windows: int | None) -> tuple[int | None, int
 
 
 def prepare(
-    cfg: DataConfig, seed: int, model: ModelConfig, train_windows: int | None = None
+    cfg: DataConfig,
+    seed: int,
+    model: ModelConfig,
+    train_windows: int | None = None,
+    storage: str | None = None,
 ) -> Path | None:
     """Make the data ready and return its folder (None: generated data). Text is prepared
     once per (source, tokenizer), under a file lock, until it holds `train_windows`
-    windows of seq_len + 1 tokens (None: the whole source) and the validation tokens.
-    Call it on every rank before any process group exists: no rank waits in a collective
-    while another tokenises."""
+    windows of seq_len + 1 tokens (None: the whole source) and the validation tokens;
+    with `storage` (the job's), what `scalelab data prepare --storage` put there is
+    fetched first (jobs/data/remote_data.py). Call it on every rank before any process
+    group exists: no rank waits in a collective while another tokenises."""
     from scalelab.jobs.data.prepare import dataset_root, enough, prepare_source
 
     tok = check_data(cfg, model)
@@ -161,6 +166,12 @@ def prepare(
     root = dataset_root(source, cfg.tokenizer)
     if enough(read_manifest(root), train, val):
         return root  # ready: no lock, nothing to do
+    if storage:
+        from scalelab.jobs.data.remote_data import fetch
+
+        fetch(storage, root, train, val)
+        if enough(read_manifest(root), train, val):
+            return root
     return prepare_source(
         source, cfg.tokenizer, cfg.tokenizer_file, max_tokens=train, val_tokens=val
     )[0]

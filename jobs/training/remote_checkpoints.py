@@ -35,25 +35,25 @@ import pyarrow.fs as pafs
 from pydantic import ValidationError
 
 from scalelab.contract.storage import CHECKPOINTS_DIR, trial_prefix
+from scalelab.jobs.object_store import Objects
 from scalelab.jobs.tracking.outbox import OUTBOX_DIR
 from scalelab.jobs.training import checkpoint
 from scalelab.jobs.training.checkpoint import MARKER
 
 log = logging.getLogger(__name__)
-CHUNK = 1 << 22
 TAG = re.compile(r"^step\d{8}$")
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 FETCH_LOCK = "fetch.lock"
 STAGING_PREFIX = ".remote-"  # a download in progress (in ckpt/)
 
 
-class Storage:
+class Storage(Objects):
     """One trial's folder in the storage at `uri`."""
 
     def __init__(self, uri: str, trial_id: str) -> None:
-        self.fs, root = pafs.FileSystem.from_uri(uri)
-        self.uri = uri.split("?", 1)[0].rstrip("/") + f"/trials/{trial_id}"  # for messages
-        self.root = trial_prefix(root, trial_id)
+        super().__init__(uri)
+        self.uri = f"{self.base_uri}/trials/{trial_id}"  # for messages
+        self.root = trial_prefix(self.base, trial_id)
 
     # -- checkpoints --------------------------------------------------------------------
     def upload(self, tag_dir: Path, keep: int) -> None:
@@ -189,29 +189,6 @@ class Storage:
             box.mkdir(parents=True, exist_ok=True)
             (box / "sent").write_text(str(sent))
             (box / "spool.jsonl").write_bytes(spool)
-
-    # -- objects --------------------------------------------------------------------------
-    def _exists(self, path: str) -> bool:
-        return self.fs.get_file_info(path).type == pafs.FileType.File
-
-    def _put_file(self, src: Path, dest: str) -> None:
-        with open(src, "rb") as f, self.fs.open_output_stream(dest) as out:
-            shutil.copyfileobj(f, out, CHUNK)
-
-    def _put_bytes(self, data: bytes, dest: str) -> None:
-        with self.fs.open_output_stream(dest) as out:
-            out.write(data)
-
-    def _get_file(self, src: str, dest: Path) -> None:
-        with self.fs.open_input_stream(src) as f, open(dest, "wb") as out:
-            shutil.copyfileobj(f, out, CHUNK)
-
-    def _get_bytes(self, src: str) -> bytes | None:
-        try:
-            with self.fs.open_input_stream(src) as f:
-                return f.read()
-        except FileNotFoundError:
-            return None
 
 
 def for_job(uri: str | None, trial_id: str) -> Storage | None:

@@ -97,7 +97,8 @@ def run(job: JobConfig, run_id: str | None = None) -> TrainResult:
     env = distributed.read_environment()
     try:
         plan = check_job(job, env)
-        prepare(job.data, job.seed, job.model, _train_windows(job))  # before any collective
+        windows = _train_windows(job)
+        prepare(job.data, job.seed, job.model, windows, job.storage)  # before any collective
         ckpt_dir = trial_dir(job.trial_id) / "ckpt"
         storage = for_job(job.storage, job.trial_id)
         fetched = storage.fetch(ckpt_dir) if storage else []  # likewise (one rank a node)
@@ -149,7 +150,7 @@ class _Trainer:
         """Memory-map the data and build this rank's streams. run() made the data ready before
         the process group started; here prepare() only finds its folder (no lock, no work)."""
         job, env, windows = self.job, self.env, _train_windows(self.job)
-        root = prepare(job.data, job.seed, job.model, windows)
+        root = prepare(job.data, job.seed, job.model, windows, job.storage)
         self.data = open_data(job.data, job.seed, root, job.model, windows)
         self.stream = TrainStream(
             self.data, job.seed, self.plan.micro_batch, self.plan.accum, env.rank,

@@ -93,3 +93,21 @@ def trial_copy(checkpointed_trial, tmp_path, monkeypatch) -> Trial:
     uri = f"sqlite:///{checkpointed_trial.home.parent / 'mlflow.db'}"
     _isolated(monkeypatch, home, uri)
     return Trial(home, checkpointed_trial.job, checkpointed_trial.losses)
+
+
+# -- object storage (`storage:`), for the remote checkpoint and data tests -----------------
+@pytest.fixture(scope="session")
+def s3():
+    """One moto_server for the session (faults/s3_server.py); tests take prefixes of it."""
+    from faults.s3_server import moto_server
+
+    with moto_server() as server:
+        yield server
+
+
+@pytest.fixture
+def aws(monkeypatch) -> None:
+    from faults.s3_server import CREDENTIALS
+
+    for key, value in CREDENTIALS.items():
+        monkeypatch.setenv(key, value)

@@ -8,92 +8,26 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
-import uuid
 
-import pyarrow.fs as pafs
 import pytest
+from faults.s3_server import S3, free_port
 
 from scalelab.contract.workdir import RESULT_FILE
 from scalelab.jobs.training.remote_checkpoints import Storage
 
-BUCKET = "scalelab-tests"
 OPTIMIZER_STATES = "zero_pp_rank_0_mp_rank_00_optim_states.pt"
-CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "testing",  # moto accepts any; pyarrow needs some
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_EC2_METADATA_DISABLED": "true",  # no instance-metadata lookups for credentials
-}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class S3:
-    """moto_server on 127.0.0.1 with one bucket; each test gets a prefix of its own."""
-
-    def __init__(self, port: int) -> None:
-        self.endpoint = f"127.0.0.1:{port}"
-        self.fs = pafs.S3FileSystem(
-            endpoint_override=self.endpoint, scheme="http", region="us-east-1",
-            access_key="testing", secret_key="testing", allow_bucket_creation=True,
-        )  # fmt: skip
-
-    def uri(self) -> str:
-        prefix = uuid.uuid4().hex[:12]
-        return (
-            f"s3://{BUCKET}/{prefix}?endpoint_override={self.endpoint}&scheme=http&region=us-east-1"
-        )
-
-    def tags(self, storage: Storage) -> dict[str, list[str]]:
-        """Each remote checkpoint folder and the objects in it."""
-        infos = self.fs.get_file_info(
-            pafs.FileSelector(f"{storage.root}/checkpoints", recursive=True)
-        )
-        out: dict[str, list[str]] = {}
-        for i in infos:
-            if i.type == pafs.FileType.File:
-                tag, name = i.path.split("/")[-2:]
-                out.setdefault(tag, []).append(name)
-        return {t: sorted(names) for t, names in sorted(out.items())}
-
-
-@pytest.fixture(scope="module")
-def s3() -> S3:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=1)
-                break
-            except OSError:
-                assert proc.poll() is None and time.time() < deadline, "moto_server did not start"
-                time.sleep(0.2)
-        server = S3(port)
-        server.fs.create_dir(BUCKET)
-        yield server
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
-
-
-@pytest.fixture
-def aws(monkeypatch) -> None:
-    for key, value in CREDENTIALS.items():
-        monkeypatch.setenv(key, value)
+def _tags(s3: S3, storage: Storage) -> dict[str, list[str]]:
+    """Each remote checkpoint folder and the objects in it."""
+    out: dict[str, list[str]] = {}
+    for path in s3.objects(f"{storage.root}/checkpoints"):
+        tag, name = path.split("/")[-2:]
+        out.setdefault(tag, []).append(name)
+    return {t: sorted(names) for t, names in sorted(out.items())}
 
 
 def _uploaded(trial, s3: S3, tags: tuple[str, ...], uri: str | None = None) -> Storage:
@@ -101,7 +35,7 @@ def _uploaded(trial, s3: S3, tags: tuple[str, ...], uri: str | None = None) -> S
     storage = Storage(uri or s3.uri(), trial.job.trial_id)
     for tag in tags:
         storage.upload(trial.ckpt / tag, keep=3)
-    assert s3.tags(storage).keys() == set(tags)
+    assert _tags(s3, storage).keys() == set(tags)
     return storage
 
 
@@ -136,12 +70,12 @@ def test_a_trial_whose_node_never_saw_its_files_resumes_from_object_storage(
     experiment = client.get_experiment_by_name("tests-faults")
     run_id = client.create_run(experiment.experiment_id).info.run_id
 
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{_free_port()}")  # nobody
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")  # nobody
     monkeypatch.setenv("SCALELAB_TRACKING_FINISH_TIMEOUT_S", "0")
     async_train = job.train.model_copy(update={"async_checkpoint": True})
     first = run(job.model_copy(update={"train": async_train}), run_id)
     assert first.status == "FINISHED" and first.metrics_pending > 0
-    remote = s3.tags(storage)
+    remote = _tags(s3, storage)
     assert list(remote) == ["step00000003", "step00000006", "step00000008"][1:]
     assert remote["step00000008"] == sorted(p.name for p in (trial.ckpt / "step00000008").iterdir())
 
@@ -161,7 +95,7 @@ def test_a_trial_whose_node_never_saw_its_files_resumes_from_object_storage(
     assert "step00000008 skipped: no marker" in tags["scalelab.checkpoints_skipped"]
     sent = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "train/loss"))
     assert sent == trial.losses  # steps 1-6 only ever were in the first node's spool
-    remote = s3.tags(storage)  # step 8 uploaded anew, complete
+    remote = _tags(s3, storage)  # step 8 uploaded anew, complete
     assert remote.keys() == {"step00000006", "step00000008"}
     assert "COMPLETE" in remote["step00000008"]
 
@@ -186,13 +120,13 @@ def test_an_upload_killed_before_its_marker_is_never_a_checkpoint(trial_copy, s3
     before_the_pipe = ["mp_rank_00_model_states.pt", "rng_rank0.pt"]
     try:
         deadline = time.time() + 120
-        while not set(before_the_pipe) <= set(s3.tags(storage).get(tag_dir.name, [])):
+        while not set(before_the_pipe) <= set(_tags(s3, storage).get(tag_dir.name, [])):
             assert proc.poll() is None and time.time() < deadline, "the upload did not get there"
             time.sleep(0.1)
     finally:
         proc.kill()
         proc.wait()
-    assert s3.tags(storage)[tag_dir.name] == before_the_pipe  # and no marker
+    assert _tags(s3, storage)[tag_dir.name] == before_the_pipe  # and no marker
     node = tmp_path / "node" / "ckpt"
 
     skipped = storage.fetch(node)
