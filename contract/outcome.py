@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import Any, Literal
 
+from scalelab.contract import workdir
 from scalelab.contract.runs import Status
 
 Ending = Literal["FINISHED", "FAILED", "PREEMPTED"]  # how a job's run() ends (Status values)
@@ -25,3 +27,14 @@ EXIT_REFUSED = 78
 class EnvironmentRefused(ValueError):
     """The node or its software cannot run the trial as its placement asks; the message
     names what was found and what to change. Raised before any process group or run."""
+
+
+def trained(trial_id: str) -> dict[str, Any] | None:
+    """The trial's result.json when it says the training finished (under any run), else
+    None (not finished, or its folder is not on this machine)."""
+    path = workdir.trial_dir(trial_id) / workdir.RESULT_FILE
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return result if result.get("status") == Status.FINISHED else None

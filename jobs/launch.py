@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from scalelab.contract.outcome import EXIT_REFUSED, EnvironmentRefused
+from scalelab.contract.outcome import EXIT_REFUSED, EnvironmentRefused, trained
 from scalelab.contract.placement import DeviceAsk
 from scalelab.contract.runs import Status
 from scalelab.jobs.environ import scoped_environ
@@ -110,11 +110,7 @@ def _train(job_ref: JobRef, job: Any, run_id: str | None, ranks: int) -> dict[st
 def _trained_outcome(job: Any) -> dict[str, Any] | None:
     """A trial with an `eval.downstream` step whose training is done (a driver killed in its
     evaluation): FINISHED without training again; only its evaluation is owed."""
-    if job.eval.downstream is None:
-        return None
-    from scalelab.jobs.downstream.step import trained
-
-    if trained(job.trial_id) is None:
+    if job.eval.downstream is None or trained(job.trial_id) is None:
         return None
     return outcome_of({"status": Status.FINISHED})
 

@@ -12,14 +12,14 @@ into this run's spool, then sent like any other.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from scalelab.contract import workdir
+from scalelab.contract.outcome import trained
 from scalelab.contract.runs import Status, Tag
 from scalelab.jobs.tracking import store as tracking_store
 from scalelab.jobs.tracking.outbox import Busy, Outbox
@@ -30,17 +30,6 @@ class RunOfTrial(Protocol):
     run_id: str
     trial_id: str
     status: str
-
-
-def trained(trial_id: str) -> dict[str, Any] | None:
-    """The trial's result.json when it says the training finished (under any run), else
-    None (not finished, or its folder is not on this machine)."""
-    path = workdir.trial_dir(trial_id) / workdir.RESULT_FILE
-    try:
-        result = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return result if result.get("status") == Status.FINISHED else None
 
 
 def adopt(trial_id: str, run_id: str) -> Outbox:

@@ -7,21 +7,12 @@ submit evaluates what is still owed (docs/evaluation.md, 'In a sweep')."""
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 from scalelab.contract import workdir
-from scalelab.contract.runs import Status, Tag
-
-
-def trained(trial_id: str) -> dict[str, Any] | None:
-    """The trial's result.json when it says its training finished, else None."""
-    try:
-        result = json.loads((workdir.trial_dir(trial_id) / workdir.RESULT_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return result if result.get("status") == Status.FINISHED else None
+from scalelab.contract.outcome import trained
+from scalelab.contract.runs import Tag
 
 
 def evaluate_trained(job: Any, run_id: str | None) -> None:
