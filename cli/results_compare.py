@@ -9,7 +9,6 @@ import math
 from dataclasses import asdict
 
 import typer
-from rich.table import Table
 
 from scalelab.cli.console import stdout_console
 from scalelab.cli.results_common import guard, synced
@@ -35,6 +34,7 @@ def compare_cmd(
     downstream accuracy, where a scaling-law fit does not apply; syncs first if never
     synced (`results sync` reads scores written since)."""
     from scalelab.analysis.results.compare import compare_sweep
+    from scalelab.analysis.results.render import comparison_rows, rich_table
 
     def run():  # noqa: ANN202
         synced(sweep, tracking_uri)
@@ -47,16 +47,10 @@ def compare_cmd(
                           "cells": [{**asdict(c), "cell": dict(c.cell)} for c in result.cells],
                           "notes": result.notes}, indent=1, default=str))  # fmt: skip
         return
-    cells = Table(title=f"{result.metric} per cell: variant - {result.baseline}")
-    for head in ("cell", "variant", result.metric, result.baseline, "Δ (± se)", "seeds"):
-        cells.add_column(head)
-    for c in result.cells:
-        diff = f"{c.loss_diff:+.4f}" + (
-            f" ± {c.loss_diff_se:.4f}" if math.isfinite(c.loss_diff_se) else ""
-        )
-        cells.add_row(", ".join(f"{k}={_plain(v)}" for k, v in c.cell), c.variant, f"{c.loss:.4f}", f"{c.baseline_loss:.4f}",
-                      diff, f"{c.n_trials}/{c.baseline_n_trials}")  # fmt: skip
-    console.print(cells)
+    rows = comparison_rows(result.cells, result.axes, result.baseline, result.metric)
+    title = (f"{result.metric} per cell vs {result.baseline} (every swept axis; means over "
+             "seeds, Δ ± its standard error over seeds)")  # fmt: skip
+    console.print(rich_table(title, rows))
     for p in result.overall:
         interval = (
             f", {p.level:.0%} CI [{p.low:+.4f}, {p.high:+.4f}]" if math.isfinite(p.low) else ""
@@ -68,7 +62,3 @@ def compare_cmd(
         )
     for note in result.notes:
         console.print(f"[yellow]note:[/] {note}", highlight=False)
-
-
-def _plain(value: object) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)

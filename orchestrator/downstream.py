@@ -77,14 +77,14 @@ def evaluate(
     if not todo:
         return answer
     try:
-        scored = record.score(
-            located, todo, device=options.device, limit=options.limit, mode=options.mode,
-            cache=options.cache, batch_size=options.batch_size,
+        scored = record.score_onto_run(
+            client, run.info.run_id, located, todo, device=options.device,
+            limit=options.limit, mode=options.mode, cache=options.cache,
+            batch_size=options.batch_size,
         )  # fmt: skip
     except (TrialError, TaskError) as e:
         raise EvalError(str(e)) from None
     for result in scored:
-        record.write(client, run.info.run_id, result, options.mode)
         answer.scores.update(result.metrics)
         answer.executed[result.task] = result.executed
     return answer

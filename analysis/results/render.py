@@ -176,14 +176,20 @@ def isoflop_rows(fit: SweepFit) -> Rows:
 
 def cells_rows(fit: SweepFit) -> Rows:
     """Each variant against the baseline per cell (every swept axis), means over seeds."""
+    return comparison_rows(fit.cells, fit.axes, fit.baseline, "loss")
+
+
+def comparison_rows(
+    cells: list[CellComparison], axes: list[str], baseline: str, measure: str
+) -> Rows:
+    """Per-cell comparisons of `measure` (the loss, or any column: `results compare`)."""
     from .design import axis_label
 
-    axes = [a for a in fit.axes]
     head = [axis_label(a) for a in axes] + [
         "variant",
-        "loss",
-        f"{fit.baseline} loss",
-        "Δ loss",
+        measure,
+        f"{baseline} {measure}",
+        f"Δ {measure}",
         "params ×",
         "FLOPs ×",
         "seeds",
@@ -194,7 +200,7 @@ def cells_rows(fit: SweepFit) -> Rows:
         return (c.baseline_n_params, values, c.variant)
 
     rows = []
-    for c in sorted(fit.cells, key=order):
+    for c in sorted(cells, key=order):
         values = dict(c.cell)
         diff = f"{c.loss_diff:+.4f}"
         if np.isfinite(c.loss_diff_se):
@@ -261,22 +267,24 @@ def sections(fit: SweepFit) -> list[tuple[str, Rows]]:
 
 
 def rich_tables(fit: SweepFit) -> list[Table]:
+    return [rich_table(title, rows) for title, rows in sections(fit)]
+
+
+def rich_table(title: str, rows: Rows) -> Table:
     from rich.table import Table
 
-    tables = []
-    for title, (head, rows) in sections(fit):
-        table = Table(title=title, title_justify="left")
-        for i, h in enumerate(head):
-            table.add_column(
-                h,
-                justify="left"
-                if i == 0 or h in ("variant", "size", "reading", "check", "law (frontier)")
-                else "right",
-            )
-        for r in rows:
-            table.add_row(*r)
-        tables.append(table)
-    return tables
+    head, body = rows
+    table = Table(title=title, title_justify="left")
+    for i, h in enumerate(head):
+        table.add_column(
+            h,
+            justify="left"
+            if i == 0 or h in ("variant", "size", "reading", "check", "law (frontier)")
+            else "right",
+        )
+    for r in body:
+        table.add_row(*r)
+    return table
 
 
 def markdown_table(head: list[str], rows: list[list[str]]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from scalelab.contract.runs import Metric
@@ -17,12 +18,32 @@ from scalelab.jobs.downstream.evaluate import TaskScores, task_names
 
 def owed(requested: list[str], metrics: Mapping[str, float]) -> list[str]:
     """The requested tasks (names or local YAMLs) whose scores are not among `metrics`."""
-    names = task_names(requested)
+    names = _scored_as(tuple(requested))
     return [
         r
         for r, name in zip(requested, names, strict=True)
         if not any(k.startswith(f"{Metric.EVAL_PREFIX}{name}/") for k in metrics)
     ]
+
+
+@lru_cache(maxsize=64)
+def _scored_as(requested: tuple[str, ...]) -> tuple[str, ...]:
+    """The names the tasks are scored under, read once per task list (a driver asks for
+    every finished trial of a sweep)."""
+    return tuple(task_names(list(requested)))
+
+
+def score_onto_run(
+    client: Any, run_id: str, located: Any, tasks: list[str], *, device: str,
+    limit: int | None = None, mode: str = "inference", cache: bool | None = None,
+    batch_size: int = 16,
+) -> list[TaskScores]:  # fmt: skip
+    """Score the tasks on the trial's checkpoint and write each one's scores to the run."""
+    results = score(located, tasks, device=device, limit=limit, mode=mode, cache=cache,
+                    batch_size=batch_size)  # fmt: skip
+    for result in results:
+        write(client, run_id, result, mode)
+    return results
 
 
 def score(

@@ -34,11 +34,10 @@ def evaluate_trained(job: Any, run_id: str | None) -> None:
             return
         print(f"[scalelab] eval.downstream: {', '.join(todo)}", flush=True)
         located = locate(str(workdir.trial_dir(job.trial_id)))
-        for result in record.score(
-            located, todo, device=_device(), limit=wanted.limit, mode=wanted.mode,
-            batch_size=wanted.batch_size,
+        for result in record.score_onto_run(
+            client, run_id, located, todo, device=_device(), limit=wanted.limit,
+            mode=wanted.mode, batch_size=wanted.batch_size,
         ):  # fmt: skip
-            record.write(client, run_id, result, wanted.mode)
             shown = {k.rsplit("/", 1)[1]: v for k, v in result.metrics.items()}
             print(f"[scalelab] eval {result.task}: {shown}", flush=True)
         if Tag.EVAL_ERROR in run.data.tags:  # an earlier attempt's reason, now stale
