@@ -69,7 +69,7 @@ def send_owed(runs: Iterable[RunOfTrial], uri: str | None = None) -> tuple[int, 
         except Busy:
             why = "being sent by its job or another scalelab command"
         except Exception as e:
-            why = f"MLflow unreachable: {tracking_store.failure(e) or e}"
+            why = f"MLflow unreachable: {tracking_store.failure(e, uri) or e}"
         if left := outbox.pending():
             owed.append(Owed(run.trial_id, run.run_id, left, why))
     return sent, owed

@@ -6,14 +6,27 @@ lock. Two processes opening a fresh store at once (two first submits) collide ha
 ("duplicate column name"), and a store cut short by a full disk stays half-migrated and
 refuses every later open. So a new sqlite store is made under a file lock, in a temporary
 file renamed into place once complete: a store file that exists is whole.
+
+A sqlite store keeps a write-ahead log (`PRAGMA journal_mode=WAL`, recorded in the file, so
+every process that opens it, MLflow's UI too, uses it), and this process's connections
+sync it at checkpoints only (`synchronous=NORMAL`): every MLflow call commits, and in
+sqlite's default rollback-journal mode each commit wrote and synced a journal, the database
+and the folder, about half of a driver's time per trial (docs/benchmarks.md,
+"Orchestrator"). Readers (`status`, the UI) no longer block the driver's writes. A killed
+process loses nothing it committed; a power cut may lose the last commits, never the file.
+Copying `mlflow.db` alone while a driver runs may miss what is still in `mlflow.db-wal`.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import logging
 import os
+import shutil
+import sqlite3
 import threading
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +39,8 @@ if TYPE_CHECKING:
 # MlflowException codes that mean "the store failed" (unreachable, full, locked) rather
 # than "the store answered and refused this request".
 FAILURE_CODES = {"TEMPORARILY_UNAVAILABLE", "INTERNAL_ERROR", "REQUEST_LIMIT_EXCEEDED"}
+
+FULL_BELOW_BYTES = 1 << 20  # a store's disk with less room than this is called full
 
 _made: set[Path] = set()
 _made_lock = threading.Lock()
@@ -46,6 +61,17 @@ def set_terminal(client: MlflowClient, run_id: str, status: str, clear_error: bo
                 raise
 
 
+def set_open_status(client: MlflowClient, run_id: str, status: str) -> None:
+    """Set a run SCHEDULED or RUNNING, keeping its end time, in one request:
+    `MlflowClient.update_run` first reads the whole run (every param and tag) for the end
+    time it passes back unchanged, which the store keeps anyway when given none; half of a
+    first launch's status write (docs/benchmarks.md, "Orchestrator")."""
+    from mlflow.entities import RunStatus
+
+    store = client._tracking_client.store  # mlflow is pinned (requirements/constraints.txt)
+    store.update_run_info(run_id, RunStatus.from_string(status), end_time=None, run_name=None)
+
+
 class StoreError(RuntimeError):
     """The tracking store could not be created or used; the message is one line."""
 
@@ -59,11 +85,17 @@ def client(uri: str | None = None, one_try: bool = False) -> MlflowClient:
     uri = uri or workdir.tracking_uri()
     if uri.startswith("sqlite:///"):
         ensure_sqlite(Path(uri.removeprefix("sqlite:///")))
+    try:
+        made = MlflowClient(uri)  # a sqlite store is opened here (its first connection)
+    except Exception as e:
+        if (why := failure(e, uri)) is None:
+            raise
+        raise StoreError(f"cannot open the MLflow store {uri}: {why}") from None
     if one_try:
         from scalelab.jobs.tracking.one_try import tried_once
 
-        return tried_once(MlflowClient(uri))
-    return MlflowClient(uri)
+        return tried_once(made)
+    return made
 
 
 def ensure_sqlite(db: Path) -> None:
@@ -82,7 +114,33 @@ def ensure_sqlite(db: Path) -> None:
                 fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
                 if not _is_whole(db):
                     _create(db)
+        _write_ahead_log(db)
         _made.add(db)
+
+
+def _write_ahead_log(db: Path) -> None:
+    """Put the store in write-ahead-log mode (once per file: sqlite records it), and sync
+    this process's connections at checkpoints. Best effort: a store another process holds
+    in a transaction is switched by a later open."""
+    _sync_at_checkpoints()
+    try:
+        with closing(sqlite3.connect(db, timeout=1.0)) as con:
+            con.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.Error:
+        pass
+
+
+@functools.cache
+def _sync_at_checkpoints() -> None:
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    event.listen(Engine, "connect", _on_connect)
+
+
+def _on_connect(dbapi_connection: object, _record: object) -> None:
+    if isinstance(dbapi_connection, sqlite3.Connection):
+        dbapi_connection.execute("PRAGMA synchronous=NORMAL")
 
 
 def _is_whole(db: Path) -> bool:
@@ -97,15 +155,18 @@ def _create(db: Path) -> None:
         MlflowClient(f"sqlite:///{tmp}").search_experiments(max_results=1)  # migrations
         os.replace(tmp, db)
     except Exception as e:
-        raise StoreError(f"cannot create the MLflow database {db}: {failure(e) or e}") from None
+        raise StoreError(
+            f"cannot create the MLflow database {db}: {failure(e, f'sqlite:///{db}') or e}"
+        ) from None
     finally:
         tmp.unlink(missing_ok=True)
 
 
-def failure(e: BaseException) -> str | None:
+def failure(e: BaseException, uri: str | None = None) -> str | None:
     """One line saying why the store failed, when `e` is the store failing (unreachable,
     disk full, locked); None when it is a refusal (bad value, already exists) or not from
-    the store."""
+    the store. With the store's `uri`, a sqlite store on a full disk says so: opening one
+    there fails as "disk I/O error" (its shared-memory file cannot be made)."""
     import sqlalchemy.exc
     from mlflow.exceptions import MlflowException
 
@@ -118,4 +179,16 @@ def failure(e: BaseException) -> str | None:
         root = root.__cause__
     root = getattr(root, "orig", None) or root  # sqlalchemy wraps the driver's error
     lines = [ln.strip() for ln in str(root).splitlines() if ln.strip()]
-    return lines[0] if lines else type(root).__name__
+    why = lines[0] if lines else type(root).__name__
+    if uri and uri.startswith("sqlite:///") and "full" not in why:
+        folder = Path(uri.removeprefix("sqlite:///")).parent
+        if _disk_full(folder):
+            why += f" (No space left on device: the disk of {folder} is full)"
+    return why
+
+
+def _disk_full(folder: Path) -> bool:
+    try:
+        return shutil.disk_usage(folder).free < FULL_BELOW_BYTES
+    except OSError:
+        return False

@@ -38,15 +38,18 @@ class _GuardedClient:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._client, name)
-        if not callable(attr):
-            return attr
+        return self._guarded(attr) if callable(attr) else attr
 
-        @functools.wraps(attr)
+    def set_open_status(self, run_id: str, status: str) -> None:
+        self._guarded(tracking_store.set_open_status)(self._client, run_id, status)
+
+    def _guarded(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
             try:
-                return attr(*args, **kwargs)
+                return fn(*args, **kwargs)
             except Exception as e:
-                why = tracking_store.failure(e)
+                why = tracking_store.failure(e, self._uri)
                 if why is None:
                     raise
                 raise LedgerUnavailable(f"the tracking store {self._uri} failed: {why}") from None
@@ -152,7 +155,7 @@ class SweepStore:
         if status in TERMINAL:
             tracking_store.set_terminal(self.client, run_id, status, clear_error)
         else:
-            self.client.update_run(run_id, status=status)
+            self.client.set_open_status(run_id, status)
 
 
 @cache
