@@ -140,7 +140,7 @@ def trial_run_name(variant: str, size: str, trial_id: str) -> str:
 
 
 def job_ref(kind: str, ident: str) -> str:
-    """A backend's handle of one attempt: 'slurm:123', 'ray:<task id>'."""
+    """A backend's handle of one attempt: 'slurm:123', 'ray:<task name>'."""
     return f"{kind}:{ident}"
 
 

@@ -77,8 +77,9 @@ class _Live:
 
 def _error_text(exc: BaseException) -> str:
     """What a failed attempt records as `scalelab.error`: the job's own exception, not Ray's
-    wrapper (`ray::scalelab-trial() (pid=..., ip=...)` and the remote traceback). Input
-    errors (ValueError) are their message; anything else is named by its type too."""
+    wrapper (`ray::scalelab-trial:<trial id>:<attempt>() (pid=..., ip=...)` and the remote
+    traceback). Input errors (ValueError) are their message; anything else is named by its
+    type too."""
     from ray.exceptions import RayTaskError
 
     while isinstance(exc, RayTaskError) and exc.cause is not None and exc.cause is not exc:
@@ -311,21 +312,36 @@ def owes_eval(trial: Trial, rec: TrialRecord) -> bool:
 
 
 def _launch(ledger: Ledger, backend: Any, claimed: list[_Live], inflight: dict) -> None:
-    first = [live for live in claimed if not live.rec.launched]
-    for live, rec in zip(first, ledger.start_runs([x.rec for x in first]), strict=True):
+    planned = [_planned_tags(backend, live) for live in claimed]
+    first = [(live, tags) for live, tags in zip(claimed, planned, strict=True)
+             if not live.rec.launched]  # fmt: skip
+    started = ledger.start_runs([live.rec for live, _ in first], [tags for _, tags in first])
+    for (live, _), rec in zip(first, started, strict=True):
         live.rec = rec  # its run from now on, created as it starts (Ledger.start_runs)
-    items = [(live.trial, live.rec) for live in claimed]
+    refs = [tags.get(Tag.JOB_REF) for tags in planned]
+    items = [(live.trial, live.rec, ref) for live, ref in zip(claimed, refs, strict=True)]
     writes = []
-    for live, (handle, job_ref) in zip(claimed, backend.launch_many(items), strict=True):
-        reattached = job_ref == live.rec.tags.get(Tag.JOB_REF)  # a SLURM job still alive
-        attempt = live.rec.attempts + (0 if reattached or live.requeued else 1)
+    launched = backend.launch_many(items)
+    for live, tags, (handle, job_ref) in zip(claimed, planned, launched, strict=True):
+        if not tags:  # the launch named the job (a SLURM job id)
+            reattached = job_ref == live.rec.tags.get(Tag.JOB_REF)  # a SLURM job still alive
+            attempt = live.rec.attempts + (0 if reattached or live.requeued else 1)
+            tags = {Tag.ATTEMPTS: str(attempt), Tag.JOB_REF: job_ref}
         live.requeued = False
         # never Tag.CANCEL: a `scalelab cancel` may have landed since the claim
-        tags = {Tag.ATTEMPTS: str(attempt), Tag.JOB_REF: job_ref}
-        writes.append((live.rec.run_id, tags))
+        if any(live.rec.tags.get(k) != v for k, v in tags.items()):
+            writes.append((live.rec.run_id, tags))
         live.rec.tags.update(tags)
         inflight[handle] = live
     ledger.map(lambda w: ledger.set_tags(*w), writes)
+
+
+def _planned_tags(backend: Any, live: _Live) -> dict[str, str]:
+    """A launch's tags when its backend names the job before launching it (a Ray task): a
+    first launch's run is created with them. {} when the launch names it (SLURM)."""
+    attempt = live.rec.attempts + (0 if live.requeued else 1)
+    ref = backend.job_ref_ahead(live.trial, attempt)
+    return {Tag.ATTEMPTS: str(attempt), Tag.JOB_REF: ref} if ref else {}
 
 
 def _settle(

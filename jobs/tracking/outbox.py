@@ -218,7 +218,7 @@ class Outbox:
                 send()
                 try:
                     if item["status"] == Status.RUNNING:
-                        client.update_run(run_id, status=Status.RUNNING)
+                        tracking_store.set_open_status(client, run_id, Status.RUNNING)
                     else:
                         tracking_store.set_terminal(client, run_id, item["status"])
                 except MlflowException as e:  # a refused transition must not block the rest

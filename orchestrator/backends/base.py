@@ -10,6 +10,7 @@ from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from scalelab.contract import workdir
+from scalelab.contract.runs import job_ref
 from scalelab.jobs.launch import DEFAULT_JOB, JobRef, launch
 from scalelab.models.catalog import MECHANISMS_ENV
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 # Ray 2.60 waits a fixed 30 s for a new node to register (ray/_private/node.py), which an
 # overloaded machine can exceed; a cluster started here is then started again.
 RAY_SLOW_START = "timed out during startup"
+TASK_NAME = "scalelab-trial"  # a trial's Ray task: `scalelab-trial:<trial id>:<attempt>`
 EMBEDDED_START_TRIES = 3
 
 
@@ -81,8 +83,8 @@ def ray_init(address: str, *, embedded: bool, workers: int | None = None) -> boo
         kwargs["runtime_env"] = {"env_vars": env}
     if embedded:
         kwargs.update(include_dashboard=False, logging_level="WARNING")
-    if starts and workers:
-        kwargs["_system_config"] = {"num_workers_soft_limit": workers}
+    if starts:
+        kwargs["_system_config"] = _embedded_workers(workers)
     session = driver_session() if starts else None
     if session:
         kwargs["_temp_dir"] = str(session.temp_dir)
@@ -121,6 +123,20 @@ def ray_init(address: str, *, embedded: bool, workers: int | None = None) -> boo
     return True
 
 
+def _embedded_workers(keep: int | None) -> dict[str, int]:
+    """Ray's worker settings for a cluster this process starts: `keep` idle workers (see
+    ray_init), and worker processes started a quarter of the cores at a time (Ray starts
+    one per core at once): each start is an interpreter and `import ray`, ~1 s of CPU, and
+    a sweep of short trials on few cores otherwise starts workers faster than trials end,
+    on the cores the driver needs (27-31 workers for 200 no-op trials on 2 cores, 12 with
+    one at a time: docs/benchmarks.md, "Orchestrator")."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    config = {"worker_maximum_startup_concurrency": max(1, (cores or 1) // 4)}
+    if keep:
+        config["num_workers_soft_limit"] = keep
+    return config
+
+
 def ray_shutdown() -> None:
     """Disconnect from Ray; the processes of clusters this process started are all ended."""
     import ray
@@ -144,24 +160,34 @@ class Backend:
         """Connect to (or start) the Ray that runs the trials."""
         raise NotImplementedError
 
-    def launch_many(self, items: list[tuple[Trial, TrialRecord]]) -> list[tuple[Any, str]]:
-        """Start trials; returns (handle, job_ref) per item: an ObjectRef and its id."""
+    def job_ref_ahead(self, trial: Trial, attempt: int) -> str | None:
+        """An attempt's job ref before it is launched, so that a first launch's run is
+        created with it (one write less per trial): a Ray task's name. None where only the
+        launch makes it (a SLURM job id)."""
+        return job_ref("ray", f"{TASK_NAME}:{trial.trial_id}:{attempt}")
+
+    def launch_many(
+        self, items: list[tuple[Trial, TrialRecord, str | None]]
+    ) -> list[tuple[Any, str]]:
+        """Start trials, each named by its job ref ahead (`job_ref_ahead`); returns
+        (handle, job_ref) per item."""
         import ray
 
-        task = ray.remote(launch).options(
-            num_cpus=self.cfg.cpus_per_trial,
-            num_gpus=self.cfg.gpus_per_trial,
-            resources=dict(self.cfg.resources_per_trial) or None,
-            max_retries=0,  # the scheduler retries, with backoff and a FAILED tag
-            name="scalelab-trial",
-        )
+        task = ray.remote(launch)
+        placement = {
+            "num_cpus": self.cfg.cpus_per_trial,
+            "num_gpus": self.cfg.gpus_per_trial,
+            "resources": dict(self.cfg.resources_per_trial) or None,
+            "max_retries": 0,  # the scheduler retries, with backoff and a FAILED tag
+        }
         out = []
-        for trial, rec in items:
-            ref = task.remote(
+        for trial, rec, ref in items:
+            ref = ref or job_ref("ray", TASK_NAME)
+            handle = task.options(**placement, name=ref.removeprefix("ray:")).remote(
                 self.job, trial.job.model_dump_json(), rec.run_id, self.cfg.ranks,
                 rec.artifact_uri, self.cfg.device_ask,
             )  # fmt: skip
-            out.append((ref, f"ray:{ref.task_id().hex()}"))
+            out.append((handle, ref))
         return out
 
     def cancel(self, handle: Any, rec: TrialRecord) -> None:

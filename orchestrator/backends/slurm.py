@@ -237,10 +237,15 @@ class SlurmBackend(Backend):
         state = submitit.SlurmJob(folder=self.folder, job_id=job_id).state
         return job_id if state in ACTIVE or state == "COMPLETED" else None
 
-    def launch_many(self, items: list[tuple[Trial, TrialRecord]]) -> list[tuple[Any, str]]:
+    def job_ref_ahead(self, trial: Trial, attempt: int) -> str | None:
+        return None  # the SLURM job id, known once submitted
+
+    def launch_many(
+        self, items: list[tuple[Trial, TrialRecord, str | None]]
+    ) -> list[tuple[Any, str]]:
         import ray
 
-        job_ids: list[str | None] = [self._reattach(rec) for _, rec in items]
+        job_ids: list[str | None] = [self._reattach(rec) for _, rec, _ in items]
         fresh = [i for i, jid in enumerate(job_ids) if jid is None]
         if fresh:
             ex, opts = self._executor(), self.cfg.slurm

@@ -164,7 +164,7 @@ class Records(SweepStore):
             items = [MlflowParam(k, v) for k, v in params.items()]
             for i in range(0, len(items), 100):
                 self.client.log_batch(run.info.run_id, params=items[i : i + 100])
-            self.client.update_run(run.info.run_id, status=Status.SCHEDULED)
+            self.client.set_open_status(run.info.run_id, Status.SCHEDULED)
             return run.info.run_id
 
         created = self.map(create, missing)
@@ -184,26 +184,31 @@ class Records(SweepStore):
     def start_run(self, rec: TrialRecord) -> TrialRecord:
         return self.start_runs([rec])[0]
 
-    def start_runs(self, recs: list[TrialRecord]) -> list[TrialRecord]:
+    def start_runs(
+        self, recs: list[TrialRecord], launch_tags: list[dict[str, str]] | None = None
+    ) -> list[TrialRecord]:
         """Trials' first launch: each placeholder (created SCHEDULED at scheduling) is
         replaced by a run created now, with every tag and param of the placeholder (the
-        claims too) plus when it started and how long it queued; MLflow cannot move a run's
-        start time. The placeholders are deleted; a cancel that landed on one meanwhile is
-        carried over (`request_cancel` handles one that comes after the delete), looked for
-        once for all of them after the deletes (one search, not a read per trial)."""
-        started = self.map(self._replace, recs)
+        claims too), the launch's own tags (`launch_tags`, per record), when it started and
+        how long it queued; MLflow cannot move a run's start time. The placeholders are
+        deleted; a cancel that landed on one meanwhile is carried over (`request_cancel`
+        handles one that comes after the delete), looked for once for all of them after the
+        deletes (one search, not a read per trial)."""
+        extra = launch_tags or [{} for _ in recs]
+        started = self.map(lambda pair: self._replace(*pair), list(zip(recs, extra, strict=True)))
         for new in self._cancelled_placeholders(recs, started):
             self.set_tags(new.run_id, {Tag.CANCEL: "1"})
             new.tags[Tag.CANCEL] = "1"
         return started
 
-    def _replace(self, rec: TrialRecord) -> TrialRecord:
+    def _replace(self, rec: TrialRecord, launch_tags: dict[str, str]) -> TrialRecord:
         from mlflow.entities import Param as MlflowParam
         from mlflow.entities import RunTag
 
         now_ms = int(time.time() * 1000)
+        tags = rec.tags | launch_tags
         run = self.client.create_run(
-            self.experiment_id(), start_time=now_ms, tags=rec.tags, run_name=rec.name or None
+            self.experiment_id(), start_time=now_ms, tags=tags, run_name=rec.name or None
         )
         run_id = run.info.run_id
         self.set_status(run_id, Status.SCHEDULED)  # RUNNING once the job runs
@@ -220,7 +225,7 @@ class Records(SweepStore):
         # what was just written (a cancel that comes to this run later is the cancel poll's)
         return TrialRecord(
             run_id=run_id, trial_id=rec.trial_id, status=Status.SCHEDULED,
-            tags={**rec.tags, Tag.STARTED: timestamp_text(now_ms), Tag.QUEUED_S: queued_s},
+            tags={**tags, Tag.STARTED: timestamp_text(now_ms), Tag.QUEUED_S: queued_s},
             params=dict(rec.params), start_time=now_ms, name=rec.name,
             artifact_uri=run.info.artifact_uri or "",
         )  # fmt: skip

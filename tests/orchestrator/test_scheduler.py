@@ -35,7 +35,9 @@ def test_runs_all_then_resubmit_skips_finished(ray_session, work_home, sweep_nam
     assert sorted(again.skipped) == sorted(t.trial_id for t in trials) and not again.finished
     assert all(calls(work_home, run) == 1 for run in _runs(spec).values())
     tags = ledger.records()[trials[0].trial_id].tags
-    assert tags["scalelab.job_ref"].startswith("ray:") and tags["scalelab.attempts"] == "1"
+    # the Ray task's name, known before the launch: the run was created with it
+    assert tags["scalelab.job_ref"] == f"ray:scalelab-trial:{trials[0].trial_id}:1"
+    assert tags["scalelab.attempts"] == "1"
 
 
 def test_retries_with_backoff_then_failed_with_error_tag(ray_session, work_home, sweep_name):
@@ -47,6 +49,7 @@ def test_retries_with_backoff_then_failed_with_error_tag(ray_session, work_home,
     assert sorted(out.finished) == sorted(by_seed.values())
     recs = Ledger(spec.name).records()
     assert recs[by_seed[1]].attempts == 3 and recs[by_seed[0]].attempts == 1
+    assert recs[by_seed[1]].tags["scalelab.job_ref"].endswith(f"{by_seed[1]}:3")  # its task
     # finished: the error of its failed attempts is not left on it (issue 33, item 10)
     assert "scalelab.error" not in recs[by_seed[1]].tags
 
@@ -152,14 +155,16 @@ def test_cancel_stops_running_and_scheduled_trials(ray_session, work_home, sweep
 
 
 class _CancelledDuringLaunch(Ledger):
-    """A real ledger where `scalelab cancel` lands while the driver records a launch: the
-    moment between a trial's claim and the launch's own tags that a loaded machine widens."""
+    """A real ledger where `scalelab cancel` lands while the driver launches a trial: after
+    its run is created with the launch's tags, before the task starts, the moment that a
+    loaded machine widens."""
 
-    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
-        if "scalelab.job_ref" in tags and not getattr(self, "cancelled_once", False):
+    def start_runs(self, recs, launch_tags=None):
+        started = super().start_runs(recs, launch_tags)
+        if not getattr(self, "cancelled_once", False):
             self.cancelled_once = True
             Ledger(self.sweep).request_cancel()
-        super().set_tags(run_id, tags)
+        return started
 
 
 def test_a_cancel_during_launch_is_not_lost(ray_session, work_home, sweep_name, trial_sleep):
