@@ -13,6 +13,7 @@ changing a default keeps old and new trials apart.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -74,10 +75,8 @@ def science(
     """The fields of `cfg` that count: not NotIdentity, and different from their baseline
     default (a config value counts whenever present, as its own science)."""
     out: dict[str, Any] = {}
-    for name, field in type(cfg).model_fields.items():
+    for name, field in _counted_fields(type(cfg)):
         if name in skip or (keep is not None and name not in keep):
-            continue
-        if any(m is NotIdentity or isinstance(m, NotIdentity) for m in field.metadata):
             continue
         value = getattr(cfg, name)
         if isinstance(value, BaseModel):
@@ -88,7 +87,7 @@ def science(
         if field.is_required() or key in CHANGED_DEFAULTS:
             default = CHANGED_DEFAULTS.get(key, _MISSING)
         else:
-            default = _json(field.get_default(call_default_factory=True))
+            default = _default_json(type(cfg), name)
         if value != default:
             out[name] = value
     return out
@@ -115,9 +114,31 @@ _MODEL_FIELDS_SINCE_RULE_2 = (
 
 def _json(value: Any) -> Any:
     """A field value as pydantic's JSON mode gives it (tuples as lists, literals as str)."""
+    if type(value) in _JSON_SCALARS:  # the same after a round trip: most fields, and fast
+        return value
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     return json.loads(json.dumps(value)) if value is not None else None
+
+
+_JSON_SCALARS = (str, int, float, bool)
+
+
+@functools.cache
+def _counted_fields(cls: type[BaseModel]) -> tuple[tuple[str, Any], ...]:
+    """(name, field) of the fields of `cls` not marked NotIdentity."""
+    return tuple(
+        (name, field)
+        for name, field in cls.model_fields.items()
+        if not any(m is NotIdentity or isinstance(m, NotIdentity) for m in field.metadata)
+    )
+
+
+@functools.cache
+def _default_json(cls: type[BaseModel], name: str) -> Any:
+    """A field's default, as `_json` gives it: the same for every trial of a sweep of
+    thousands (not to be mutated)."""
+    return _json(cls.model_fields[name].get_default(call_default_factory=True))
 
 
 def legacy_trial_id(job: JobConfig, semantics: int = SEMANTICS_VERSION) -> str:
