@@ -1,9 +1,11 @@
 """Orchestrator speed: plan a big sweep, schedule no-op trials on Ray, re-submit a finished one.
 
-    python benchmarks/orchestration.py [--trials 10000] [--sched 1000] [--ledger 1000]
+    python benchmarks/orchestration.py [--trials 10000] [--sched 1000] [--repeats 2]
 
 Prints one table: measured median, goal, ratio (measured / goal; < 1 meets the goal).
-Uses a throw-away SCALELAB_HOME (MLflow sqlite) and an embedded Ray.
+Uses a throw-away SCALELAB_HOME (MLflow sqlite). The scheduling rows put the driver loop
+side by side with Ray alone running as many empty tasks, each in its own process on a fresh
+embedded cluster (nothing warm), `--repeats` pairs, with the CPU each side spent.
 """
 
 from __future__ import annotations
@@ -68,39 +70,74 @@ def bench_plan(n: int, repeats: int = 3) -> float:
     return statistics.median(times)
 
 
-def bench_schedule(n: int) -> tuple[float, float]:
-    """(seconds per trial for the whole driver loop, of which MLflow sync) with no-op jobs."""
+def _cluster_cpu_s() -> float:
+    """CPU seconds of every process this one started (the embedded cluster: GCS, raylet,
+    workers), read before it ends."""
+    import psutil
+
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            t = child.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def _workers() -> int:
+    import psutil
+
+    return sum(1 for c in psutil.Process().children(recursive=True) if c.name().startswith("ray::"))
+
+
+def _start() -> tuple[float, float, float]:
+    """Wall, driver CPU and cluster CPU (its start-up excluded) at the start of a part."""
+    return time.perf_counter(), time.process_time(), _cluster_cpu_s()
+
+
+def _costs(n: int, start: tuple[float, float, float]) -> dict[str, float]:
+    t0, c0, k0 = start
+    return {
+        "wall_ms": (time.perf_counter() - t0) / n * 1e3,
+        "driver_cpu_ms": (time.process_time() - c0) / n * 1e3,
+        "cluster_cpu_ms": (_cluster_cpu_s() - k0) / n * 1e3,
+        "workers": _workers(),
+    }
+
+
+def part_sweep(n: int) -> dict[str, float]:
+    """The driver loop over n no-op trials on a fresh embedded cluster, as `submit` runs
+    it (their placeholders made first, by `sync`, timed apart)."""
     from scalelab.orchestrator.backends.base import ray_init
     from scalelab.orchestrator.expand import expand
     from scalelab.orchestrator.ledger import Ledger
     from scalelab.orchestrator.scheduler import run_sweep
     from scalelab.orchestrator.spec import parse_spec
 
-    ray_init("local", embedded=True, workers=64)  # the sweep's concurrency, as LocalBackend does
     spec, source = parse_spec(_simple_yaml("sched", n))
     trials = expand(spec, source, max_trials=n)
-    ledger = Ledger(spec.name)
     t0 = time.perf_counter()
-    ledger.sync(spec, trials)
-    t_sync = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    Ledger(spec.name).sync(spec, trials)
+    sync_ms = (time.perf_counter() - t0) / n * 1e3
+    ray_init("local", embedded=True, workers=64)  # the sweep's concurrency, as LocalBackend does
+    start = _start()
     out = run_sweep(spec, trials, Ledger(spec.name), job="benchmarks.orchestration:noop")
-    t_run = time.perf_counter() - t0
     assert len(out.finished) == n, out
-    return t_run / n, t_sync / n
+    return _costs(n, start) | {"sync_ms": sync_ms}
 
 
-def bench_ray_alone(n: int, window: int = 64) -> float:
-    """Seconds per task for Ray itself running `n` empty tasks of the trials' shape (0.01
-    CPU), at most `window` in flight: the floor under the driver loop's per-trial cost."""
-    import ray
-
+def part_ray_alone(n: int, window: int = 64) -> dict[str, float]:
+    """Ray itself running n empty tasks of the trials' shape (0.01 CPU), at most `window`
+    in flight, on a fresh embedded cluster started as the sweep's is: the floor under the
+    driver loop's per-trial cost, worker starts included."""
     from scalelab.orchestrator.backends.base import ray_init
 
-    ray_init("local", embedded=True, workers=64)  # the sweep's concurrency, as LocalBackend does
+    ray_init("local", embedded=True, workers=64)  # first: it imports Ray in single-node mode
+    import ray
+
     task = ray.remote(noop).options(num_cpus=0.01, max_retries=0, name="empty-task")
-    ray.get(task.remote(None))  # a worker up, as the sweep's first trial has one
-    t0 = time.perf_counter()
+    start = _start()
     inflight, started = [], 0
     while started < n or inflight:
         while started < n and len(inflight) < window:
@@ -108,7 +145,20 @@ def bench_ray_alone(n: int, window: int = 64) -> float:
             started += 1
         done, inflight = ray.wait(inflight, num_returns=1)
         ray.get(done)
-    return (time.perf_counter() - t0) / n
+    return _costs(n, start)
+
+
+def _in_fresh_process(part: str, n: int, home: str) -> dict[str, float]:
+    """Run one part in its own interpreter (its own embedded cluster, nothing warm)."""
+    import json
+    import subprocess
+
+    env = {**os.environ, "SCALELAB_HOME": home}
+    out = subprocess.run(
+        [sys.executable, __file__, "--part", part, "--sched", str(n)],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def bench_resubmit(n: int) -> tuple[float, int]:
@@ -137,41 +187,51 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--trials", type=int, default=10_000)
     parser.add_argument("--sched", type=int, default=1_000)
+    parser.add_argument("--repeats", type=int, default=1, help="side-by-side pairs")
+    parser.add_argument("--part", choices=["sweep", "ray"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if args.part:  # one measurement, in this fresh process
+        import json
+
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+        fn = part_sweep if args.part == "sweep" else part_ray_alone
+        print(json.dumps(fn(args.sched)))
+        return
     home = tempfile.mkdtemp(prefix="scalelab-bench-")
     os.environ["SCALELAB_HOME"] = home
     os.environ.pop("MLFLOW_TRACKING_URI", None)
+    print(f"load average at the start: {os.getloadavg()[0]:.2f}", flush=True)
 
     rows = []
     t = bench_plan(args.trials)
     rows.append((f"validate+expand+plan {args.trials:,} trials", f"{t:.2f} s", "2 s", t / 2))
-    per, sync = bench_schedule(args.sched)
-    rows.append(
-        (
-            f"schedule {args.sched:,} no-op trials (driver loop)",
-            f"{per * 1e3:.1f} ms/trial",
-            "50 ms/trial",
-            per / 0.05,
-        )
-    )
-    rows.append(
-        (
-            f"  create {args.sched:,} SCHEDULED runs (in sync)",
-            f"{sync * 1e3:.1f} ms/trial",
-            "-",
-            float("nan"),
-        )
-    )
-    alone = bench_ray_alone(args.sched)
-    rows.append(
-        (
-            f"  Ray alone: {args.sched:,} empty tasks, 64 in flight",
-            f"{alone * 1e3:.1f} ms/task",
-            "-",
-            float("nan"),
-        )
-    )
+    sweeps, alone = [], []
+    for _ in range(args.repeats):  # side by side: Ray alone, then the sweep, each fresh
+        alone.append(_in_fresh_process("ray", args.sched, home))
+        sweeps.append(_in_fresh_process("sweep", args.sched, tempfile.mkdtemp(dir=home)))
+    med = {k: statistics.median(r[k] for r in sweeps) for k in sweeps[0]}
+    ray_med = {k: statistics.median(r[k] for r in alone) for k in alone[0]}
+    n = f"{args.sched:,}"
+    rows += [
+        (f"schedule {n} no-op trials (driver loop), wall", f"{med['wall_ms']:.1f} ms/trial",
+         "50 ms/trial", med["wall_ms"] / 50),
+        ("  driver CPU", f"{med['driver_cpu_ms']:.1f} ms/trial", "-", float("nan")),
+        ("  cluster CPU after its start (raylet, GCS, workers)", f"{med['cluster_cpu_ms']:.1f} ms/trial", "-",
+         float("nan")),
+        ("  worker processes at the end", f"{med['workers']:.0f}", "-", float("nan")),
+        (f"  create {n} SCHEDULED runs (in sync)", f"{med['sync_ms']:.1f} ms/trial", "-",
+         float("nan")),
+        (f"Ray alone: {n} empty tasks, 64 in flight, wall", f"{ray_med['wall_ms']:.1f} ms/task",
+         "-", float("nan")),
+        ("  driver CPU", f"{ray_med['driver_cpu_ms']:.1f} ms/task", "-", float("nan")),
+        ("  cluster CPU after its start (raylet, GCS, workers)", f"{ray_med['cluster_cpu_ms']:.1f} ms/task",
+         "-", float("nan")),
+        ("  worker processes at the end", f"{ray_med['workers']:.0f}", "-", float("nan")),
+        ("sweep / Ray alone, wall", f"{med['wall_ms'] / ray_med['wall_ms']:.2f}x", "-",
+         float("nan")),
+    ]  # fmt: skip
+    os.environ["SCALELAB_HOME"] = _last_home(home)
     t, created = bench_resubmit(args.sched)
     rows.append(
         (
@@ -186,6 +246,14 @@ def main() -> None:
     print(f"{'benchmark':<{width}}  {'measured (median)':>28}  {'goal':>12}  {'ratio':>6}")
     for name, measured, goal, ratio in rows:
         print(f"{name:<{width}}  {measured:>28}  {goal:>12}  {ratio:>6.2f}")
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}; runs of each: {args.repeats}")
+
+
+def _last_home(home: str) -> str:
+    """The work folder of the last sweep measured (its trials are all FINISHED)."""
+    folders = [os.path.join(home, d) for d in os.listdir(home)]
+    folders = [f for f in folders if os.path.isdir(f)]
+    return max(folders, key=os.path.getmtime)
 
 
 if __name__ == "__main__":
