@@ -85,6 +85,7 @@ def client(uri: str | None = None, one_try: bool = False) -> MlflowClient:
     uri = uri or workdir.tracking_uri()
     if uri.startswith("sqlite:///"):
         ensure_sqlite(Path(uri.removeprefix("sqlite:///")))
+        _opens(Path(uri.removeprefix("sqlite:///")), uri)
     try:
         made = MlflowClient(uri)  # a sqlite store is opened here (its first connection)
     except Exception as e:
@@ -96,6 +97,19 @@ def client(uri: str | None = None, one_try: bool = False) -> MlflowClient:
 
         return tried_once(made)
     return made
+
+
+def _opens(db: Path, uri: str) -> None:
+    """Open the sqlite store once here, failing at once: MLflow retries a store it cannot
+    open for ~100 s (a database server may still be starting), which a file on a full disk
+    never stops failing. A store another process has locked is left to MLflow's retries."""
+    try:
+        with closing(sqlite3.connect(db, timeout=5.0)) as con:
+            con.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.Error as e:
+        if getattr(e, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+            return
+        raise StoreError(f"cannot open the MLflow store {uri}: {failure(e, uri) or e}") from None
 
 
 def ensure_sqlite(db: Path) -> None:
@@ -172,7 +186,9 @@ def failure(e: BaseException, uri: str | None = None) -> str | None:
 
     if isinstance(e, MlflowException) and e.error_code not in FAILURE_CODES:
         return None
-    if not isinstance(e, MlflowException | sqlalchemy.exc.OperationalError | OSError):
+    if not isinstance(
+        e, MlflowException | sqlalchemy.exc.OperationalError | sqlite3.Error | OSError
+    ):
         return None
     root: BaseException = e
     while root.__cause__ is not None:

@@ -67,10 +67,11 @@ def test_a_full_disk_stops_the_driver_with_one_line_and_a_resubmit_finishes(
     assert not list(home.glob("*mlflow.db*tmp"))
     filler.unlink()
 
-    # 2. The disk fills up after the database exists: writing the sweep's runs fails.
+    # 2. The disk fills up after the database exists: opening it or writing the sweep's
+    # runs fails, at once (MLflow would retry a store it cannot open for ~100 s)
     empty_store(home / "mlflow.db")  # the store exists, whole
     filler = _fill(small_disk)
-    stopped = scalelab("submit", str(sweep), "--no-summary", home=home)
+    stopped = scalelab("submit", str(sweep), "--no-summary", home=home, timeout=60)
     _one_clean_line(stopped, *full)
     filler.unlink()
 
