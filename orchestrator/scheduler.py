@@ -318,8 +318,8 @@ def _launch(ledger: Ledger, backend: Any, claimed: list[_Live], inflight: dict) 
     started = ledger.start_runs([live.rec for live, _ in first], [tags for _, tags in first])
     for (live, _), rec in zip(first, started, strict=True):
         live.rec = rec  # its run from now on, created as it starts (Ledger.start_runs)
-    refs = [tags.get(Tag.JOB_REF) for tags in planned]
-    items = [(live.trial, live.rec, ref) for live, ref in zip(claimed, refs, strict=True)]
+    items = [(live.trial, live.rec, tags.get(Tag.JOB_REF))
+             for live, tags in zip(claimed, planned, strict=True)]  # fmt: skip
     writes = []
     launched = backend.launch_many(items)
     for live, tags, (handle, job_ref) in zip(claimed, planned, launched, strict=True):

@@ -84,8 +84,9 @@ def client(uri: str | None = None, one_try: bool = False) -> MlflowClient:
 
     uri = uri or workdir.tracking_uri()
     if uri.startswith("sqlite:///"):
-        ensure_sqlite(Path(uri.removeprefix("sqlite:///")))
-        _opens(Path(uri.removeprefix("sqlite:///")), uri)
+        db = Path(uri.removeprefix("sqlite:///"))
+        ensure_sqlite(db)
+        _opens(db, uri)
     try:
         made = MlflowClient(uri)  # a sqlite store is opened here (its first connection)
     except Exception as e:
