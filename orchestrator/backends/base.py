@@ -79,7 +79,7 @@ def ray_init(address: str, *, embedded: bool, workers: int | None = None) -> boo
     if not embedded:  # a cluster's nodes have their own environment: where to write is ours
         env |= shared_with_cluster()
     kwargs: dict[str, Any] = {"address": address, "log_to_driver": True}
-    if "RAY_JOB_CONFIG_JSON_ENV_VAR" not in os.environ:  # a Ray job (--detach) sets its own
+    if not starts and "RAY_JOB_CONFIG_JSON_ENV_VAR" not in os.environ:  # a Ray job sets its own
         kwargs["runtime_env"] = {"env_vars": env}
     if embedded:
         kwargs.update(include_dashboard=False, logging_level="WARNING")
@@ -90,7 +90,11 @@ def ray_init(address: str, *, embedded: bool, workers: int | None = None) -> boo
         kwargs["_temp_dir"] = str(session.temp_dir)
     for attempt in range(1, EMBEDDED_START_TRIES + 1):
         try:
-            with session.starting_cluster() if session else nullcontext():
+            # a cluster started here hands `env` to its workers as their raylet's own
+            # environment: as a runtime env, Ray's agent is asked for it at every worker
+            # lease, a quarter of the cluster's CPU in a sweep of short trials
+            # (docs/benchmarks.md, "Orchestrator")
+            with session.starting_cluster(env) if session else nullcontext():
                 ray.init(**kwargs)
             break
         except (ConnectionError, RuntimeError, ValueError) as e:

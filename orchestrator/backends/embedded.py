@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -104,13 +104,15 @@ class DriverSession:
         )  # fmt: skip
 
     @contextmanager
-    def starting_cluster(self) -> Iterator[None]:
-        """Around `ray.init(address="local")`: what the processes it starts inherit. Ray sets
-        RAY_AUTH_MODE=token in this process when it turns auth on; that is put back too."""
+    def starting_cluster(self, workers_env: Mapping[str, str] | None = None) -> Iterator[None]:
+        """Around `ray.init(address="local")`: what the processes it starts inherit, the
+        workers' `workers_env` too. Ray sets RAY_AUTH_MODE=token in this process when it
+        turns auth on; that is put back too."""
         ray_auth_log = logging.getLogger(RAY_AUTH_LOGGER)
         ray_auth_log.addFilter(_not_the_opt_out_advice)
+        marks = {**(workers_env or {}), **SINGLE_NODE, SESSION_VAR: self.mark, **self.auth}
         try:
-            with scoped_environ({**SINGLE_NODE, SESSION_VAR: self.mark, **self.auth}, AUTH_VARS):
+            with scoped_environ(marks, AUTH_VARS):
                 yield
         finally:
             ray_auth_log.removeFilter(_not_the_opt_out_advice)

@@ -33,6 +33,15 @@ def noop(job: JobConfig, run_id: str | None = None) -> dict:
     return {"status": "FINISHED"}
 
 
+def worker_environment() -> dict:
+    """What a Ray worker of the embedded cluster was started with (not a job body)."""
+    import ray
+
+    names = ("OMP_NUM_THREADS", "SCALELAB_MECHANISMS", "PYTHONPATH")
+    env = {name: os.environ.get(name) for name in names}
+    return env | {"runtime_env": dict(ray.get_runtime_context().runtime_env)}
+
+
 def count(job: JobConfig, run_id: str | None = None) -> dict:
     _record(job, run_id)
     return {"status": "FINISHED"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -228,6 +229,19 @@ def _gone_workers(session_logs) -> set[int]:
     logs = [*session_logs.glob("worker-*.out"), *session_logs.glob("old/worker-*.out")]
     pids = {int(p.stem.rsplit("-", 1)[1]) for p in logs}
     return {pid for pid in pids if not psutil.pid_exists(pid)}
+
+
+def test_the_embedded_clusters_workers_start_with_the_drivers_environment(ray_session):
+    """Its workers inherit what the driver hands them (where to import from, the threads per
+    trial, mechanisms outside scalelab) from their raylet, with no runtime env: that Ray
+    asks its runtime-env agent for at every worker lease, a quarter of the cluster's CPU in
+    a sweep of no-op trials (docs/benchmarks.md, "Orchestrator")."""
+    import jobs_for_tests
+
+    env = ray_session.get(ray_session.remote(jobs_for_tests.worker_environment).remote())
+    assert env["runtime_env"] == {}
+    assert env["OMP_NUM_THREADS"] == "1" and env["SCALELAB_MECHANISMS"] == "rezero_mechanism"
+    assert str(Path(jobs_for_tests.__file__).parent) in env["PYTHONPATH"].split(os.pathsep)
 
 
 @pytest.mark.slow
