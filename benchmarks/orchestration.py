@@ -158,7 +158,8 @@ def _in_fresh_process(part: str, n: int, home: str) -> dict[str, float]:
         [sys.executable, __file__, "--part", part, "--sched", str(n)],
         env=env, capture_output=True, text=True, check=True,
     )  # fmt: skip
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    # the part's line is its last JSON one: Ray prints its workers' output to stdout too
+    return json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
 
 
 def bench_resubmit(n: int) -> tuple[float, int]:

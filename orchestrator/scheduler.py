@@ -252,7 +252,7 @@ def _claim(
     parent_tags = ledger.parent_tags()
     fresh = ledger.records_of([live.rec.run_id for live in ready])  # others may have moved on
     if any(live.rec.run_id not in fresh for live in ready):  # a placeholder another driver
-        by_trial = ledger.records()  # replaced by its first launch's run (start_run)
+        by_trial = ledger.records()  # replaced by its first launch's run (a tracking server)
         fresh |= {live.rec.run_id: by_trial[live.trial.trial_id] for live in ready
                   if live.rec.run_id not in fresh and live.trial.trial_id in by_trial}  # fmt: skip
     candidates = []

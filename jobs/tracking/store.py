@@ -72,6 +72,28 @@ def set_open_status(client: MlflowClient, run_id: str, status: str) -> None:
     store.update_run_info(run_id, RunStatus.from_string(status), end_time=None, run_name=None)
 
 
+def move_start_time(client: MlflowClient, run_ids: list[str], start_ms: int) -> bool:
+    """Set the start time of some active runs (and no end), in one statement, where the store is a
+    database this process writes (sqlite, or one MLflow reaches by a database URI); False,
+    with nothing written, for a tracking server, whose API cannot move a start time. A
+    trial's placeholder run is made at submit; its first launch moves its start, so that
+    the UI's Created and Duration are the trial's own (the alternative, a new run created
+    at launch with the placeholder's params and tags, costs four writes per trial:
+    docs/benchmarks.md, "Orchestrator")."""
+    from mlflow.entities import LifecycleStage
+    from mlflow.store.tracking.dbmodels.models import SqlRun
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    store = client._tracking_client.store  # mlflow is pinned (requirements/constraints.txt)
+    if not isinstance(store, SqlAlchemyStore):
+        return False
+    with store.ManagedSessionMaker() as session:
+        session.query(SqlRun).filter(
+            SqlRun.run_uuid.in_(run_ids), SqlRun.lifecycle_stage == LifecycleStage.ACTIVE
+        ).update({SqlRun.start_time: start_ms, SqlRun.end_time: None}, synchronize_session=False)
+    return True
+
+
 class StoreError(RuntimeError):
     """The tracking store could not be created or used; the message is one line."""
 

@@ -1,16 +1,17 @@
 """One run per trial. Trials are created up front as placeholders with status SCHEDULED, so
-the UI shows the whole grid at once. MLflow cannot move a run's start time, so at a trial's
-first launch its placeholder is replaced by a run created then (`start_run`): the UI's
-Created and Duration are the real ones. From that launch on the run id is the trial's
-identity across retries, requeues and driver restarts. Run creation races (two drivers
-creating the same trial's run at once) are settled by keeping the oldest run per trial and
-deleting the others, after a short settling delay."""
+the UI shows the whole grid at once. At a trial's first launch its placeholder's start time
+is moved to then (`start_runs`), so the UI's Created and Duration are the real ones; a
+tracking server's API cannot move a start time, so there the placeholder is replaced by a
+run created then. From that launch on the run id is the trial's identity across retries,
+requeues and driver restarts. Run creation races (two drivers creating the same trial's
+run at once) are settled by keeping the oldest run per trial and deleting the others, after
+a short settling delay."""
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from scalelab.contract.runs import (
@@ -187,19 +188,41 @@ class Records(SweepStore):
     def start_runs(
         self, recs: list[TrialRecord], launch_tags: list[dict[str, str]] | None = None
     ) -> list[TrialRecord]:
-        """Trials' first launch: each placeholder (created SCHEDULED at scheduling) is
-        replaced by a run created now, with every tag and param of the placeholder (the
-        claims too), the launch's own tags (`launch_tags`, per record), when it started and
-        how long it queued; MLflow cannot move a run's start time. The placeholders are
-        deleted; a cancel that landed on one meanwhile is carried over (`request_cancel`
-        handles one that comes after the delete), looked for once for all of them after the
-        deletes (one search, not a read per trial)."""
+        """Trials' first launch. Each placeholder (created SCHEDULED at submit) becomes the
+        run of a trial that starts now: its start time moved to now, so that the UI's
+        Created and Duration are the trial's, and tagged with when it started, how long it
+        queued and the launch's own tags (`launch_tags`, per record). A tracking server's
+        API cannot move a start time: there each placeholder is replaced (`_replace`)."""
         extra = launch_tags or [{} for _ in recs]
-        started = self.map(lambda pair: self._replace(*pair), list(zip(recs, extra, strict=True)))
+        if not recs:
+            return []
+        now_ms = int(time.time() * 1000)
+        pairs = list(zip(recs, extra, strict=True))
+        if self.client.move_start_time([rec.run_id for rec in recs], now_ms):
+            return self.map(lambda pair: self._started_in_place(*pair, now_ms), pairs)
+        started = self.map(lambda pair: self._replace(*pair), pairs)
         for new in self._cancelled_placeholders(recs, started):
             self.set_tags(new.run_id, {Tag.CANCEL: "1"})
             new.tags[Tag.CANCEL] = "1"
         return started
+
+    def _started_in_place(
+        self, rec: TrialRecord, launch_tags: dict[str, str], now_ms: int
+    ) -> TrialRecord:
+        """The placeholder, its start moved to `now_ms`, tagged as started (one write; a
+        placeholder cancelled before this submit is SCHEDULED again, as a new run would be)."""
+        from mlflow.entities import RunTag
+
+        tags = launch_tags | {
+            Tag.STARTED: timestamp_text(now_ms),
+            Tag.QUEUED_S: f"{(now_ms - rec.start_time) / 1000:.1f}",
+        }
+        self.client.log_batch(rec.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        if rec.status != Status.SCHEDULED:
+            self.set_status(rec.run_id, Status.SCHEDULED)
+        return replace(
+            rec, status=Status.SCHEDULED, tags=rec.tags | tags, start_time=now_ms, end_time=0
+        )
 
     def _replace(self, rec: TrialRecord, launch_tags: dict[str, str]) -> TrialRecord:
         from mlflow.entities import Param as MlflowParam

@@ -43,6 +43,9 @@ class _GuardedClient:
     def set_open_status(self, run_id: str, status: str) -> None:
         self._guarded(tracking_store.set_open_status)(self._client, run_id, status)
 
+    def move_start_time(self, run_ids: list[str], start_ms: int) -> bool:
+        return self._guarded(tracking_store.move_start_time)(self._client, run_ids, start_ms)
+
     def _guarded(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:

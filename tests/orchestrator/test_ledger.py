@@ -6,9 +6,11 @@ import json
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from conftest import sweep_yaml
+from faults.mlflow_kit import MlflowServer
 
 from scalelab.contract.trial_time import parse_timestamp
 from scalelab.orchestrator.expand import expand
@@ -174,14 +176,46 @@ def test_a_dead_drivers_claim_lapses(work_home, sweep_name):
     assert alive.record(rec.run_id).claim == (1, alive.driver_id)
 
 
-def test_start_run_replaces_the_placeholder_with_a_run_created_now(work_home, sweep_name):
+def test_start_run_moves_the_placeholders_start_to_its_launch(work_home, sweep_name):
+    """On the sqlite store the placeholder stays the trial's run: its start time (the UI's
+    Created, and where its Duration starts) becomes the launch, in one statement."""
+    spec, trials = _sweep(sweep_name, seeds=1)
+    ledger = Ledger(spec.name)
+    placeholder = ledger.sync(spec, trials)[trials[0].trial_id]
+    assert ledger.claim(placeholder)
+    time.sleep(0.01)  # a start time that moved is later
+    started = ledger.start_runs([placeholder], [{"scalelab.attempts": "1"}])[0]
+    run = ledger.client.get_run(placeholder.run_id)
+    assert started.run_id == placeholder.run_id
+    assert run.data.tags["scalelab.started"].endswith("Z")  # a time people read: UTC, ISO 8601
+    assert run.info.start_time == parse_timestamp(run.data.tags["scalelab.started"])
+    assert run.info.start_time == started.start_time > placeholder.start_time
+    assert run.info.end_time is None and run.info.status == "SCHEDULED"
+    assert run.data.tags["scalelab.attempts"] == "1"  # the launch's own tags, in that write
+    assert run.data.params == ledger.record(placeholder.run_id).params  # the claim kept
+    assert {r.run_id for r in ledger.records().values()} == {placeholder.run_id}
+    assert started.launched and not placeholder.launched
+
+
+@pytest.fixture(scope="module")
+def tracking_server(tmp_path_factory):
+    """A real `mlflow server` over its own sqlite store: its API cannot move a start time."""
+    store = tmp_path_factory.mktemp("served") / "mlflow.db"
+    server = MlflowServer(f"sqlite:///{store}").start()
+    yield server.uri
+    server.stop()
+
+
+def test_on_a_tracking_server_start_run_replaces_the_placeholder_with_a_run_made_now(
+    work_home, sweep_name, tracking_server, monkeypatch
+):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking_server)
     spec, trials = _sweep(sweep_name, seeds=1)
     ledger = Ledger(spec.name)
     placeholder = ledger.sync(spec, trials)[trials[0].trial_id]
     assert ledger.claim(placeholder)
     started = ledger.start_run(placeholder)
     run = ledger.client.get_run(started.run_id)
-    assert run.data.tags["scalelab.started"].endswith("Z")  # a time people read: UTC, ISO 8601
     assert run.info.start_time == parse_timestamp(run.data.tags["scalelab.started"])
     assert run.info.start_time > placeholder.start_time
     assert run.info.status == "SCHEDULED" and run.info.run_name == placeholder.name
@@ -229,7 +263,12 @@ class _StartedWhileCancelling(Ledger):
         super().set_tags(run_id, tags)
 
 
-def test_a_cancel_racing_a_trials_start_lands_on_its_live_run(work_home, sweep_name):
+def test_a_cancel_racing_a_trials_start_lands_on_its_live_run(
+    work_home, sweep_name, tracking_server, monkeypatch
+):
+    """Where the start replaces the run (a tracking server): a cancel on the placeholder
+    is carried over, and one that read the placeholder follows the trial to its new run."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking_server)
     spec, trials = _sweep(sweep_name, seeds=1)
     tid = trials[0].trial_id
     driver = _CancelledWhileStarting(spec.name)

@@ -41,7 +41,8 @@ print(json.dumps(loaded))
 
 
 def _recorded(name: str) -> tuple[Ledger, str]:
-    """A sweep of 2 trials, one of them launched (its placeholder deleted) with a metric."""
+    """A sweep of 2 trials, one of them launched with a metric, and a deleted copy of its
+    run (as a driver that lost a race to create it leaves one); the copy's id."""
     spec, source = parse_spec(sweep_yaml(name, seeds=2))
     trials = expand(spec, source)
     ledger = Ledger(spec.name)
@@ -49,7 +50,9 @@ def _recorded(name: str) -> tuple[Ledger, str]:
     started = ledger.start_run(placeholder)
     ledger.client.log_metric(started.run_id, "val/loss", 3.25, step=4)
     ledger.client.log_metric(started.run_id, "nan_metric", float("nan"))
-    return ledger, placeholder.run_id
+    copy = ledger.client.create_run(ledger.experiment_id(), tags=placeholder.tags)
+    ledger.client.delete_run(copy.info.run_id)
+    return ledger, copy.info.run_id
 
 
 def test_the_view_reads_what_mlflows_client_reads(work_home, sweep_name):
