@@ -91,6 +91,20 @@ def _workers() -> int:
     return sum(1 for c in psutil.Process().children(recursive=True) if c.name().startswith("ray::"))
 
 
+def _dead_workers() -> int:
+    """The cluster's workers that are gone before it ends: with the sweep's concurrency as
+    Ray's idle-worker limit none should end (a worker's logs, worker-<id>-<job>-<pid>.out,
+    outlive it; Ray moves those of an ended one into logs/old/)."""
+    from pathlib import Path
+
+    import psutil
+    import ray
+
+    logs = Path(ray._private.worker._global_node.get_session_dir_path()) / "logs"
+    outs = [*logs.glob("worker-*.out"), *logs.glob("old/worker-*.out")]
+    return sum(1 for p in outs if not psutil.pid_exists(int(p.stem.rsplit("-", 1)[1])))
+
+
 def _start() -> tuple[float, float, float]:
     """Wall, driver CPU and cluster CPU (its start-up excluded) at the start of a part."""
     return time.perf_counter(), time.process_time(), _cluster_cpu_s()
@@ -103,6 +117,7 @@ def _costs(n: int, start: tuple[float, float, float]) -> dict[str, float]:
         "driver_cpu_ms": (time.process_time() - c0) / n * 1e3,
         "cluster_cpu_ms": (_cluster_cpu_s() - k0) / n * 1e3,
         "workers": _workers(),
+        "dead_workers": _dead_workers(),
     }
 
 
@@ -221,6 +236,8 @@ def main() -> None:
         ("  cluster CPU after its start (raylet, GCS, workers)", f"{med['cluster_cpu_ms']:.1f} ms/trial", "-",
          float("nan")),
         ("  worker processes at the end", f"{med['workers']:.0f}", "-", float("nan")),
+        ("  worker processes that died (all runs)", f"{sum(r['dead_workers'] for r in sweeps):.0f}",
+         "0", float("nan")),
         (f"  create {n} SCHEDULED runs (in sync)", f"{med['sync_ms']:.1f} ms/trial", "-",
          float("nan")),
         (f"Ray alone: {n} empty tasks, 64 in flight, wall", f"{ray_med['wall_ms']:.1f} ms/task",
