@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -45,14 +45,32 @@ IDENTITY_RULE = "2"
 CHANGED_DEFAULTS: dict[str, Any] = {}
 
 
-def identity_tree(job: JobConfig, semantics: int = SEMANTICS_VERSION) -> dict[str, Any]:
-    """What a trial's id hashes (sections that come out empty are left out)."""
+# (id of a config section, its part of the tree) -> (the section, that part); the section is
+# held, so its id is not reused while the memo lives
+SectionMemo = dict[tuple[int, str], tuple[Any, dict[str, Any]]]
+
+
+def identity_tree(
+    job: JobConfig, semantics: int = SEMANTICS_VERSION, memo: SectionMemo | None = None
+) -> dict[str, Any]:
+    """What a trial's id hashes (sections that come out empty are left out). `memo`: the
+    parts of the sections already seen, for the trials of one sweep, which share their
+    section instances (orchestrator/expand.py); sections are frozen."""
+
+    def once(part: str, cfg: Any, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        if memo is None:
+            return make()
+        seen = memo.get((id(cfg), part))
+        if seen is None or seen[0] is not cfg:
+            seen = memo[(id(cfg), part)] = (cfg, make())
+        return seen[1]
+
     tree = {
         "semantics": semantics,
-        "model": science(job.model, "model"),
-        "mechanisms": _mechanisms(job.model),
-        "data": science(job.data, "data"),
-        "train": science(job.train, "train"),
+        "model": once("model", job.model, lambda: science(job.model, "model")),
+        "mechanisms": once("mechanisms", job.model, lambda: _mechanisms(job.model)),
+        "data": once("data", job.data, lambda: science(job.data, "data")),
+        "train": once("train", job.train, lambda: science(job.train, "train")),
         "seed": science(job, "job", keep=("seed",)).get("seed"),
     }
     return {k: v for k, v in tree.items() if v not in ({}, None)}
@@ -64,9 +82,12 @@ def canonical_json(tree: Mapping[str, Any]) -> str:
     )
 
 
-def trial_id(job: JobConfig, semantics: int = SEMANTICS_VERSION) -> str:
+def trial_id(
+    job: JobConfig, semantics: int = SEMANTICS_VERSION, memo: SectionMemo | None = None
+) -> str:
     """The first 16 hex digits of the sha256 of the canonical identity tree."""
-    return hashlib.sha256(canonical_json(identity_tree(job, semantics)).encode()).hexdigest()[:16]
+    tree = identity_tree(job, semantics, memo)
+    return hashlib.sha256(canonical_json(tree).encode()).hexdigest()[:16]
 
 
 def science(

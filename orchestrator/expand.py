@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from scalelab.jobs import identity
 from scalelab.jobs.budget import total_tokens
 from scalelab.jobs.config import JobCheckError, JobConfig
 from scalelab.models import catalog
@@ -232,6 +233,7 @@ def iter_trials(
     seen: set[str] = set()
     validate = _Validator()
     sizes: dict[tuple[int, int], tuple[Any, int, int, float]] = {}  # per shared model instance
+    science_memo: identity.SectionMemo = {}  # the id's part of each shared section instance
     for n, combo in enumerate(itertools.product(*_axes(spec)), 1):
         if progress is not None and n % PROGRESS_EVERY == 0:
             progress(n)
@@ -250,7 +252,7 @@ def iter_trials(
             continue
         if spec.storage is not None:  # a sweep-level setting every trial's job carries
             job = job.model_copy(update={"storage": spec.storage})
-        trial_id = job.trial_id
+        trial_id = identity.trial_id(job, memo=science_memo)
         if trial_id in seen:
             continue  # two axis combinations that mean the same computation
         seen.add(trial_id)
