@@ -25,6 +25,7 @@ import logging
 import os
 import shutil
 import sqlite3
+import sys
 import threading
 from contextlib import closing
 from pathlib import Path
@@ -80,13 +81,14 @@ def move_start_time(client: MlflowClient, run_ids: list[str], start_ms: int) -> 
     the UI's Created and Duration are the trial's own (the alternative, a new run created
     at launch with the placeholder's params and tags, costs four writes per trial:
     docs/benchmarks.md, "Orchestrator")."""
+    store = client._tracking_client.store  # mlflow is pinned (requirements/constraints.txt)
+    # loaded by any store of that kind; importing it for a tracking server's client costs seconds
+    sql = sys.modules.get("mlflow.store.tracking.sqlalchemy_store")
+    if sql is None or not isinstance(store, sql.SqlAlchemyStore):
+        return False
     from mlflow.entities import LifecycleStage
     from mlflow.store.tracking.dbmodels.models import SqlRun
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-    store = client._tracking_client.store  # mlflow is pinned (requirements/constraints.txt)
-    if not isinstance(store, SqlAlchemyStore):
-        return False
     with store.ManagedSessionMaker() as session:
         session.query(SqlRun).filter(
             SqlRun.run_uuid.in_(run_ids), SqlRun.lifecycle_stage == LifecycleStage.ACTIVE
