@@ -110,9 +110,9 @@ class DriverSession:
         turns auth on; that is put back too."""
         ray_auth_log = logging.getLogger(RAY_AUTH_LOGGER)
         ray_auth_log.addFilter(_not_the_opt_out_advice)
-        marks = {**(workers_env or {}), **SINGLE_NODE, SESSION_VAR: self.mark, **self.auth}
+        inherited = {**(workers_env or {}), **SINGLE_NODE, SESSION_VAR: self.mark, **self.auth}
         try:
-            with scoped_environ(marks, AUTH_VARS):
+            with scoped_environ(inherited, AUTH_VARS):
                 yield
         finally:
             ray_auth_log.removeFilter(_not_the_opt_out_advice)

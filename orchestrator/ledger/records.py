@@ -76,6 +76,12 @@ class TrialRecord:
         return launched(self.tags) or Tag.JOB_REF in self.tags or self.attempts > 0
 
 
+def _start_tags(placeholder: TrialRecord, now_ms: int) -> dict[str, str]:
+    """A first launch's tags: when it started, and how long it queued since its submit."""
+    queued_s = (now_ms - placeholder.start_time) / 1000
+    return {Tag.STARTED: timestamp_text(now_ms), Tag.QUEUED_S: f"{queued_s:.1f}"}
+
+
 def record_of(run: Any) -> TrialRecord:
     return TrialRecord(
         run_id=run.info.run_id,
@@ -193,14 +199,13 @@ class Records(SweepStore):
         Created and Duration are the trial's, and tagged with when it started, how long it
         queued and the launch's own tags (`launch_tags`, per record). A tracking server's
         API cannot move a start time: there each placeholder is replaced (`_replace`)."""
-        extra = launch_tags or [{} for _ in recs]
         if not recs:
             return []
         now_ms = int(time.time() * 1000)
-        pairs = list(zip(recs, extra, strict=True))
+        pairs = list(zip(recs, launch_tags or [{} for _ in recs], strict=True))
         if self.client.move_start_time([rec.run_id for rec in recs], now_ms):
             return self.map(lambda pair: self._started_in_place(*pair, now_ms), pairs)
-        started = self.map(lambda pair: self._replace(*pair), pairs)
+        started = self.map(lambda pair: self._replace(*pair, now_ms), pairs)
         for new in self._cancelled_placeholders(recs, started):
             self.set_tags(new.run_id, {Tag.CANCEL: "1"})
             new.tags[Tag.CANCEL] = "1"
@@ -213,10 +218,7 @@ class Records(SweepStore):
         placeholder cancelled before this submit is SCHEDULED again, as a new run would be)."""
         from mlflow.entities import RunTag
 
-        tags = launch_tags | {
-            Tag.STARTED: timestamp_text(now_ms),
-            Tag.QUEUED_S: f"{(now_ms - rec.start_time) / 1000:.1f}",
-        }
+        tags = launch_tags | _start_tags(rec, now_ms)
         self.client.log_batch(rec.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         if rec.status != Status.SCHEDULED:
             self.set_status(rec.run_id, Status.SCHEDULED)
@@ -224,11 +226,10 @@ class Records(SweepStore):
             rec, status=Status.SCHEDULED, tags=rec.tags | tags, start_time=now_ms, end_time=0
         )
 
-    def _replace(self, rec: TrialRecord, launch_tags: dict[str, str]) -> TrialRecord:
+    def _replace(self, rec: TrialRecord, launch_tags: dict[str, str], now_ms: int) -> TrialRecord:
         from mlflow.entities import Param as MlflowParam
         from mlflow.entities import RunTag
 
-        now_ms = int(time.time() * 1000)
         tags = rec.tags | launch_tags
         run = self.client.create_run(
             self.experiment_id(), start_time=now_ms, tags=tags, run_name=rec.name or None
@@ -241,14 +242,15 @@ class Records(SweepStore):
             self.client.log_batch(run_id, params=batch)
         # last, with the final params: a run tagged started is a whole copy (records()
         # prefers it to the placeholder, should this driver stop before the delete)
-        queued_s = f"{(now_ms - rec.start_time) / 1000:.1f}"
-        started = [RunTag(Tag.STARTED, timestamp_text(now_ms)), RunTag(Tag.QUEUED_S, queued_s)]
-        self.client.log_batch(run_id, params=batches[-1], tags=started)
+        started = _start_tags(rec, now_ms)
+        self.client.log_batch(
+            run_id, params=batches[-1], tags=[RunTag(k, v) for k, v in started.items()]
+        )
         self.client.delete_run(rec.run_id)
         # what was just written (a cancel that comes to this run later is the cancel poll's)
         return TrialRecord(
             run_id=run_id, trial_id=rec.trial_id, status=Status.SCHEDULED,
-            tags={**tags, Tag.STARTED: timestamp_text(now_ms), Tag.QUEUED_S: queued_s},
+            tags=tags | started,
             params=dict(rec.params), start_time=now_ms, name=rec.name,
             artifact_uri=run.info.artifact_uri or "",
         )  # fmt: skip
