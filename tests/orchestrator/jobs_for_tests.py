@@ -184,8 +184,10 @@ def stepping_wsd(job: JobConfig, run_id: str | None = None) -> dict:
     """Trains a wsd trial as steps of `sleep_seconds()` / 10, resumable as the training job
     is: its newest `ckpt/step<k>/COMPLETE` (one per step) is where it starts; a trunk seeds
     each branch at its step as jobs/training/branch_seed.py does (a branch holding a
-    checkpoint is not touched). Each step trained leaves `trained/<k>` in the trial folder
-    (`twice-<k>` under calls/ if it was there already)."""
+    checkpoint is not touched). Each step trained leaves `trained/<k>` in the trial folder,
+    and `twice-<k>` under calls/ when step k's checkpoint was complete already: trained again
+    past its checkpoint. (A step trained but not yet checkpointed when its worker was
+    killed is trained again by the resume, as the training job does: that is no repeat.)"""
     from scalelab.contract.workdir import trial_dir
     from scalelab.jobs.budget import total_steps
 
@@ -200,11 +202,10 @@ def stepping_wsd(job: JobConfig, run_id: str | None = None) -> dict:
     seeds = {s.step: s.trial_id for s in job.train.branch_seeds}
     for step in range(done[-1] if done else 0, total_steps(job)):
         time.sleep(sleep_seconds() / 10)
-        mark = here / "trained" / str(step + 1)
-        if mark.exists():
-            _record(job, run_id, f"twice-{step + 1}")
-        mark.touch()
         tag = f"step{step + 1:08d}"
+        if (here / "ckpt" / tag / "COMPLETE").exists():
+            _record(job, run_id, f"twice-{step + 1}")
+        (here / "trained" / str(step + 1)).touch()
         (here / "ckpt" / tag).mkdir(parents=True, exist_ok=True)
         (here / "ckpt" / tag / "COMPLETE").write_text(carried)
         branch = trial_dir(seeds.get(step + 1, "none")) / "ckpt"
