@@ -9,6 +9,7 @@ import time
 
 import pytest
 import torch
+from two_ranks import train_on_two_ranks
 
 from scalelab.contract.workdir import RESULT_FILE
 from scalelab.jobs.training import checkpoint
@@ -98,4 +99,35 @@ def test_an_async_checkpoint_of_the_ladders_setting_resumes_bit_for_bit(home, ti
     resumed = run(job)
 
     assert resumed.status == "FINISHED" and resumed.steps == 4
+    assert curve(home, job.trial_id, "train/loss") == losses
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_the_ladders_setting_on_two_ranks_trains_as_a_synchronous_save_and_resumes(
+    home, tmp_path, tiny_job, curve
+):
+    """As the ladders run it (sweeps/hadamard.yaml: ZeRO-1 bf16, one optimizer shard per
+    rank): rank 0 marks a checkpoint once both ranks' writers have recorded their files,
+    training is the synchronous save's, and the trial resumes bit for bit."""
+    ladder = dict(train__dtype="bf16", deepspeed__zero_stage=1, deepspeed__micro_batch_size=2,
+                  train__tokens=1024, train__checkpoint_interval=2)  # fmt: skip
+    job, synchronous = tiny_job(**ladder, train__async_checkpoint=True), tiny_job(**ladder)
+    other = tmp_path / "sync"
+    results = train_on_two_ranks([(home, job), (other, synchronous)], tmp_path)
+    assert [r["status"] for r in results] == ["FINISHED", "FINISHED"]
+    losses = curve(home, job.trial_id, "train/loss")
+    assert losses == curve(other, job.trial_id, "train/loss")
+    ckpt = home / "trials" / job.trial_id / "ckpt"
+    for tag_dir in checkpoint.complete_checkpoints(ckpt):
+        assert checkpoint.verify(tag_dir) == ""
+        recorded = json.loads((tag_dir / checkpoint.MARKER).read_text())["files"]
+        assert {f"rng_rank{r}.pt" for r in (0, 1)} <= set(recorded)
+        assert len([name for name in recorded if name.endswith("optim_states.pt")]) == 2
+    shutil.rmtree(ckpt / "step00000004")
+    (ckpt.parent / RESULT_FILE).unlink()
+
+    (resumed,) = train_on_two_ranks([(home, job)], tmp_path)
+
+    assert resumed["status"] == "FINISHED" and resumed["steps"] == 4
     assert curve(home, job.trial_id, "train/loss") == losses

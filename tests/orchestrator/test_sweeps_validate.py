@@ -100,6 +100,22 @@ def test_hadamard_ladder_runs_on_slurm_gpus():
     assert t.job.train.dtype == "bf16" and t.job.model.vocab_size == 50257
 
 
+def test_every_gpu_ladder_writes_its_checkpoints_in_the_background():
+    """A ladder (more than one of the GPT-3 sizes) holds up to 64 GPUs per save: each save
+    holds them only for the copy to host memory (train.async_checkpoint)."""
+    ladders = {}
+    for path in SWEEP_FILES:
+        trials = trials_of(path.name)
+        if len({t.size for t in trials} & set(LADDER)) > 1:
+            ladders[path.name] = trials
+    assert set(ladders) == {"hadamard.yaml", "budgetformer_lm.yaml"}
+    for name, trials in ladders.items():
+        assert all(t.job.train.async_checkpoint for t in trials), name
+        assert {(t.job.deepspeed.zero_stage, t.job.train.dtype) for t in trials} == {
+            (1, "bf16")  # the setting tests/jobs/test_async_checkpoint.py resumes bit for bit
+        }, name
+
+
 def test_hadamard_cpu_is_the_same_comparison_at_cpu_sizes():
     trials = trials_of("hadamard_cpu.yaml")
     assert_pairs_differ_only_in_attn_out(trials)
