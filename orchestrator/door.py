@@ -340,7 +340,15 @@ def refuse_missing(sweep: Sweep) -> None:
 
 
 def _refuse_what_plan_refuses(sweep: Sweep, ignore_fit: bool) -> None:
-    """A submit (run or detach) runs the dry-run's checks: SweepRefused when `plan` says no."""
+    """A submit (run or detach) runs the dry-run's checks: SweepRefused when `plan` says no.
+    A tracking store the trials cannot write is refused before `plan` opens it: a server on
+    this machine's loopback address need not even be up for that."""
+    from scalelab.contract.workdir import tracking_uri
+    from scalelab.orchestrator.tracking_store import tracking_refusal
+
+    tracking = tracking_refusal(sweep.spec.backend, tracking_uri())
+    if tracking:
+        raise SweepRefused(f"sweep {sweep.name}: {tracking} (nothing submitted)")
     why = plan(sweep).refusal(ignore_fit)
     if why:
         raise SweepRefused(why)

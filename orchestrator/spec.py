@@ -181,9 +181,10 @@ class BackendConfig(FrozenConfig):
     allow_file_tracking: bool = Field(
         False,
         description="slurm, or ray with a cluster address: let the trials write a "
-        "file-backed tracking store (sqlite, file:). Only where every job runs on the "
-        "driver's machine: several machines writing one sqlite file lock it up or corrupt "
-        "it (docs/running-on-slurm.md, 'The tracking store on a cluster')",
+        "file-backed tracking store (sqlite, file:) or one at a loopback address (127.0.0.1, "
+        "localhost, ::1). Only where every job runs on the driver's machine: several machines "
+        "writing one sqlite file lock it up or corrupt it, and a node's loopback address is "
+        "the node itself (docs/running-on-slurm.md, 'The tracking store on a cluster')",
     )
     max_retries: int = Field(2, ge=0, description="re-runs of a FAILED trial")
     retry_backoff_s: float = Field(5.0, ge=0, description="first retry delay; doubles")

@@ -54,10 +54,20 @@ SQLITE = "sqlite:////shared/scalelab-runs/mlflow.db"
         ("{kind: ray, address: auto}", SQLITE, True),
         ("{kind: ray, address: 'ray://127.0.0.1:10001'}", SQLITE, True),  # a port-forward
         ("{kind: slurm, allow_file_tracking: true}", SQLITE, False),
-        ("{kind: slurm}", "http://127.0.0.1:5000", False),
+        ("{kind: slurm}", "https://login1.cluster:8443", False),
         ("{kind: slurm}", "postgresql://mlflow@db/mlflow", False),
         ("{kind: ray, address: local}", SQLITE, False),
         ("{kind: local}", SQLITE, False),
+        # a server on the driver's loopback: on a compute node that address is the node
+        ("{kind: slurm}", "http://127.0.0.1:5000", True),
+        ("{kind: slurm}", "http://127.3.2.1:5000", True),
+        ("{kind: slurm}", "http://localhost", True),
+        ("{kind: slurm}", "http://[::1]:5000", True),
+        ("{kind: slurm}", "postgresql://mlflow@localhost/mlflow", True),
+        ("{kind: ray, address: auto}", "http://localhost:5000", True),
+        ("{kind: slurm, allow_file_tracking: true}", "http://127.0.0.1:5000", False),
+        ("{kind: ray, address: local}", "http://127.0.0.1:5000", False),
+        ("{kind: local}", "http://localhost:5000", False),
     ],
 )
 def test_which_backends_may_write_which_tracking_store(backend, uri, refused):
@@ -88,3 +98,37 @@ def test_a_slurm_sweep_on_sqlite_is_refused_at_submit_and_dry_run_says_so(
     )
     plan = runner.invoke(app, ["submit", str(path), "--dry-run", "--json"], env=env)
     assert "is a file" in json.loads(plan.output)["tracking_refused"]
+
+
+@pytest.mark.parametrize(
+    "backend", ["{kind: slurm}", "{kind: ray, address: 'ray://127.0.0.1:10001'}"]
+)
+def test_a_cluster_sweep_on_a_loopback_server_is_refused_at_submit(
+    tmp_path, work_home, sweep_name, backend
+):
+    """Refused before the store is opened (nothing listens at the port) or SLURM asked."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(sweep_yaml(sweep_name, seeds=1, backend=backend))
+    env = {"MLFLOW_TRACKING_URI": "http://127.0.0.1:9", "SLURM_CONF": str(tmp_path / "none")}
+    result = runner.invoke(app, ["submit", str(path)], env=env)
+    assert result.exit_code == 2, result.output
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("error:")]
+    assert line.startswith(f"error: sweep {sweep_name}: the tracking store http://127.0.0.1:9 ")
+    assert "where 127.0.0.1 is the node itself, not this machine: export MLFLOW_TRACKING_URI " \
+        "with the address the nodes reach the server at" in line  # fmt: skip
+    assert line.endswith("(nothing submitted)")
+
+
+@pytest.mark.parametrize("backend", ["{kind: local}", "{kind: ray, address: local}"])
+def test_a_sweep_on_this_machine_may_use_a_loopback_server(
+    tmp_path, work_home, sweep_name, backend
+):
+    """Past the check: the submit goes on to open the store (here nothing listens)."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(sweep_yaml(sweep_name, seeds=1, backend=backend))
+    result = runner.invoke(
+        app, ["submit", str(path)], env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"}
+    )
+    assert result.exit_code == 2, result.output
+    assert "MLflow server http://127.0.0.1:9 is not reachable" in result.stderr
+    assert "the node itself" not in result.stderr
