@@ -2,7 +2,8 @@
 # Create (or refresh) the project's virtual environment at .venv with the tested package set.
 #
 #   SCALELAB_TORCH=auto|cpu|cuda   which torch build to install (auto: cuda when an NVIDIA
-#                                  driver answers nvidia-smi, else cpu). cuda on a node
+#                                  driver answers nvidia-smi, else cpu, with a warning
+#                                  when nvidia-smi is there but fails). cuda on a node
 #                                  without a driver (a login node) installs DEFAULT_BUILD
 #                                  of jobs/cuda_builds.py (cu128), for the compute nodes
 #   SCALELAB_CUDA=cu126|cu128|...  the CUDA build of torch (default: the newest that the
@@ -24,10 +25,23 @@ TORCH_VERSION=$(sed -n 's/^torch==\([^+]*\).*/\1/p' "$CONSTRAINTS")
 
 flavour=${SCALELAB_TORCH:-auto}
 if [ "$flavour" = auto ]; then
-  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-    flavour=cuda
-  else
-    flavour=cpu
+  flavour=cpu
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    smi_exit=0
+    smi=$(nvidia-smi -L 2>&1) || smi_exit=$?
+    if [ "$smi_exit" = 0 ]; then
+      flavour=cuda
+    else
+      # A driver with no device (a login node) and a broken one (a GPU node) look alike from
+      # here, so this warns and goes on: a login node must still bootstrap, and a trial asked
+      # for GPUs refuses the CPU torch on its node rather than train on the CPU
+      # (jobs/training/devices.py).
+      first=$(printf '%s\n' "$smi" | sed -n 's/^[[:space:]]*//; /./{p;q;}')
+      echo "warning: nvidia-smi failed (exit $smi_exit: ${first:-no output}): this installs the" \
+        "CPU torch. SCALELAB_TORCH=cuda installs the CUDA build (for GPU nodes that share this" \
+        "environment; on a GPU node, fix the driver first); SCALELAB_TORCH=cpu keeps the CPU" \
+        "one without this warning" >&2
+    fi
   fi
 fi
 case "$flavour" in cpu|cuda) ;; *) echo "SCALELAB_TORCH must be auto, cpu or cuda (got '$flavour')" >&2; exit 2;; esac

@@ -139,6 +139,36 @@ def test_bootstrap_for_cuda_on_a_login_node_without_a_driver_picks_the_default_b
     assert cpu.stdout.strip().startswith("torch==2.13.0+cpu ")
 
 
+BROKEN_DRIVER = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure "
+    "that the latest NVIDIA driver is installed and running."
+)
+
+
+@pytest.mark.parametrize(("said", "code"), [(BROKEN_DRIVER, 9), ("No devices were found", 6)])
+def test_bootstrap_says_why_when_nvidia_smi_fails_and_which_torch_it_takes(tmp_path, said, code):
+    """nvidia-smi there but failing (a fake one: a broken driver cannot be made here): the CPU
+    torch, with nvidia-smi's reason and the choice on stderr; a login node still bootstraps."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\ncat <<'EOF'\n{said}\n\nEOF\nexit {code}\n")
+    smi.chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SCALELAB_PYTHON": sys.executable}
+    auto = _which_torch(env)
+    assert auto.returncode == 0 and auto.stdout.startswith("torch==2.13.0+cpu "), auto.stderr
+    (warning,) = auto.stderr.splitlines()
+    assert warning.startswith(
+        f"warning: nvidia-smi failed (exit {code}: {said}): this installs the CPU torch. "
+    )
+    assert "SCALELAB_TORCH=cuda installs the CUDA build" in warning
+    assert "SCALELAB_TORCH=cpu keeps the CPU one" in warning
+    cuda = _which_torch({**env, "SCALELAB_TORCH": "cuda"})
+    assert cuda.stdout.startswith(f"torch==2.13.0+{cuda_builds.DEFAULT_BUILD} "), cuda.stderr
+    cpu = _which_torch({**env, "SCALELAB_TORCH": "cpu"})  # chosen: nothing to warn about
+    assert cpu.stdout.startswith("torch==2.13.0+cpu ") and cpu.stderr == ""
+
+
 def test_gloo_s_interface_is_the_one_that_routes_to_the_other_node():
     """Several nodes: gloo listens on the interface holding the address this machine reaches
     the other node from (jobs/training/distributed.py), told apart here by this machine's
