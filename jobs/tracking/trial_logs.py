@@ -26,16 +26,17 @@ from typing import BinaryIO
 
 from scalelab.contract.workdir import JOB_FILE, LOGS_DIR, TRACEBACK_FILE, trial_dir, trial_log
 from scalelab.jobs.environ import scoped_environ
+from scalelab.jobs.training import slurm_task
 
 
 def launcher_rank() -> int:
     """This process's rank in its trial as its launcher set it, before any process group
     exists (the variables jobs/training/distributed.py reads): RANK, a SLURM task's
-    SLURM_PROCID, else 0."""
+    SLURM_PROCID (over a RANK the task inherited from the submitting shell), else 0."""
     env = os.environ
-    if "RANK" in env and "WORLD_SIZE" in env:
+    if slurm_task.rank_from_launcher(env):
         return int(env["RANK"])
-    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and "SLURM_JOB_ID" in env:
+    if slurm_task.in_task(env):
         return int(env["SLURM_PROCID"])
     return 0
 

@@ -4,10 +4,12 @@ the launcher's environment.
 Launchers understood (checked in this order):
 - an already initialised process group (a Ray Train worker group, a test harness): used
   as is and left for its owner to destroy;
-- torchrun and the `deepspeed` launcher: RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR;
+- torchrun and the `deepspeed` launcher: RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR,
+  inside a SLURM task only where a launcher in the task set them (jobs/training/slurm_task.py:
+  a pair the task inherited from the submitting shell is not this job's);
 - submitit / SLURM (SLURM_PROCID, SLURM_NTASKS, ...): submitit's
   TorchDistributedEnvironment gives the rendezvous (the job's first node, a port drawn from
-  the job id, below the ephemeral ports, unless MASTER_PORT is set), exported over what
+  the job id, below the ephemeral ports, unless set inside the job), exported over what
   the job inherited;
 - a Ray Train worker that has not initialised torch.distributed: its train context;
 - nothing: one process, rendezvous on 127.0.0.1 and a free port.
@@ -25,7 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from scalelab.jobs.training import devices
+from scalelab.jobs.training import devices, slurm_task
 
 
 @dataclass(frozen=True)
@@ -85,12 +87,16 @@ def read_environment() -> DistEnv:
         local = int(env.get("LOCAL_RANK", rank))
         local_world = int(env.get("LOCAL_WORLD_SIZE", world))
         launcher, owns = "external", False
-    elif "RANK" in env and "WORLD_SIZE" in env:
+    elif slurm_task.rank_from_launcher(env):
         rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
         local = int(env.get("LOCAL_RANK", 0))
         local_world = int(env.get("LOCAL_WORLD_SIZE", world))
         launcher, owns = "env", True
-    elif "SLURM_PROCID" in env and "SLURM_NTASKS" in env and "SLURM_JOB_ID" in env:
+    elif slurm_task.in_task(env):
+        if "RANK" in env:
+            print(f"[scalelab] RANK={env['RANK']} WORLD_SIZE={env.get('WORLD_SIZE')} from the "
+                  f"submitting environment ignored: this is SLURM task {env['SLURM_PROCID']} "
+                  f"of {env['SLURM_NTASKS']}", file=sys.stderr)  # fmt: skip
         tde = _slurm_rendezvous()
         peer = _peer_node()
         rank, world = tde.rank, tde.world_size
@@ -160,12 +166,17 @@ def _slurm_rendezvous() -> Any:
     """submitit's view of the SLURM job, its variables exported. What the job inherited
     from the submitting shell (sbatch passes the environment on) is replaced: an inherited
     MASTER_ADDR names the submitting host, not the job's first node (submitit refuses to
-    export over it); an inherited MASTER_PORT is kept, as submitit reads it; without one
-    the port is `slurm_port`'s."""
+    export over it); an inherited MASTER_PORT is the same for every job of a sweep (two
+    on one node collide) or an earlier run's: the port is `slurm_port`'s unless set inside
+    the job (submitit reads it)."""
     from submitit.helpers import TorchDistributedEnvironment
 
-    if "MASTER_PORT" not in os.environ:
-        os.environ["MASTER_PORT"] = str(slurm_port(os.environ.get("SLURM_JOB_ID", "0")))
+    port = str(slurm_port(os.environ.get("SLURM_JOB_ID", "0")))
+    if slurm_task.inherited(os.environ, "MASTER_PORT") and os.environ["MASTER_PORT"] != port:
+        print(f"[scalelab] MASTER_PORT={os.environ['MASTER_PORT']} from the submitting "
+              f"environment replaced by the job's port {port}", file=sys.stderr)  # fmt: skip
+        os.environ["MASTER_PORT"] = port
+    os.environ.setdefault("MASTER_PORT", port)
     tde = TorchDistributedEnvironment()
     inherited = os.environ.get("MASTER_ADDR")
     if inherited not in (None, tde.master_addr):

@@ -2,6 +2,11 @@
 single-process loss curve of the same seed and global batch, and really shard the
 optimizer state."""
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from two_ranks import train_on_two_ranks
@@ -80,3 +85,67 @@ def test_a_slurm_jobs_port_is_its_own_and_below_the_ephemeral_ports():
     assert slurm_port("139") == slurm_port("139") != slurm_port("140")
     assert len(set(ports)) == len(range(20000, 32768))  # every port of the range in use
     assert slurm_port("4242_7") == slurm_port("42427")  # an array task's id
+
+
+# A task of a SLURM job on one node as submitit starts it, and what the shell that submitted
+# the job had exported (an earlier torchrun's): sbatch passes it on to every task.
+SLURM_TASK = {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "4",
+              "SLURM_PROCID": "3", "SLURM_LOCALID": "3", "SLURM_NODEID": "0",
+              "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "localhost"}  # fmt: skip
+SUBMITTING_SHELL = {"RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "29511"}
+
+
+def _as_slurm_task(code: str, task: dict[str, str]) -> subprocess.CompletedProcess:
+    """`python -c code` started as srun starts a task: SLURM_TASK_PID is its pid."""
+    launchers = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                 "MASTER_PORT", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in launchers and "SLURM" not in k}
+    return subprocess.run(
+        ["sh", "-c", 'export SLURM_TASK_PID=$$; exec "$0" -c "$1"', sys.executable, code],
+        env=env | task, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_a_slurm_task_is_slurms_rank_whatever_the_submitting_shell_exported():
+    """Every task of a job submitted from a shell with RANK=0 WORLD_SIZE=1 MASTER_PORT set
+    trained as rank 0 of 1 (each its own model) and met on that port: SLURM's rank, world
+    size and the job's own port win, in the trial logs' rank too."""
+    from scalelab.jobs.training.distributed import slurm_port
+
+    code = (
+        "import json\n"
+        "from scalelab.jobs.tracking.trial_logs import launcher_rank\n"
+        "from scalelab.jobs.training.distributed import read_environment\n"
+        "log_rank = launcher_rank()\n"
+        "e = read_environment()\n"
+        "print(json.dumps([e.rank, e.world_size, e.local_rank, e.master_port, e.launcher, "
+        "log_rank]))\n"
+    )
+    done = _as_slurm_task(code, SLURM_TASK | SUBMITTING_SHELL)
+    assert done.returncode == 0, done.stderr
+    port = slurm_port("4242")
+    assert json.loads(done.stdout.splitlines()[-1]) == [3, 4, 3, port, "slurm", 3]
+    assert "RANK=0 WORLD_SIZE=1 from the submitting environment ignored" in done.stderr
+    assert f"MASTER_PORT=29511 from the submitting environment replaced by the job's port {port}" in done.stderr  # fmt: skip
+
+
+def test_ranks_a_launcher_starts_inside_a_slurm_task_keep_their_own(tmp_path):
+    """jobs/training/local_ranks.py inside a SLURM task (a trial of 2 ranks in one task)
+    whose shell had RANK=0 WORLD_SIZE=1: each rank is the launcher's, not the task's."""
+    rank_code = (
+        "import json, sys\n"
+        "from scalelab.jobs.training.distributed import read_environment\n"
+        "e = read_environment()\n"
+        "open(sys.argv[1] + str(e.rank), 'w').write(json.dumps([e.world_size, e.launcher]))\n"
+    )
+    code = (
+        "import sys\n"
+        "from scalelab.jobs.training.local_ranks import run_local_ranks\n"
+        f"sys.exit(run_local_ranks([sys.executable, '-c', {rank_code!r}, "
+        f"{str(tmp_path / 'rank')!r}], 2))\n"
+    )
+    task = SLURM_TASK | {"SLURM_NTASKS": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}
+    done = _as_slurm_task(code, task | SUBMITTING_SHELL)
+    assert done.returncode == 0, done.stderr
+    for rank in (0, 1):
+        assert json.loads((tmp_path / f"rank{rank}").read_text()) == [2, "env"]
