@@ -35,7 +35,14 @@ import torch
 import torch.distributed as dist
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from scalelab.jobs.training import async_save, checksums, rng_state, safe_load, universal
+from scalelab.jobs.training import (
+    async_save,
+    checksums,
+    rng_state,
+    safe_load,
+    shared_lock,
+    universal,
+)
 from scalelab.jobs.training.async_save import BackgroundWriter
 from scalelab.jobs.training.distributed import DistEnv, barrier
 
@@ -192,14 +199,12 @@ def prepare_resume(ckpt_dir: Path, world_size: int) -> str:
 
 @contextmanager
 def exclusive(lock_file: Path) -> Iterator[None]:
-    """An exclusive lock on `lock_file`, waited for in the kernel (flock): 63 waiting ranks
-    do not poll a shared file system, and the lock goes with a process that dies."""
-    with open(lock_file, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    """An exclusive lock on `lock_file` that holds across nodes, waited for in the kernel
+    (flock): 63 waiting ranks do not poll a shared file system, and the lock goes with a
+    process that dies; a lock file where the file system keeps flock per node or has none
+    (Lustre localflock or noflock, BeeGFS, NFS nolock: jobs/training/shared_lock.py)."""
+    with shared_lock.exclusive(lock_file, fcntl.flock):
+        yield
 
 
 def _key(tag_dir: Path) -> str:

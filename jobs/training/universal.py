@@ -35,6 +35,8 @@ from typing import Any
 
 import torch
 
+from scalelab.jobs.training import shared_lock
+
 UNIVERSAL_DIR = "universal"  # ckpt/universal/<tag>: a conversion, removed once loaded
 CONVERTED = "CONVERTED"  # in a finished conversion, written last: {"source": its key, ...}
 FAILED_SUFFIX = ".FAILED"  # ckpt/universal/<tag>.FAILED: why it could not be converted
@@ -211,10 +213,10 @@ def _convert_here(tag_dir: Path, out_dir: Path, key: str, extract: int, merge: i
 @contextlib.contextmanager
 def _locked(lock_file: Path) -> Iterator[None]:
     """One converter per partial folder: a POSIX lock (lockf), released when the converter
-    dies and, unlike flock, not held by the pool workers it forked."""
+    dies and, unlike flock, not held by the pool workers it forked; a lock file where the
+    file system keeps locks per node or has none (jobs/training/shared_lock.py)."""
     lock_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_file, "a") as f:
-        fcntl.lockf(f, fcntl.LOCK_EX)
+    with shared_lock.exclusive(lock_file, fcntl.lockf):
         yield
 
 

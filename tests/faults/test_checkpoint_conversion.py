@@ -96,3 +96,69 @@ def test_a_checkpoint_that_fails_its_checks_is_recorded_and_the_older_one_conver
     assert not universal.conversion_dir(ckpt, TAG).exists()
     # every other rank finds both verdicts without checking or converting again
     assert checkpoint.prepare_resume(ckpt, world_size=2).startswith("step00000006: converted")
+
+
+# A filesystem without working locks, in every process it is put in (through PYTHONPATH):
+# flock and lockf fail as on Lustre mounted noflock, NFS without lockd or BeeGFS refusing.
+NO_FILE_LOCKS = """
+import errno, fcntl, os
+
+def _no_locks(*args, **kwargs):
+    raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+fcntl.flock = fcntl.lockf = _no_locks
+"""
+RACER = """
+import json, sys, time
+from pathlib import Path
+from scalelab.jobs.training import checkpoint
+ckpt, ready, go = map(Path, sys.argv[1:4])
+ready.touch()
+while not go.exists():
+    time.sleep(0.005)
+done = checkpoint.prepare_resume(ckpt, world_size=2)
+print(json.dumps({"done": done, "ended": time.time()}))
+"""
+
+
+@pytest.mark.slow
+def test_two_nodes_without_file_locks_convert_once(trial_copy, tmp_path):
+    """Two ranks resuming on a filesystem whose flock fails with ENOLCK (before: both died
+    on it; with node-local locks both would convert into the same folder at once): one
+    converts, the other waits for it and finds the conversion done."""
+    import json
+    import os
+
+    faults = tmp_path / "no_file_locks"
+    faults.mkdir()
+    (faults / "sitecustomize.py").write_text(NO_FILE_LOCKS)
+    path = os.pathsep.join(p for p in (str(faults), os.environ.get("PYTHONPATH")) if p)
+    ckpt, go = trial_copy.ckpt, tmp_path / "go"
+    racers = [
+        subprocess.Popen([sys.executable, "-c", RACER, str(ckpt), str(tmp_path / f"ready{i}"),
+                          str(go)], env=os.environ | {"PYTHONPATH": path},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(2)
+    ]  # fmt: skip
+    try:
+        while not all((tmp_path / f"ready{i}").exists() for i in range(2)):
+            assert all(r.poll() is None for r in racers), [r.communicate() for r in racers]
+            time.sleep(0.01)
+        started = time.time()
+        go.touch()
+        outputs = [r.communicate(timeout=300) for r in racers]
+    finally:
+        for r in racers:
+            r.kill()
+    assert [r.returncode for r in racers] == [0, 0], [err[-3000:] for _, err in outputs]
+    results = sorted((json.loads(out.splitlines()[-1]) for out, _ in outputs),
+                     key=lambda r: r["done"].endswith("already"))  # fmt: skip
+    converter, waiter = (r["done"] for r in results)
+    assert converter.startswith(f"{TAG}: converted for 2 rank(s) in"), converter
+    assert waiter == f"{TAG}: converted for 2 rank(s) already", waiter
+    out = universal.conversion_dir(ckpt, TAG)
+    assert universal.converted(out, universal.source_key(ckpt / TAG / checkpoint.MARKER))
+    finished = (out / universal.CONVERTED).stat().st_mtime
+    assert started < finished <= results[1]["ended"]  # the waiter waited for the conversion
+    assert "file locks do not hold across nodes here" in "".join(err for _, err in outputs)
+    assert not list(ckpt.rglob("*.held")) and not list(out.parent.glob("*.partial*/"))
