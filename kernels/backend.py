@@ -6,7 +6,9 @@ The backend is placement, not identity (`model.hadamard.backend`; docs/architect
 - ``torch``: the torch path (kernels/torch_fwht.py), on any device.
 - ``triton``: the Triton kernel (kernels/triton_fwht.py). It is checked once per width,
   dtype, device and kernel form (plain, affine, pre-scaled) against the torch path on a
-  small probe; a compile failure or a wrong result raises.
+  small probe; a compile failure or a wrong result raises. The probe compiles the very
+  kernel that every later call of that kind runs, whatever its row count or the place of
+  its data in memory: kernels/triton_fwht.py leaves Triton nothing else to specialise on.
 - ``auto``: the Triton kernel for the tensors it serves (`triton_eligible`: CUDA fp32, bf16,
   fp16), after the same one-time check; if the kernel fails to compile or its numbers
   differ, the torch path instead, loudly: a `HadamardBackendWarning` (stderr, so the trial's

@@ -13,6 +13,14 @@ optional ``alpha * y + beta``, and one store in the output dtype.
 
 fp32 inputs use IEEE-fp32 dots; bf16/fp16 inputs use 3xTF32 dots (about fp32 accuracy,
 accumulated in fp32), far below their output rounding.
+
+One compiled kernel per width, dtype, device and form: Triton compiles a kernel per
+*specialisation* of its arguments (an integer equal to 1 or divisible by 16, a pointer
+16-byte aligned or not), so the row count is left unspecialised and every tensor is passed
+16-byte aligned. Then the probe of kernels/backend.py's one-time self-check compiles, and
+checks, the very kernel that every later call of its kind runs -- a training batch of
+8 x 1024 rows, one decoded token or a view into a flat parameter buffer alike
+(docs/architecture.md, 'Hadamard kernels').
 """
 
 from __future__ import annotations
@@ -84,7 +92,7 @@ def _stage(x, g_ptr, ROWS: tl.constexpr, D: tl.constexpr, G: tl.constexpr, PREC:
     return tl.reshape(y, (ROWS, D))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_rows"])
 def _fwht_kernel(
     x_ptr,
     out_ptr,
@@ -127,6 +135,14 @@ def _fwht_kernel(
     tl.store(out_ptr + offs, x.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+def _contiguous_aligned(t: torch.Tensor) -> torch.Tensor:
+    """t contiguous, copied where its data is not 16-byte aligned (a view at an odd offset,
+    e.g. into a flat parameter buffer): for such a pointer Triton would compile a second
+    kernel, with narrower loads, that the self-check never ran. Fresh tensors are aligned."""
+    t = t.contiguous()
+    return t if t.data_ptr() % 16 == 0 else t.clone()
+
+
 def launch_config(d: int) -> tuple[int, int, int]:
     """(ROWS, D, num_warps): about 4-8K elements per program for small widths."""
     D = 1
@@ -159,14 +175,16 @@ def triton_fwht(
     mats = _stage_matrices(d, x.device, transpose)
     g1, g2, g3 = (*mats, mats[0], mats[0])[:3]  # unused pointers are never read
     sizes = (*(p for p, _, _ in plan), 1, 1)[:3]
-    x2 = x.reshape(-1, d).contiguous()
+    x2 = _contiguous_aligned(x.reshape(-1, d))
     out = torch.empty_like(x2)
     n_rows = x2.shape[0]
     if n_rows == 0:
         return out.reshape(x.shape)
     rows, D, num_warps = launch_config(d)
     dummy = x2
-    pre, alpha, beta = (t.contiguous() if t is not None else None for t in (pre, alpha, beta))
+    pre, alpha, beta = (
+        _contiguous_aligned(t) if t is not None else None for t in (pre, alpha, beta)
+    )
     _fwht_kernel[(triton.cdiv(n_rows, rows),)](
         x2,
         out,
