@@ -11,7 +11,6 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
-import scipy.linalg
 
 from scalelab.kernels.sizes import hadamard_factors
 
@@ -53,6 +52,17 @@ def paley_type_two(q: int) -> np.ndarray:
     return np.kron(c, plus) + np.kron(np.eye(q + 1, dtype=np.int64), zero)
 
 
+def sylvester(order: int) -> np.ndarray:
+    """H_2n = [[H_n, H_n], [H_n, -H_n]] from H_1 = [1] (what scipy.linalg.hadamard builds;
+    numpy alone, so the models import on a GPU image without scipy)."""
+    if order < 1 or order & (order - 1):
+        raise ValueError(f"a Sylvester Hadamard block's order is a power of two, got {order}")
+    h = np.ones((1, 1), dtype=np.int64)
+    while h.shape[0] < order:
+        h = np.block([[h, h], [h, -h]])
+    return h
+
+
 @cache
 def hadamard_block(order: int) -> np.ndarray:
     """The unnormalised order-``order`` block used here (read-only int array)."""
@@ -63,7 +73,7 @@ def hadamard_block(order: int) -> np.ndarray:
     elif order == 28:
         h = paley_type_two(13)
     else:
-        h = scipy.linalg.hadamard(order).astype(np.int64)  # Sylvester; powers of two only
+        h = sylvester(order)
     h.setflags(write=False)
     return h
 
