@@ -10,7 +10,7 @@ from pathlib import Path
 from benchmarks.acceptance.checks import Check, verdict
 from scalelab.jobs.config import JobConfig
 from scalelab.jobs.environ import scoped_environ
-from scalelab.jobs.tracking.tracker import FINISH_TIMEOUT_VAR
+from scalelab.jobs.tracking.tracker import TRACKING_VAR
 
 
 @dataclass(frozen=True)
@@ -41,9 +41,9 @@ GPU = LossSizes(
 
 
 def train(sizes: LossSizes, dtype: str, out: Path) -> tuple[list[float], float]:
-    """Train once in `dtype` with the job's own entry point; its losses and wall time. The
-    losses are read from curves.jsonl: MLflow is not waited for at the end (its spool keeps
-    what is unsent), which saves the sender's start-up on every run."""
+    """Train once in `dtype` with the job's own entry point; its losses and wall time, read
+    from curves.jsonl with tracking off: no MLflow is needed (a GPU node's own Python has
+    none) and none is waited for."""
     from scalelab.jobs.training.train import run
 
     job = JobConfig.model_validate({
@@ -55,8 +55,7 @@ def train(sizes: LossSizes, dtype: str, out: Path) -> tuple[list[float], float]:
         "deepspeed": {"zero_stage": 1},
     })  # fmt: skip
     home = out / "home"
-    env = {"SCALELAB_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{out / 'mlflow.db'}",
-           "SCALELAB_EXPERIMENT": "gpu-acceptance", FINISH_TIMEOUT_VAR: "0"}  # fmt: skip
+    env = {"SCALELAB_HOME": str(home), "SCALELAB_EXPERIMENT": "gpu-acceptance", TRACKING_VAR: "off"}
     with scoped_environ(env):
         result = run(job)
     rows = [json.loads(line) for line in (home / "trials" / job.trial_id / "curves.jsonl").open()]

@@ -35,6 +35,9 @@ METRIC_NAME = re.compile(r"^[\w\-. :/]+$")  # what MLflow accepts
 # How long a job's end waits for its spool to reach MLflow before leaving the rest spooled
 FINISH_TIMEOUT_VAR = "SCALELAB_TRACKING_FINISH_TIMEOUT_S"
 DEFAULT_FINISH_TIMEOUT_S = 30.0
+# "off": curves.jsonl only, no MLflow run, spool or sender (a machine without MLflow, e.g.
+# the GPU acceptance run on a node's own Python); "on" is the default
+TRACKING_VAR = "SCALELAB_TRACKING"
 
 
 class Tracker:
@@ -43,6 +46,7 @@ class Tracker:
     def __init__(self, trial_dir: Path, enabled: bool, flush_interval_s: float = 1.0) -> None:
         self.dir, self.enabled, self.interval = Path(trial_dir), enabled, flush_interval_s
         self.finish_timeout_s = finish_timeout_s()  # read at the start: a bad value stops early
+        self.curves_only = curves_only()
         self.run_id: str | None = None
         self.uri: str | None = None  # the run's tracking server, fixed when it starts
         self.outbox: Outbox | None = None
@@ -66,6 +70,11 @@ class Tracker:
         back to it, and the run's spool gets the trial's points it lacks (points a previous
         run of the same trial recorded)."""
         if not self.enabled:
+            return run_id
+        if self.curves_only:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self._curved = _furthest(read_curve(self.dir, cut_at=resume_tokens))
+            self._curves = open(self.dir / CURVES_FILE, "a")
             return run_id
         from scalelab.contract.workdir import tracking_uri
 
@@ -147,12 +156,12 @@ class Tracker:
         if lines:
             self._curves.write("\n".join(lines) + "\n")
             self._curves.flush()
-        if items:
+        if items and self._spool is not None:
             self._spool.write("".join(json.dumps(i) + "\n" for i in items))
             self._spool.flush()
 
     def set_tag(self, key: str, value: str) -> None:
-        if self.enabled:
+        if self.enabled and self._spool is not None:
             self._put({"kind": "tag", "key": key, "value": str(value)})
 
     def finish(self, status: str | None, timeout_s: float | None = None) -> bool:
@@ -160,6 +169,8 @@ class Tracker:
         what is left within `timeout_s` (default: SCALELAB_TRACKING_FINISH_TIMEOUT_S, 30 s),
         and stop. Returns True if the spool is fully sent; otherwise the rest waits in it for
         whoever touches the trial next."""
+        if self.curves_only and self._curves is not None:
+            self._curves.close()
         if not self.enabled or self._sender is None:
             return True
         timeout_s = self.finish_timeout_s if timeout_s is None else timeout_s
@@ -218,6 +229,14 @@ def finish_timeout_s() -> float:
     if not (math.isfinite(value) and value >= 0):
         raise ValueError(f"{FINISH_TIMEOUT_VAR}={raw!r}: expected a number of seconds >= 0")
     return value
+
+
+def curves_only() -> bool:
+    """SCALELAB_TRACKING: "on" (default) or "off" (curves.jsonl only)."""
+    raw = os.environ.get(TRACKING_VAR, "on")
+    if raw not in ("on", "off"):
+        raise ValueError(f"{TRACKING_VAR}={raw!r}: expected on or off")
+    return raw == "off"
 
 
 def fail_fast_environ() -> dict[str, str]:

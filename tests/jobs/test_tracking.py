@@ -177,3 +177,28 @@ def test_real_server_stopped_mid_run_loses_nothing(tmp_path, monkeypatch, mlflow
         assert MlflowClient(uri).get_run(run_id).info.status == "FINISHED"
     finally:
         server.stop()
+
+
+def test_tracking_off_keeps_every_point_in_the_curves_and_touches_no_store(tmp_path, monkeypatch):
+    """SCALELAB_TRACKING=off (a Python without MLflow: the GPU acceptance run on a node's own
+    interpreter): the curves get every point, a resume still cuts them back, and no run,
+    spool or sender exists; any other value stops the tracker before it starts."""
+    monkeypatch.setenv("SCALELAB_TRACKING", "off")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens there
+    trial = tmp_path / "trial"
+    tracker = Tracker(trial, enabled=True)
+    assert tracker.start(None, "exp", "run", {"k": "v"}, {"p": "1"}) is None
+    for step in (1, 2, 3):
+        tracker.log(step, 100 * step, 1e6 * step, {"train/loss": 4.0 - step})
+    tracker.set_tag("scalelab.note", "x")
+    assert tracker.finish("FINISHED") and tracker.pending() == 0
+    again = Tracker(trial, enabled=True)
+    again.start(None, "exp", "run", {}, {}, resume_tokens=200)
+    again.log(3, 300, 3e6, {"train/loss": 0.5})
+    again.finish("FINISHED")
+    rows = [json.loads(line) for line in (trial / CURVES_FILE).read_text().splitlines()]
+    assert [(r["tokens"], r["value"]) for r in rows] == [(100, 3.0), (200, 2.0), (300, 0.5)]
+    assert sorted(p.name for p in trial.iterdir()) == [CURVES_FILE]  # no spool, no run
+    monkeypatch.setenv("SCALELAB_TRACKING", "maybe")
+    with pytest.raises(ValueError, match="SCALELAB_TRACKING='maybe'"):
+        Tracker(trial, enabled=True)
