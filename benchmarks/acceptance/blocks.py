@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -60,7 +61,7 @@ def block_check(shape: str, errors: dict[str, float], ms: dict[str, float], wher
     )
 
 
-def run(cpu: bool) -> list[Check]:
+def run(cpu: bool, out: Path) -> list[Check]:
     sizes = CPU if cpu else GPU
     device = "cpu" if cpu else "cuda"
     sync = (lambda: None) if cpu else torch.cuda.synchronize
