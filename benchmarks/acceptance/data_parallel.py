@@ -56,8 +56,7 @@ def on_this_rank(cpu: bool, result: Path) -> None:
     checks to `result`."""
     import torch.distributed as dist
 
-    from scalelab.jobs.training.accounting import device_peak_flops, mfu
-    from scalelab.models.flops import train_flops_per_token
+    from scalelab.jobs.training.accounting import device_peak_flops
     from scalelab.orchestrator.planner import plan_trial
     from scalelab.orchestrator.spec import load_spec
 
@@ -68,16 +67,15 @@ def on_this_rank(cpu: bool, result: Path) -> None:
         trial = training.sweep_trial(case, spec, sizes.warmup + sizes.steps + 1, env.world_size)
         plan = plan_trial(trial, spec, training.placement_here(env.device, env.world_size))
         trainer, base = training.build_trainer(trial.job, env)
-        mine = training.train_steps(trainer, sizes, base)
+        mine = training.train_steps(trainer, sizes.warmup, sizes.steps, base)
         states_est = training.states_estimate(trainer)
         every: list[training.Measured | None] = [None] * env.world_size
         dist.all_gather_object(every, mine)
     if env.rank != 0:
         return
     world = world_measurement([m for m in every if m is not None])
-    job = trial.job
-    flops = world.tokens_per_s * train_flops_per_token(job.model, job.data.seq_len)
-    achieved = mfu(flops, env.world_size, device_peak_flops(env.device))
+    job, peak = trial.job, device_peak_flops(env.device)
+    achieved = training.utilisation(world, job.model, job.data.seq_len, env.world_size, peak)
     why = NO_GPU if cpu else f"no bf16 peak for {env.device} in jobs/gpus.py"
     checks = training.step_checks(case, world, plan, states_est, spec.estimate.mfu, achieved,
                                   why, ranks=env.world_size)  # fmt: skip
@@ -85,13 +83,18 @@ def on_this_rank(cpu: bool, result: Path) -> None:
 
 
 def world_measurement(ranks: list[training.Measured]) -> training.Measured:
-    """The world as one measurement: the slowest rank's tokens/s times the rank count (the
-    ranks step together), and the largest memory any rank holds (what must fit a GPU)."""
+    """The world as one measurement: the ranks step together, so the slowest rank's tokens/s
+    times the rank count, the longest forward + backward and optimizer step of any rank over
+    every rank's micro-batch tokens; and the largest memory any rank holds (what must fit a
+    GPU)."""
     peaks = [m.peak_bytes for m in ranks if m.peak_bytes is not None]
     return training.Measured(
         tokens_per_s=len(ranks) * min(m.tokens_per_s for m in ranks),
         states_bytes=max(m.states_bytes for m in ranks),
         peak_bytes=max(peaks) if peaks else None,
+        forward_backward_s=max(m.forward_backward_s for m in ranks),
+        optimizer_step_s=max(m.optimizer_step_s for m in ranks),
+        micro_batch_tokens=sum(m.micro_batch_tokens for m in ranks),
     )
 
 
