@@ -2,14 +2,17 @@
 
     OMP_NUM_THREADS=1 python -m benchmarks.compile [--size nano] [--batch 8] [--seq 128]
         [--repeats 15] [--variants dense,hadamard,...] [--device cuda --dtype bf16]
+        [--vocab 256]
 
 For each variant (dense and every mechanism combination, models/catalog.py): one model
 eager and a copy compiled with inductor; the compile + first forward/backward timed once,
 then forward + backward of a training step, eager and compiled alternately
 (benchmarks/timing.py): medians of wall and process CPU time, the ratio, and the largest
 loss difference between the two over the timed steps (the same weights, inputs and noise).
+The vocabulary is the CPU sweeps' bytes (256) unless --vocab says otherwise.
 Paste the table into docs/benchmarks.md ("torch.compile per variant"). On a GPU the GPU
-acceptance check runs `compare` for the ladder's variants (benchmarks/acceptance/compile.py).
+acceptance check runs `compare` for the ladder's variants at the ladder's vocabulary
+(benchmarks/acceptance/compile_speed.py).
 """
 
 from __future__ import annotations
@@ -48,18 +51,26 @@ class Row:
 
 
 def compare(
-    variant: str, size: str, batch: int, seq: int, repeats: int, device: str, dtype: str
+    variant: str,
+    size: str,
+    batch: int,
+    seq: int,
+    repeats: int,
+    device: str,
+    dtype: str,
+    vocab: int = 256,
 ) -> Row:
     import torch._dynamo
     import torch._inductor.config
 
     torch._inductor.config.fallback_random = True  # budget's Gumbel noise: eager's stream
-    cfg = ModelConfig(size=size, vocab_size=256, block_size=seq, **catalog.variant_fields(variant))
+    fields = catalog.variant_fields(variant)
+    cfg = ModelConfig(size=size, vocab_size=vocab, block_size=seq, **fields)
     torch.manual_seed(0)
-    eager = build(cfg).to(device, DTYPES[dtype]).train()
-    fast = build(cfg).to(device, DTYPES[dtype]).train()
+    eager = build(cfg, device=device).to(DTYPES[dtype]).train()
+    fast = build(cfg, device=device).to(DTYPES[dtype]).train()
     fast.load_state_dict(eager.state_dict())
-    x = torch.randint(0, 256, (batch, seq), device=device)
+    x = torch.randint(0, vocab, (batch, seq), device=device)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     losses: dict[str, list[float]] = {"eager": [], "compiled": []}
     torch._dynamo.reset()
@@ -100,10 +111,11 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(catalog.variants()))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="fp32", choices=sorted(DTYPES))
+    parser.add_argument("--vocab", type=int, default=256, help="256: the CPU sweeps' bytes")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {args.device} "
-          f"{args.dtype}, {args.size}, batch {args.batch} x {args.seq}, median of "
-          f"{args.repeats}, load {os.getloadavg()}")  # fmt: skip
+          f"{args.dtype}, {args.size}, vocabulary {args.vocab}, batch {args.batch} x "
+          f"{args.seq}, median of {args.repeats}, load {os.getloadavg()}")  # fmt: skip
     print(
         "| variant | compile + first step s | eager ms | compiled ms | eager / compiled "
         "(wall) | eager CPU ms | compiled CPU ms | eager / compiled (CPU) | max loss diff |"
@@ -111,7 +123,7 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for variant in args.variants.split(","):
         r = compare(variant, args.size, args.batch, args.seq, args.repeats, args.device,
-                    args.dtype)  # fmt: skip
+                    args.dtype, args.vocab)  # fmt: skip
         print(f"| {r.variant} | {r.compile_s:.0f} | {r.eager_ms:.1f} | {r.compiled_ms:.1f} | "
               f"{r.speedup:.2f}x | {r.eager_cpu_ms:.1f} | {r.compiled_cpu_ms:.1f} | "
               f"{r.eager_cpu_ms / r.compiled_cpu_ms:.2f}x | {r.loss_diff:.1e} |", flush=True)  # fmt: skip
