@@ -248,3 +248,20 @@ def test_one_gpu_skips_the_data_parallel_check_saying_so(tmp_path: Path, monkeyp
     assert (check.name, check.status) == ("train 124M on every GPU", "skipped")
     assert check.measured == "needs 2 or more GPUs; 1 CUDA device here"
     assert not (tmp_path / data_parallel.RESULT_FILE).exists()
+
+
+def test_parts_are_chosen_by_name_and_an_unknown_one_is_refused_in_one_line(tmp_path: Path) -> None:
+    from benchmarks.acceptance.parts import PARTS, select
+
+    listed = subprocess.run(["bash", str(SCRIPT), "--list", "--skip", "loss"],
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert listed.returncode == 0
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == [p.name for p in PARTS]
+    assert [p.name for p in select(["gpu-tests", "fwht"], [])] == ["fwht", "gpu-tests"]
+    assert "loss" not in [p.name for p in select([], ["loss"])]
+    bad = subprocess.run(["bash", str(SCRIPT), "--cpu", "--only", "fwht,lost", "--out",
+                          str(tmp_path)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert bad.returncode == 2 and not (tmp_path / "acceptance.json").exists()
+    assert bad.stderr.strip().splitlines() == [
+        "gpu-acceptance: unknown part lost; the parts: " + ", ".join(p.name for p in PARTS)
+    ]
