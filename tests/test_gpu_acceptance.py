@@ -189,7 +189,7 @@ def test_each_verdict_fails_on_a_bad_measurement() -> None:
 
 def test_a_resume_that_restores_nothing_is_a_difference() -> None:
     torch = pytest.importorskip("torch")
-    from benchmarks.acceptance.training import differences
+    from benchmarks.acceptance.checkpoint_round_trip import differences
 
     saved = {"module.w": torch.ones(3, dtype=torch.bfloat16), "optimizer.step": 2}
     assert differences(saved, dict(saved)) == []

@@ -29,15 +29,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from benchmarks.acceptance.checks import NO_GPU, Check, memory, verdict, within
+from benchmarks.acceptance.checkpoint_round_trip import checkpoint_round_trip
+from benchmarks.acceptance.checks import MEMORY_REL, NO_GPU, Check, memory, verdict, within
 from benchmarks.engine_memory import held_bytes
 from scalelab.jobs.config import JobConfig
 from scalelab.jobs.gpus import device_gpu
-from scalelab.jobs.training import checkpoint, distributed
+from scalelab.jobs.training import distributed
 from scalelab.jobs.training.accounting import device_peak_flops, mfu_metrics
 from scalelab.jobs.training.distributed import DistEnv
 from scalelab.jobs.training.ds_config import plan_batch
@@ -50,7 +50,6 @@ from scalelab.orchestrator.planner import Placement, TrialPlan, plan_trial
 from scalelab.orchestrator.spec import SweepSpec, load_spec
 
 SWEEP = Path(__file__).resolve().parents[2] / "sweeps" / "hadamard.yaml"
-MEMORY_REL = 0.10  # the planner's stated accuracy (orchestrator/memory.py)
 LARGEST = "largest size that fits"  # the rows' name for it: which size depends on the GPU
 
 
@@ -428,79 +427,3 @@ def run(cpu: bool, out: Path) -> list[Check]:
         checks += case_checks(choice.case, choice.trial, choice.plan, spec, env, large.warmup,
                               large.steps, None, choice.why)  # fmt: skip
     return checks
-
-
-# -- checkpoint ---------------------------------------------------------------------------
-def engine_state(engine: Any) -> dict[str, Any]:
-    """The module's parameters and the optimizer's state, flattened to path -> value, on
-    the host (what a resume must restore)."""
-    flat: dict[str, Any] = {}
-
-    def walk(obj: Any, path: str) -> None:
-        if isinstance(obj, torch.Tensor):
-            flat[path] = obj.detach().to("cpu", copy=True)
-        elif isinstance(obj, dict):
-            for k, v in obj.items():
-                walk(v, f"{path}.{k}")
-        elif isinstance(obj, (list, tuple)):
-            for i, v in enumerate(obj):
-                walk(v, f"{path}[{i}]")
-        elif isinstance(obj, (int, float, str, bool)) or obj is None:
-            flat[path] = obj
-
-    walk(engine.module.state_dict(), "module")
-    walk(engine.optimizer.state_dict(), "optimizer")
-    return flat
-
-
-def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """Paths whose values differ (tensors bit for bit, dtype and shape included)."""
-    found = sorted(set(a) ^ set(b))
-    for path in sorted(set(a) & set(b)):
-        x, y = a[path], b[path]
-        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
-            same = x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y)
-        else:
-            same = type(x) is type(y) and x == y
-        if not same:
-            found.append(path)
-    return found
-
-
-def checkpoint_round_trip(trainer: _Trainer, folder: Path, estimate: int) -> Check:
-    """Save the trained engine as the job does, build a fresh engine (initial weights) and
-    resume it from the checkpoint; time both and compare their states."""
-    env = trainer.env
-    sync = torch.cuda.synchronize if env.device.startswith("cuda") else (lambda: None)
-    goal = (
-        "a fresh engine resumed from the saved checkpoint holds bit-identical parameters and "
-        f"optimizer state; files within {MEMORY_REL:.0%} of the planner's checkpoint size; "
-        "save and load seconds and GB/s reported"
-    )
-    saved = engine_state(trainer.engine)
-    sync()
-    t0 = time.perf_counter()
-    tag = checkpoint.save(trainer.engine, env, folder, {"step": 1}, keep=1)
-    sync()
-    save_s = time.perf_counter() - t0
-    nbytes = sum(p.stat().st_size for p in tag.iterdir() if p.is_file())
-    trainer._build_engine()  # initial weights, fresh optimizer
-    # the load must change the weights (a fresh optimizer differs anyway: no moments yet)
-    untrained = [p for p in differences(engine_state(trainer.engine), saved) if "module." in p]
-    sync()
-    t0 = time.perf_counter()
-    resumed = checkpoint.resume(trainer.engine, env, folder)
-    sync()
-    load_s = time.perf_counter() - t0
-    diff = differences(engine_state(trainer.engine), saved)
-    ok = resumed.state is not None and not diff and bool(untrained)
-    ok = ok and within(nbytes, estimate, MEMORY_REL)
-    gb = nbytes / 1e9
-    measured = (
-        f"{gb:.3f} GB (plan {estimate / 1e9:.3f}): save {save_s:.2f} s ({gb / save_s:.2f} GB/s), "
-        f"verify + load {load_s:.2f} s ({gb / load_s:.2f} GB/s); "
-        + (f"{len(diff)} differ, e.g. {diff[0]}" if diff else f"{len(saved)} tensors/values equal")
-        + ("" if untrained else "; the fresh engine's weights already equalled the saved ones")
-        + ("" if resumed.state is not None else f"; not resumed: {resumed.skipped}")
-    )
-    return Check("checkpoint save and load", goal, verdict(ok), measured)
