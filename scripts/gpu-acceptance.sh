@@ -14,7 +14,9 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="${PYTHON:-$repo/.venv/bin/python}"
 [ -x "$python" ] || python=python3
 
-scratch="${SCALELAB_SCRATCH:-${TMPDIR:-/tmp}/scalelab-acceptance-$(id -u)}"
+# one scratch folder per checkout: its `scalelab` link must not point at another tree
+tree_key=$(printf %s "$repo" | cksum | cut -d' ' -f1)
+scratch="${SCALELAB_SCRATCH:-${TMPDIR:-/tmp}/scalelab-acceptance-$(id -u)-$tree_key}"
 mkdir -p "$scratch/import"
 # `scalelab` is this working tree (pyproject.toml maps the package to the repository root)
 ln -sfn "$repo" "$scratch/import/scalelab"
