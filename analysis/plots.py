@@ -3,7 +3,7 @@
 loss_vs_flops   every trial's val/loss curve against training FLOPs, coloured by variant,
                 with each variant's L(C) fitted on its frontier (saying when it fell back
                 to the law without E or failed a check) and the Pareto frontier
-loss_vs_params  final loss against parameters, per variant
+loss_vs_params  final loss against parameters, per variant, its best per size label
 isoflop         loss against N at each compute budget, with the fitted parabolas
 gains           compute-equivalent gain of each variant by both estimators, with intervals
 and one figure per plot a registered mechanism declares (models/catalog.py: BudgetFormer's
@@ -118,14 +118,23 @@ def loss_vs_params(fit: SweepFit) -> Figure:
     t = fit.table
     n, y = _col(t, "n_params"), _col(t, fit.loss)
     variants = np.array(t["variant"].to_pylist())
+    sizes = np.array([str(s) if s is not None else f"N={k:g}"
+                      for s, k in zip(t["size"].to_pylist(), n, strict=True)])  # fmt: skip
     for v in fit.variants:
         rows = variants == v
         ax.scatter(n[rows], y[rows], color=col[v], s=16, alpha=0.6)
-        sizes = np.unique(n[rows])
-        best = [y[rows][n[rows] == s].min() for s in sizes]
-        ax.plot(sizes, best, "-o", color=col[v], ms=4, label=f"{v} (best per size)")
+        ax.plot(*best_per_size(n[rows], y[rows], sizes[rows]), "-o", color=col[v], ms=4,
+                label=f"{v} (best per size)")  # fmt: skip
     _loss_vs_params_axes(ax, fit, "final loss vs model size", legend_size=8)
     return fig
+
+
+def best_per_size(n: np.ndarray, y: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One point per size label, in order of N: its trials' median N and lowest loss (an
+    imported ladder's N differ in the 8th figure within one size: never a point per run)."""
+    points = sorted((float(np.median(n[sizes == s])), float(y[sizes == s].min()))
+                    for s in np.unique(sizes))  # fmt: skip
+    return np.array([p[0] for p in points]), np.array([p[1] for p in points])
 
 
 def isoflop(fit: SweepFit) -> Figure:

@@ -7,7 +7,8 @@ A file is CSV, Parquet or JSON Lines (by its suffix) with one row per trial: the
 count (N), the training tokens (D) or compute (C), and the final loss; optionally the
 variant, the seed, a size label and a nominal IsoFLOP budget. Every row is checked before
 anything is written; the problems come back as `FILE:LINE: what is wrong` (Parquet: `FILE:
-row R`). Imported rows are marked `curves_source = "imported"`: importing again replaces
+row R`). A row without a size label gets one from N to 3 significant figures, nearly
+equal N sharing it. Imported rows are marked `curves_source = "imported"`: importing again replaces
 the sweep's imported rows (never its synced ones), and `sync` keeps them.
 """
 
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 IMPORTED = "imported"  # the trials' curves_source: rows no MLflow run stands behind
 FLOPS_PER_PARAM_TOKEN = 6.0  # C = 6 N D when the file gives only one of D and C
 MAX_LISTED = 20  # problems listed in one error
+SIGNIFICANT = 3  # a size label's figures: 73.8M
+CLOSE = 1e-3  # N this close (relative) share a size label even across a rounding boundary
 
 # field -> the column names that mean it (compared lower-case)
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -284,23 +287,40 @@ def _trial(row: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
 
 
 def _label_sizes(rows: list[dict[str, Any]]) -> None:
-    """A row without a size label gets one from N (124M, 1.3B), with as many digits as
-    keep different N apart."""
-    ns = sorted({r["n_params"] for r in rows if r["size"] is None})
-    for digits in range(3, 12):
-        labels = {n: _short(n, digits) for n in ns}
-        if len(set(labels.values())) == len(ns):
-            break
+    """A row without a size label gets its group's (size_labels)."""
+    labels = size_labels([r["n_params"] for r in rows if r["size"] is None])
     for r in rows:
         if r["size"] is None:
             r["size"] = labels[r["n_params"]]
 
 
+def size_labels(ns: list[int]) -> dict[int, str]:
+    """N -> its size label: N in increasing order form groups, each N joining the group of
+    the N before it when the two round to the same 3 significant figures or are within
+    CLOSE of each other (73.849999M and 73.850001M: one size); a group is labelled by its
+    middle N (73.8M). Two groups never share a label: N that round alike are one group."""
+    groups: list[list[int]] = []
+    for n in sorted(set(ns)):
+        if groups and _same_size(groups[-1][-1], n):
+            groups[-1].append(n)
+        else:
+            groups.append([n])
+    return {n: _short(g[len(g) // 2], SIGNIFICANT) for g in groups for n in g}
+
+
+def _same_size(smaller: int, n: int) -> bool:
+    close = n - smaller <= CLOSE * smaller
+    return close or _short(smaller, SIGNIFICANT) == _short(n, SIGNIFICANT)
+
+
 def _short(n: float, digits: int) -> str:
+    """n in `digits` significant figures with a unit: 124M, 1.3B (rounded first, so that
+    999.95M is 1B, never 1e+03M)."""
+    rounded = float(f"{n:.{digits}g}")
     for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.{digits}g}{unit}"
-    return f"{n:.{digits}g}"
+        if rounded >= scale:
+            return f"{rounded / scale:.{digits}g}{unit}"
+    return f"{rounded:.{digits}g}"
 
 
 def _number_duplicates(rows: list[dict[str, Any]]) -> None:
