@@ -5,11 +5,13 @@ ladder, another framework's runs) as rows of the sweep's `trials` table, so that
 
 A file is CSV, Parquet or JSON Lines (by its suffix) with one row per trial: the parameter
 count (N), the training tokens (D) or compute (C), and the final loss; optionally the
-variant, the seed, a size label and a nominal IsoFLOP budget. Every row is checked before
-anything is written; the problems come back as `FILE:LINE: what is wrong` (Parquet: `FILE:
-row R`). A row without a size label gets one from N to 3 significant figures, nearly
-equal N sharing it. Imported rows are marked `curves_source = "imported"`: importing again replaces
-the sweep's imported rows (never its synced ones), and `sync` keeps them.
+variant, the seed, a size label and a nominal IsoFLOP budget. The file is questioned first
+(import_checks.py: a file, UTF-8 text, no row repeated, C near 6ND), then every row is
+checked before anything is written; the problems come back as `FILE:LINE: what is wrong`
+(Parquet: `FILE:row R`). A row without a size label gets one from N to 3 significant
+figures, nearly equal N sharing it. Imported rows are marked `curves_source = "imported"`:
+importing again replaces the sweep's imported rows (never its synced ones), and `sync`
+keeps them.
 """
 
 from __future__ import annotations
@@ -24,13 +26,22 @@ from typing import TYPE_CHECKING, Any
 from scalelab.contract.runs import Status
 
 from . import store
+from .import_checks import (
+    FLOPS_PER_PARAM_TOKEN,
+    Duplicates,
+    check_path,
+    check_utf8,
+    flops_note,
+    flops_ratio,
+    repeats,
+    text,
+)
 from .store import ResultsError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 IMPORTED = "imported"  # the trials' curves_source: rows no MLflow run stands behind
-FLOPS_PER_PARAM_TOKEN = 6.0  # C = 6 N D when the file gives only one of D and C
 MAX_LISTED = 20  # problems listed in one error
 SIGNIFICANT = 3  # a size label's figures: 73.8M
 CLOSE = 1e-3  # N this close (relative) share a size label even across a rounding boundary
@@ -61,6 +72,7 @@ class ImportResult:
     n_kept: int  # synced rows of the sweep left as they were
     ignored: tuple[str, ...]  # the file's columns no field reads
     trials_path: Path
+    notes: tuple[str, ...] = ()  # what the import did that the file did not say
 
     def __str__(self) -> str:
         text = f"imported {self.n_rows} trials from {self.path} into sweep {self.sweep!r}"
@@ -70,36 +82,89 @@ class ImportResult:
             text += f"; {self.n_kept} synced trials kept"
         if self.ignored:
             text += f"; ignored columns: {', '.join(self.ignored)}"
+        for note in self.notes:
+            text += f"; {note}"
         return f"{text} -> {self.trials_path}"
 
 
-def import_file(path: Path | str, sweep: str, *, root: Path | None = None) -> ImportResult:
+def import_file(
+    path: Path | str, sweep: str, *, root: Path | None = None,
+    duplicates: Duplicates | str = Duplicates.REFUSE,
+) -> ImportResult:  # fmt: skip
     """Check every row of `path` and write them as the sweep's imported trials (module doc);
-    ResultsError listing each bad line, and nothing written, when any row is wrong."""
-    path = Path(path)
+    ResultsError listing each bad line, and nothing written, when any row is wrong.
+    `duplicates`: what rows identical in every field read are (import_checks.Duplicates)."""
+    path, policy = Path(path), Duplicates(duplicates)
     store.sweep_dir(sweep, root)  # a name no sweep can have fails here, before reading
     table, where = read_points(path)
     fields, ignored = _fields(table.column_names, path)
-    rows, problems = [], []
     columns = {f: table[c].to_pylist() for f, c in fields.items()}
-    for i in range(table.num_rows):
-        row = {f: values[i] for f, values in columns.items()}
-        try:
-            rows.append(_trial(row, path, where(i)))
-        except ValueError as e:
-            problems.append(f"{path}:{where(i)}: {e}")
-    if table.num_rows == 0:
-        problems.append(f"{path}: no rows")
-    if problems:
-        more = len(problems) - MAX_LISTED
-        listed = problems[:MAX_LISTED] + ([f"... and {more} more"] if more > 0 else [])
-        head = (
-            f"{path}: {len(problems)} bad row(s), nothing imported:\n" if len(problems) > 1 else ""
-        )
-        raise ResultsError(head + "\n".join(listed))
+    raw = [{f: values[i] for f, values in columns.items()} for i in range(table.num_rows)]
+    checked, copies = _check_rows(raw, path, where, policy)
+    if policy is Duplicates.MERGE:
+        checked = {i: t for i, t in checked.items() if i not in copies}
+    ratios = [t["flops"] / (FLOPS_PER_PARAM_TOKEN * t["n_params"] * t["tokens"])
+              for i, t in checked.items() if _given(raw[i], "D", "C")]  # fmt: skip
+    notes = (_copies_note(len(copies), policy) if copies else None, flops_note(ratios))
+    rows = list(checked.values())
     _label_sizes(rows)
     _number_duplicates(rows)
-    return _write(sweep, path, rows, tuple(ignored), root)
+    return _write(sweep, path, rows, tuple(ignored), root, tuple(n for n in notes if n))
+
+
+def _check_rows(
+    raw: list[dict[str, Any]], path: Path, where: Any, policy: Duplicates
+) -> tuple[dict[int, dict[str, Any]], dict[int, int]]:
+    """Each row's trial by its index, and each row that repeats an earlier one in every
+    field read -> that row; ResultsError listing every problem (a repeat is one unless
+    `policy` says what repeats are)."""
+    checked: dict[int, dict[str, Any]] = {}
+    problems: list[tuple[int, str]] = []
+    for i, row in enumerate(raw):
+        try:
+            checked[i] = _trial(row, path, where(i))
+        except ValueError as e:
+            problems.append((i, f"{path}:{where(i)}: {e}"))
+    copies = {j: i for j, i in repeats(raw).items() if j in checked}
+    if policy is Duplicates.REFUSE:
+        problems += [(j, f"{path}:{where(j)}: the same as {_place(where(i))} in every field "
+                         "read") for j, i in copies.items()]  # fmt: skip
+    if not raw:
+        problems.append((0, f"{path}: no rows"))
+    if problems:
+        raise ResultsError(
+            _problems_text(path, problems, policy is Duplicates.REFUSE and bool(copies))
+        )
+    return checked, copies
+
+
+def _place(where: str) -> str:
+    """'line 12', or for Parquet 'row 12'."""
+    return where if where.startswith("row") else f"line {where}"
+
+
+def _problems_text(path: Path, problems: list[tuple[int, str]], copies: bool) -> str:
+    """The error: each problem in the file's order (the first MAX_LISTED), and what to do
+    about rows that repeat another."""
+    listed = [p for _, p in sorted(problems, key=lambda p: p[0])]
+    more = len(listed) - MAX_LISTED
+    listed = listed[:MAX_LISTED] + ([f"... and {more} more"] if more > 0 else [])
+    if copies:
+        listed.append(
+            "identical rows: --duplicates merge imports each once, --duplicates keep "
+            "imports every copy as a trial of its own"
+        )
+    head = f"{path}: {len(problems)} bad row(s), nothing imported:\n" if len(problems) > 1 else ""
+    return head + "\n".join(listed)
+
+
+def _copies_note(n: int, policy: Duplicates) -> str:
+    done = "merged (each imported once)" if policy is Duplicates.MERGE else "kept as trials"
+    return f"{n} repeated row(s) {done}"
+
+
+def _given(row: dict[str, Any], *fields: str) -> bool:
+    return all(text(row.get(f), f) is not None for f in fields)
 
 
 def read_points(path: Path) -> tuple[pa.Table, Any]:
@@ -107,18 +172,18 @@ def read_points(path: Path) -> tuple[pa.Table, Any]:
     "row 12" for Parquet)."""
     import pyarrow as pa
 
+    check_path(path)
     kind = SUFFIXES.get(path.suffix.lower())
     if kind is None:
         raise ResultsError(
             f"{path}: unknown format {path.suffix!r} (expected .csv, .parquet or .jsonl)"
         )
-    if not path.is_file():
-        raise ResultsError(f"{path}: no such file")
     try:
         if kind == "parquet":
             import pyarrow.parquet as pq
 
             return pq.read_table(path), lambda i: f"row {i + 1}"
+        check_utf8(path)
         lines = _content_lines(path)
         if kind == "csv":
             return _read_csv(path, lines), lambda i: str(lines[i + 1])
@@ -252,6 +317,8 @@ def _trial(row: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
     loss = _positive(row, "loss")
     if loss is None:
         raise ValueError("loss is missing")
+    if d is not None and c is not None:
+        flops_ratio(n, d, c)  # ValueError when C contradicts 6ND
     d = d if d is not None else c / (FLOPS_PER_PARAM_TOKEN * n)  # type: ignore[operator]
     c = c if c is not None else FLOPS_PER_PARAM_TOKEN * n * d
     seed = row.get("seed")
@@ -265,15 +332,12 @@ def _trial(row: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
         if not f.is_integer():
             raise ValueError(f"seed {seed!r} is not an integer")
         seed = int(f)
-    variant = row.get("variant")
-    variant = DEFAULT_VARIANT if variant is None or str(variant).strip() == "" else str(variant)
     budget = _positive(row, "budget")
-    size = row.get("size")
-    name = row.get("name")
+    name = text(row.get("name"), "name")
     return {
-        "name": str(name) if name not in (None, "") else f"{path.name}:{where}",
-        "variant": variant.strip(),
-        "size": None if size in (None, "") else str(size).strip(),
+        "name": name or f"{path.name}:{where}",
+        "variant": text(row.get("variant"), "variant") or DEFAULT_VARIANT,
+        "size": text(row.get("size"), "size"),
         "status": Status.FINISHED,
         "n_params": round(n),
         "tokens": round(d),
@@ -336,7 +400,7 @@ def _number_duplicates(rows: list[dict[str, Any]]) -> None:
 
 def _write(
     sweep: str, path: Path, rows: list[dict[str, Any]], ignored: tuple[str, ...],
-    root: Path | None,
+    root: Path | None, notes: tuple[str, ...],
 ) -> ImportResult:  # fmt: skip
     import pyarrow as pa
 
@@ -359,7 +423,8 @@ def _write(
     if store.read_table(store.CURVES, sweep, root) is None:  # plots read it: no curves
         empty = pa.Table.from_pylist([], store.curves_schema())
         store.write_table(store.CURVES, sweep, empty, root)
-    return ImportResult(sweep, path, len(rows), replaced, len(kept), ignored, trials_path)
+    return ImportResult(sweep, path, len(rows), replaced, len(kept), ignored, trials_path,
+                        notes)  # fmt: skip
 
 
 def imported_only(sweep: str, root: Path | None = None) -> bool:

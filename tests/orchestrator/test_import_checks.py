@@ -1,14 +1,20 @@
 """`results import` questions what it reads: size labels a person can read (N grouped to 3
 significant figures, even across a rounding boundary; a file's own labels kept) and plots
-drawn per size."""
+drawn per size; text that is not UTF-8 refused in one line that says where; identical rows
+refused unless `--duplicates` says what they are; flops that contradict 6·N·D refused at
+their line; a folder refused as a folder."""
 
 from __future__ import annotations
 
+import codecs
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
 
-from scalelab.analysis.results import store
+from scalelab.analysis.results import ResultsError, store
 from scalelab.analysis.results.imports import import_file
 
 LADDER = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "chinchilla_ladder.csv"
@@ -25,6 +31,13 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _trials(sweep: str) -> list[dict]:
     return store.read_table(store.TRIALS, sweep).to_pylist()
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    from scalelab.cli.main import app
+
+    res = CliRunner().invoke(app, ["results", "import", *args])
+    return res.exit_code, res.output
 
 
 # -- size labels ----------------------------------------------------------------------------
@@ -70,3 +83,111 @@ def test_loss_vs_params_draws_one_point_per_size(home: Path):
     rows = _trials("chin")
     smallest = [r["final_val_loss"] for r in rows if r["size"] == "57.3M"]
     assert y[0] == min(smallest)
+
+
+# -- encodings and paths --------------------------------------------------------------------
+
+
+def test_text_not_utf8_is_refused_in_one_line_that_says_where(home: Path, tmp_path: Path):
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes((HEADER + "1e8,2e9,3.1,dense\n2e8,2e9,3.0,dénse\n").encode("latin-1"))
+    with pytest.raises(ResultsError) as e:
+        import_file(latin, "enc")
+    assert (
+        str(e.value)
+        == f"{latin}:3: byte 0xe9 at byte 14 of the line is not UTF-8: save the file as UTF-8"
+    )
+    text = HEADER + "".join(f"{n}e8,2e9,3.1,dense\n" for n in range(1, 30))
+    for codec, name in (("utf-16", "UTF-16"), ("utf-16-le", "UTF-16"), ("utf-32", "UTF-32")):
+        wide = tmp_path / f"{codec}.csv"
+        wide.write_bytes(text.encode(codec))
+        code, out = _cli(str(wide), "--sweep", "enc")
+        assert code == 2 and out.strip() == f"error: {wide}: {name} text: save it as UTF-8", out
+    lines = tmp_path / "latin.jsonl"
+    lines.write_bytes('{"N": 1e8, "D": 2e9, "loss": 3.1, "variant": "dénse"}\n'.encode("latin-1"))
+    code, out = _cli(str(lines), "--sweep", "enc")
+    assert code == 2 and "Traceback" not in out and f"{lines}:1: byte 0xe9" in out
+    assert store.read_table(store.TRIALS, "enc") is None
+
+
+def test_utf8_with_a_bom_and_utf8_bytes_in_parquet_are_read(home: Path, tmp_path: Path):
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(codecs.BOM_UTF8 + (HEADER + "1e8,2e9,3.1,dénse\n").encode())
+    import_file(bom, "bom")
+    assert [r["variant"] for r in _trials("bom")] == ["dénse"]
+    table = tmp_path / "bytes.parquet"
+    binary = pa.array([b"dense", b"hadamard"], pa.binary())
+    pq.write_table(pa.table({"N": [1e8, 1e8], "D": [2e9, 2e9], "loss": [3.1, 3.0],
+                             "variant": binary}), table)  # fmt: skip
+    import_file(table, "bytes")
+    assert sorted(r["variant"] for r in _trials("bytes")) == ["dense", "hadamard"]
+    pq.write_table(pa.table({"N": [1e8, 1e8], "D": [2e9, 2e9], "loss": [3.1, 3.0],
+                             "variant": pa.array([b"dense", b"d\xe9nse"])}), table)  # fmt: skip
+    with pytest.raises(ResultsError, match=rf"{table}:row 2: variant b'd\\xe9nse' is not UTF-8"):
+        import_file(table, "bytes")
+
+
+def test_a_folder_is_refused_as_a_folder(home: Path, tmp_path: Path):
+    folder = tmp_path / "x.csv"
+    folder.mkdir()
+    with pytest.raises(ResultsError, match=f"^{folder}: a folder, not a file"):
+        import_file(folder, "dir")
+    with pytest.raises(ResultsError, match="no such file"):
+        import_file(tmp_path / "missing.csv", "dir")
+
+
+# -- duplicates -----------------------------------------------------------------------------
+
+
+def test_identical_rows_are_refused_unless_told_to_merge_or_keep(home: Path, tmp_path: Path):
+    csv = tmp_path / "dup.csv"
+    row, other = "1e8,2e9,3.1,dense\n", "2e8,2e9,3.0,dense\n"
+    csv.write_text(HEADER + row + other + row + other + row)
+    code, out = _cli(str(csv), "--sweep", "dup")
+    assert code == 2, out
+    assert f"{csv}:4: the same as line 2 in every field read" in out
+    assert f"{csv}:5: the same as line 3 in every field read" in out
+    assert f"{csv}:6: the same as line 2 in every field read" in out
+    assert "--duplicates merge" in out and store.read_table(store.TRIALS, "dup") is None
+    code, out = _cli(str(csv), "--sweep", "dup", "--duplicates", "merge")
+    assert code == 0 and "imported 2 trials" in out and "3 repeated row(s) merged" in out, out
+    assert sorted(r["name"] for r in _trials("dup")) == ["dup.csv:2", "dup.csv:3"]
+    code, out = _cli(str(csv), "--sweep", "dup", "--duplicates", "keep")
+    assert code == 0 and "imported 5 trials" in out and "3 repeated row(s) kept" in out, out
+    assert len({r["trial_id"] for r in _trials("dup")}) == 5
+    seeded = tmp_path / "seeds.jsonl"  # differing in one field read: not duplicates
+    seeded.write_text('{"N": 1e8, "C": 1e18, "loss": 3, "seed": 0}\n'
+                      '{"N": 1e8, "C": 1e18, "loss": 3, "seed": 1}\n'
+                      '{"N": 1e8, "C": 1e18, "loss": 3, "seed": 1}\n')  # fmt: skip
+    with pytest.raises(ResultsError, match=f"{seeded}:3: the same as line 2"):
+        import_file(seeded, "dup")
+    table = tmp_path / "dup.parquet"
+    pq.write_table(pa.table({"N": [1e8, 1e8], "C": [1e18, 1e18], "loss": [3.0, 3.0]}), table)
+    with pytest.raises(ResultsError, match=f"{table}:row 2: the same as row 1"):
+        import_file(table, "dup")
+
+
+# -- compute against 6ND --------------------------------------------------------------------
+
+
+def test_flops_that_contradict_6nd_are_refused_at_their_line(home: Path, tmp_path: Path):
+    csv = tmp_path / "flops.csv"
+    csv.write_text(
+        "N,tokens,flops,loss\n"
+        "1e8,2e9,1.2e18,3.1\n"  # 6ND exactly
+        "1e8,4e9,4.0e18,3.0\n"  # 6ND = 2.4e18: 1.67x, attention counted at a small size
+        "1e8,8e9,1.6e18,2.9\n"  # forward only: 2ND, 1/3 of 6ND
+        "1e8,1.6e10,9.6e21,2.8\n"  # 1000x: another unit
+    )
+    with pytest.raises(ResultsError) as e:
+        import_file(csv, "flops")
+    assert str(e.value).splitlines()[1:] == [
+        f"{csv}:4: flops 1.6e+18 is 0.333x 6·N·D (4.8e+18): more than 2x apart; "
+        "drop the flops or the tokens column to derive one from the other",
+        f"{csv}:5: flops 9.6e+21 is 1000x 6·N·D (9.6e+18): more than 2x apart; "
+        "drop the flops or the tokens column to derive one from the other",
+    ]
+    csv.write_text("N,tokens,flops,loss\n1e8,2e9,1.2e18,3.1\n1e8,4e9,4.0e18,3.0\n")
+    result = import_file(csv, "flops")
+    assert "flops are 1x to 1.67x 6·N·D (kept as given)" in str(result)
+    assert sorted(r["flops"] for r in _trials("flops")) == [1.2e18, 4.0e18]
