@@ -227,15 +227,14 @@ def fit_cmd(
 ) -> None:
     """Scaling laws per variant, the compute-equivalent gain vs the baseline with bootstrap
     intervals, per-size differences, and the compute-optimal allocation at --budget."""
-    from scalelab.analysis.results.fit import fit_sweep
     from scalelab.analysis.results.render import rich_tables
 
     options = fit_options(budget, huber_delta, holdout_flops, isoflop_bin_width)
 
     def run():  # noqa: ANN202
         synced(sweep, tracking_uri)
-        return fit_sweep(sweep, baseline=baseline, loss=loss, n_resamples=resamples,
-                         exclude_outliers=exclude_outliers, where=where, **options)  # fmt: skip
+        return _fit(sweep, where, baseline=baseline, loss=loss, n_resamples=resamples,
+                    exclude_outliers=exclude_outliers, **options)  # fmt: skip
 
     fit = guard(run)
     if as_json:
@@ -247,18 +246,28 @@ def fit_cmd(
         console.print(f"[yellow]note:[/] {note}", highlight=False)
 
 
+def _fit(sweep: str, where: str | None, **options: object):  # noqa: ANN202
+    """fit_sweep on the trials `where` keeps, each literal compared in its column's own type
+    (query.trials_where: `tokens >= 1e9` on an int64 column)."""
+    from scalelab.analysis.results.fit import fit_table
+    from scalelab.analysis.results.query import trials_where
+
+    fit = fit_table(trials_where(sweep, where), sweep, **options)
+    fit.where = where
+    return fit
+
+
 def _fit_and_plot(sweep: str, baseline: str, resamples: int, tracking_uri: str | None,
-                  **options: object):  # noqa: ANN202  # fmt: skip
+                  where: str | None = None, **options: object):  # noqa: ANN202  # fmt: skip
     """Fit and plot; the plots go on the sweep's parent run when it has one (an imported
     sweep has none)."""
     from scalelab.analysis import plots
     from scalelab.analysis.results import sweep_dir
-    from scalelab.analysis.results.fit import fit_sweep
     from scalelab.analysis.results.imports import curves_of, parent_run
     from scalelab.contract import workdir
 
     synced(sweep, tracking_uri)
-    fit = fit_sweep(sweep, baseline=baseline, n_resamples=resamples, **options)
+    fit = _fit(sweep, where, baseline=baseline, n_resamples=resamples, **options)
     files = plots.make_plots(fit, curves_of(sweep), sweep_dir(sweep) / "plots")
     uri = tracking_uri or workdir.tracking_uri()
     logged = plots.log_plots(parent_run(sweep, uri), files, uri)

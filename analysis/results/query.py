@@ -3,6 +3,10 @@
 `--where` takes a small, safe expression language parsed with Python's `ast` (never
 evaluated): column comparisons (==, !=, <, <=, >, >=, chained), `in` / `not in` lists,
 `is None`, `and` / `or` / `not`, parentheses; literals are numbers, strings, True/False/None.
+Given the table's schema (`filter_table`), each literal is compared in its column's own
+type: exactly on integer columns beyond 2^24 and 2^53 (`tokens >= 1e9`), on float columns
+against integers a double cannot hold, as 0/1 on bool columns; text against a number is a
+clear error.
 
     variant == 'dense' and size in ['nano', 'micro']
     1e15 <= flops < 1e18 and not (tsa_lambda is None)
@@ -19,11 +23,13 @@ from __future__ import annotations
 
 import ast
 import math
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import store
 from .store import ResultsError
+from .where_types import typed as _typed
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -68,12 +74,29 @@ def _parse(text: str) -> ast.Expression:
         raise ResultsError(TOO_DEEP) from None
 
 
-def parse_where(text: str, columns: list[str]) -> pc.Expression:
-    """`text` -> a pyarrow compute expression over `columns` (ResultsError when invalid)."""
-    return _expr(_parse(text).body, text, columns)
+def parse_where(text: str, columns: Sequence[str] | pa.Schema) -> pc.Expression:
+    """`text` -> a pyarrow compute expression over `columns` (ResultsError when invalid).
+    With a schema, literals take their column's type (module doc); with names only, they
+    keep Python's (pyarrow then casts, and fails on int64 columns beyond 2^24)."""
+    return _expr(_parse(text).body, text, _Columns(columns))
 
 
-def _expr(node: ast.AST, text: str, columns: list[str], depth: int = 0) -> pc.Expression:
+class _Columns:
+    """The columns a --where may name, with their types when a schema gave them."""
+
+    def __init__(self, columns: Sequence[str] | pa.Schema) -> None:
+        names = list(columns.names if hasattr(columns, "names") else columns)
+        types = list(columns.types) if hasattr(columns, "types") else [None] * len(names)
+        self.types: dict[str, pa.DataType | None] = dict(zip(names, types, strict=True))
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.types
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.types)
+
+
+def _expr(node: ast.AST, text: str, columns: _Columns, depth: int = 0) -> pc.Expression:
     if depth > MAX_WHERE_DEPTH:
         raise ResultsError(TOO_DEEP)
     if isinstance(node, ast.BoolOp):
@@ -99,7 +122,7 @@ def _expr(node: ast.AST, text: str, columns: list[str], depth: int = 0) -> pc.Ex
     )
 
 
-def _field(node: ast.AST, text: str, columns: list[str]) -> pc.Expression:
+def _field(node: ast.AST, text: str, columns: _Columns) -> pc.Expression:
     import pyarrow.compute as pc
 
     if not isinstance(node, ast.Name):
@@ -134,17 +157,16 @@ def _literal(node: ast.AST, text: str) -> Any:
 
 
 def _compare(
-    left: ast.AST, op: ast.cmpop, right: ast.AST, text: str, columns: list[str]
+    left: ast.AST, op: ast.cmpop, right: ast.AST, text: str, columns: _Columns
 ) -> pc.Expression:
-    import pyarrow.compute as pc
-
     if isinstance(op, (ast.In, ast.NotIn)):
         if not isinstance(right, (ast.List, ast.Tuple, ast.Set)):
             raise ResultsError(
                 f"--where {text!r}: 'in' needs a list, e.g. size in ['nano', 'micro']"
             )
+        field = _field(left, text, columns)
         values = [_literal(v, text) for v in right.elts]
-        e = _field(left, text, columns).isin(values)
+        e = _typed(columns.types[left.id], left.id, text).isin(field, values)
         return ~e if isinstance(op, ast.NotIn) else e
     if isinstance(op, (ast.Is, ast.IsNot)):
         if _literal(right, text) is not None:
@@ -154,18 +176,18 @@ def _compare(
     if type(op) not in _COMPARE:
         raise ResultsError(f"--where {text!r}: unsupported operator {type(op).__name__}")
     func = _COMPARE[type(op)]
-    if isinstance(left, ast.Name):
-        return getattr(pc, func)(_field(left, text, columns), pc.scalar(_literal(right, text)))
-    # literal on the left (1e15 <= flops): flip the comparison
-    flipped = {
-        "less": "greater",
-        "less_equal": "greater_equal",
-        "greater": "less",
-        "greater_equal": "less_equal",
-    }
-    return getattr(pc, flipped.get(func, func))(
-        _field(right, text, columns), pc.scalar(_literal(left, text))
-    )
+    if not isinstance(left, ast.Name):  # a literal on the left (1e15 <= flops): flip it
+        left, right, func = right, left, _FLIPPED.get(func, func)
+    field = _field(left, text, columns)
+    return _typed(columns.types[left.id], left.id, text).compare(field, func, _literal(right, text))
+
+
+_FLIPPED = {
+    "less": "greater",
+    "less_equal": "greater_equal",
+    "greater": "less",
+    "greater_equal": "less_equal",
+}
 
 
 def parse_at(at: str) -> tuple[str, float | None]:
@@ -240,6 +262,17 @@ def load(sweep: str, kind: str = store.TRIALS, root: Path | None = None) -> pa.T
     return table
 
 
+def trials_where(sweep: str, where: str | None, root: Path | None = None) -> pa.Table:
+    """The sweep's trials that `where` keeps (all of them without one); ResultsError when
+    it keeps none."""
+    table = load(sweep, store.TRIALS, root)
+    if where:
+        table = filter_table(table, where)
+        if table.num_rows == 0:
+            raise ResultsError(f"--where {where!r}: no trial of sweep {sweep!r} matches")
+    return table
+
+
 def query(
     sweep: str,
     where: str | None = None,
@@ -268,7 +301,7 @@ def query(
             values = metric_at(curves, metric or DEFAULT_METRIC, at)
             result = result.join(values, "trial_id", join_type="left outer")
         if where:
-            result = _filter(result, where)
+            result = filter_table(result, where)
             if result.num_rows == 0:
                 _warn(f"--where {where!r} matches no trial")
         if "value" in result.column_names and result.num_rows:
@@ -306,10 +339,12 @@ def _warn_missing(missing: int, rows: int, metric: str | None, at: str) -> None:
     )
 
 
-def _filter(table: pa.Table, where: str) -> pa.Table:
+def filter_table(table: pa.Table, where: str) -> pa.Table:
+    """The rows of `table` that `where` keeps, each literal compared in its column's type
+    (module doc); ResultsError, in one line, when the filter cannot run."""
     import pyarrow as pa
 
-    expr = parse_where(where, table.column_names)
+    expr = parse_where(where, table.schema)
     try:
         return table.filter(expr)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
@@ -346,7 +381,7 @@ def _curves_rows(
         curves = curves.filter(pc.equal(curves["metric"], metric))
     for name in joined:
         curves = curves.append_column(name, _per_row(curves["trial_id"], trials, name))
-    return _filter(curves, where) if where else curves
+    return filter_table(curves, where) if where else curves
 
 
 def _per_row(trial_ids: pa.ChunkedArray, trials: pa.Table, column: str) -> pa.ChunkedArray:
