@@ -1,6 +1,6 @@
-"""The options `results fit` and `results report` share: which trials, the robust fit's
-Huber delta, the allocation's budgets, the backtest's holdout by compute, IsoFLOP bins
-(docs/results.md, "Fits")."""
+"""The options `results fit`, `report`, `plot` and `forecast` share: which trials, the
+robust fit's Huber delta, the allocation's budgets, the backtest's holdout by compute or
+parameters, IsoFLOP bins (docs/results.md, "Fits", "Forecasts")."""
 
 from __future__ import annotations
 
@@ -14,6 +14,13 @@ WHERE = typer.Option(
     "-w",
     help='Fit only these trials (results query\'s syntax), e.g. "tokens >= 1e9"',
 )
+FORECAST_WHERE = typer.Option(
+    None,
+    "--where",
+    "-w",
+    help="Forecast from only these trials (results query's syntax), chosen before the "
+    'target or hold-out, e.g. "tokens >= 1e9"',
+)
 BUDGETS = typer.Option(
     None, "--budget", help="Compute budgets (FLOPs) for N*(C), D*(C), e.g. 1e21,1e22 "
     "(default: the largest trial's FLOPs, 10x and 100x)",
@@ -26,6 +33,11 @@ HUBER = typer.Option(
 )
 HOLDOUT_FLOPS = typer.Option(
     None, "--holdout-above-flops", help="Backtest: hold out the trials above this compute (FLOPs)."
+)
+HOLDOUT_PARAMS = typer.Option(
+    None,
+    "--holdout-above-params",
+    help="Forecast the trials above this many parameters from the others",
 )
 ISO_BINS = typer.Option(
     None, "--isoflop-bin-width", help="IsoFLOP fits on the trials' real FLOPs, binned in bins "
@@ -46,9 +58,14 @@ def fit_options(
         budgets = parse_budgets(budget) if budget is not None else None
     except ValueError as e:
         raise fail(str(e)) from None
-    for name, value in (("--huber-delta", huber_delta), ("--holdout-above-flops", holdout_flops),
-                        ("--isoflop-bin-width", bin_width)):  # fmt: skip
-        if value is not None and not 0 < value < float("inf"):
-            raise fail(f"{name} {value}: expected a positive number")
+    positive(("--huber-delta", huber_delta), ("--holdout-above-flops", holdout_flops),
+             ("--isoflop-bin-width", bin_width))  # fmt: skip
     return {"budgets": budgets, "huber_delta": huber_delta, "holdout_flops": holdout_flops,
             "isoflop_bin_width": bin_width}  # fmt: skip
+
+
+def positive(*options: tuple[str, float | None]) -> None:
+    """Exit 2, in one line, on the first (name, value) given that is not a positive number."""
+    for name, value in options:
+        if value is not None and not 0 < value < float("inf"):
+            raise fail(f"{name} {value}: expected a positive number")

@@ -14,7 +14,17 @@ import typer
 from rich.console import Console
 
 from scalelab.cli.console import err, fail, stdout_console
-from scalelab.cli.fit_options import BUDGETS, HOLDOUT_FLOPS, HUBER, ISO_BINS, WHERE, fit_options
+from scalelab.cli.fit_options import (
+    BUDGETS,
+    FORECAST_WHERE,
+    HOLDOUT_FLOPS,
+    HOLDOUT_PARAMS,
+    HUBER,
+    ISO_BINS,
+    WHERE,
+    fit_options,
+    positive,
+)
 from scalelab.cli.results_common import guard, synced
 from scalelab.cli.wide_tables import print_table
 
@@ -279,10 +289,13 @@ def plot_cmd(
     sweep: str = SWEEP,
     baseline: str = BASELINE,
     resamples: int = RESAMPLES,
+    where: str | None = WHERE,
     tracking_uri: str | None = URI,
 ) -> None:
     """PNG plots into results/<sweep>/plots, attached to the sweep's MLflow parent run."""
-    _, files, logged, _ = guard(lambda: _fit_and_plot(sweep, baseline, resamples, tracking_uri))
+    _, files, logged, _ = guard(
+        lambda: _fit_and_plot(sweep, baseline, resamples, tracking_uri, where=where)
+    )
     for path in files.values():
         console.print(str(path), highlight=False)
     if logged:
@@ -311,7 +324,8 @@ def report_cmd(
         lambda: _fit_and_plot(sweep, baseline, resamples, tracking_uri, where=where, **options)
     )
     uri = "" if imported_only(sweep) else uri  # no MLflow record to point at
-    console.print(str(write_report(fit, files, sweep_dir(sweep), uri)), highlight=False)
+    report = guard(lambda: write_report(fit, files, sweep_dir(sweep), uri))
+    console.print(str(report), highlight=False)
 
 
 @app.command("summary")
@@ -349,6 +363,8 @@ def forecast_cmd(
         "--holdout-above-flops",
         help="Forecast the trials above this compute (FLOPs) from the others",
     ),  # fmt: skip
+    holdout_params: float | None = HOLDOUT_PARAMS,
+    where: str | None = FORECAST_WHERE,
     variant: str = typer.Option("dense", "--variant", "-v", help="The variant to forecast."),
     law: str = typer.Option("auto", "--law", help="auto | C (L(C)) | ND (Chinchilla's L(N, D))"),
     level: float = typer.Option(0.95, "--level", help="Level of the prediction interval."),
@@ -367,6 +383,7 @@ def forecast_cmd(
         raise fail(f"--law {law!r}: expected auto, C or ND")
     if not 0 < level < 1:
         raise fail(f"--level {level}: expected a number between 0 and 1")
+    positive(("--holdout-above-flops", holdout_flops), ("--holdout-above-params", holdout_params))
 
     def run():  # noqa: ANN202
         synced(sweep, tracking_uri)
@@ -377,8 +394,8 @@ def forecast_cmd(
             )
         return forecast_table(table, sweep, variant=variant, size=target, flops=flops,
                               holdout=holdout, loss=loss, law=law, level=level,
-                              exclude_outliers=exclude_outliers,
-                              holdout_flops=holdout_flops)  # fmt: skip
+                              exclude_outliers=exclude_outliers, holdout_flops=holdout_flops,
+                              holdout_params=holdout_params, where=where)  # fmt: skip
 
     result = guard(run)
     if as_json:

@@ -122,48 +122,66 @@ def forecast_table(
     level: float = 0.95,
     exclude_outliers: bool = False,
     holdout_flops: float | None = None,
+    holdout_params: float | None = None,
+    where: str | None = None,
 ) -> Forecast:
-    """A forecast (module doc) from the FINISHED trials with a finite loss in `table`;
-    exactly one of size, flops, holdout and holdout_flops (the trials above this compute
-    held out, the law through the rest). exclude_outliers: also the same forecast
-    refitted without the points its check flags (`without_outliers`)."""
+    """A forecast (module doc) from the FINISHED trials with a finite loss in `table` that
+    `where` keeps (`results query`'s filter, before any target or hold-out is chosen);
+    exactly one of size, flops, holdout, holdout_flops and holdout_params (the trials above
+    this compute, or this many parameters, held out; the law through the rest).
+    exclude_outliers: also the same forecast refitted without the points its check flags
+    (`without_outliers`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if sum(x is not None for x in (size, flops, holdout, holdout_flops)) != 1:
+    given = (size, flops, holdout, holdout_flops, holdout_params)
+    if sum(x is not None for x in given) != 1:
         raise ResultsError(
             "forecast: give exactly one of --target SIZE, --flops C, --holdout SIZE, "
-            "--holdout-above-flops C"
+            "--holdout-above-flops C, --holdout-above-params N"
         )
+    from .query import filter_table
     from .usable import usable_trials
 
+    if where:
+        table = filter_table(table, where)
+        if table.num_rows == 0:
+            raise ResultsError(f"forecast: --where {where!r}: no trial of {sweep!r} matches")
     rows = usable_trials(table, loss, [])
     rows = rows.filter(pc.equal(rows["variant"], variant))
     if rows.num_rows == 0:
         raise ResultsError(f"forecast: no finished trials of variant {variant!r} in {sweep!r}")
-    where = (size, flops, holdout, holdout_flops)
-    first = _forecast_rows(rows, sweep, variant, where, loss, law, level)
+    above = ("flops", holdout_flops) if holdout_flops is not None else None
+    above = ("n_params", holdout_params) if holdout_params is not None else above
+    goal = (size, flops, holdout, above)
+    first = _forecast_rows(rows, sweep, variant, goal, loss, law, level)
     # an L(C) point is a cell: its label lists the cell's trials
     flagged = {t for o in first.law.check.outliers for t in o.label.split(", ")}
     if exclude_outliers and flagged:
         ids = np.array([str(t) for t in rows["trial_id"].to_pylist()])
         rest = rows.filter(pa.array(~np.isin(ids, sorted(flagged))))
-        again = _forecast_rows(rest, sweep, variant, where, loss, law, level)
+        again = _forecast_rows(rest, sweep, variant, goal, loss, law, level)
         again.notes.insert(0, f"refitted without {len(flagged)} flagged point(s): "
                               + ", ".join(sorted(flagged)))  # fmt: skip
         return replace(first, without_outliers=again)
     return first
 
 
+# the columns a hold-out above a threshold can go by: their option and unit, in words
+ABOVE = {"flops": ("--holdout-above-flops", "FLOPs"),
+         "n_params": ("--holdout-above-params", "parameters")}  # fmt: skip
+
+
 def _forecast_rows(
     rows: pa.Table, sweep: str, variant: str,
-    where: tuple[str | None, float | None, str | None, float | None],
+    goal: tuple[str | None, float | None, str | None, tuple[str, float] | None],
     loss: str, law: str, level: float,
 ) -> Forecast:  # fmt: skip
-    """The forecast at `where`: (size, flops, holdout, holdout_flops), exactly one given."""
+    """The forecast of `goal`: (size, flops, holdout, (column, threshold) to hold out the
+    trials above), exactly one given."""
     from scalelab.analysis.scaling import ScalingError, pareto_frontier
 
-    size, flops, holdout, holdout_flops = where
+    size, flops, holdout, above = goal
     n, d, c, y = (_col(rows, k) for k in ("n_params", "tokens", "flops", loss))
     sizes = np.array(rows["size"].to_pylist())
     notes: list[str] = []
@@ -189,9 +207,9 @@ def _forecast_rows(
                 Target(f"{holdout} @ {d[i]:.3g} tokens", n[i], d[i], c[i], y[i]) for i in held
             ]
             on = f"{', '.join(smaller)} ({int(train.sum())} trials)"
-        elif holdout_flops is not None:
-            fitted, targets, on = _above(rows, holdout_flops, loss, law, level)
-            holdout = f"runs above {holdout_flops:.3g} FLOPs"
+        elif above is not None:
+            fitted, targets, on = _above(rows, *above, loss, law, level)
+            holdout = f"runs above {above[1]:.3g} {ABOVE[above[0]][1]}"
         elif size is not None:
             if any(c is None for c in rows["config"].to_pylist()):
                 raise ResultsError(
@@ -224,29 +242,31 @@ def _forecast_rows(
 
 
 def _above(
-    rows: pa.Table, threshold: float, loss: str, law: str, level: float
+    rows: pa.Table, column: str, threshold: float, loss: str, law: str, level: float
 ) -> tuple[ForecastLaw, list[Target], str]:
-    """The law through the trials at or below `threshold` FLOPs; those above, the targets."""
-    n, d, c, y = (_col(rows, k) for k in ("n_params", "tokens", "flops", loss))
+    """The law through the trials whose `column` (an ABOVE key) is at or below `threshold`;
+    those above, the targets (in the column's order)."""
+    n, d, c, y, x = (_col(rows, k) for k in ("n_params", "tokens", "flops", loss, column))
+    option, unit = ABOVE[column]
     sizes = rows["size"].to_pylist()
-    train = c <= threshold
+    train = x <= threshold
     held = np.flatnonzero(~train)
     if held.size == 0:
         raise ResultsError(
-            f"forecast: --holdout-above-flops {threshold:.3g}: no trial above it "
-            f"(the largest has {c.max():.3g} FLOPs)"
+            f"forecast: {option} {threshold:.3g}: no trial above it "
+            f"(the largest has {x.max():.3g} {unit})"
         )
     if np.unique(n[train]).size < 2:
         raise ResultsError(
-            f"forecast: --holdout-above-flops {threshold:.3g}: needs 2 or more sizes at or "
+            f"forecast: {option} {threshold:.3g}: needs 2 or more sizes at or "
             f"below it to fit a law, got {np.unique(n[train]).size}"
         )
-    held = held[np.argsort(c[held], kind="stable")]
+    held = held[np.lexsort((c[held], x[held]))]
     targets = [
         Target(f"{sizes[i]} @ {d[i]:.3g} tokens ({c[i]:.3g} FLOPs)", n[i], d[i], c[i], y[i])
         for i in held
     ]
-    on = f"the {int(train.sum())} trials at or below {threshold:.3g} FLOPs"
+    on = f"the {int(train.sum())} trials at or below {threshold:.3g} {unit}"
     return _fit_cells(rows, train, loss, law, level), targets, on
 
 
