@@ -14,7 +14,10 @@ Checks on a law L(C) fitted to points (C_i, L_i):
 - points off the law: a standardised residual r_i / s beyond 4 (s the robust scale,
   robust.py), or, for L(N, D), a point whose removal moves a constant outside its 95%
   interval (influence, by leave-one-out refits warm-started from the fit); each listed by
-  its trial's label;
+  its trial's label. Beyond EXACT_INFLUENCE points, n refits of n points (O(n^2)) give
+  way to a screen: the one Newton step without each point (O(n p^2), by Sherman-Morrison,
+  refine.leave_one_out_steps), and the exact refit only of the points whose step, taken
+  SCREEN times, leaves an interval (docs/scaling.md, "At scale");
 - an interval spanning more than an order of magnitude (high / low > 10) for any positive
   constant, for every law (least-squares t intervals or a bootstrap's percentile ones);
 - the points steepen with compute: a parabola in log-log (log L against log C) through
@@ -32,9 +35,12 @@ from typing import Any
 import numpy as np
 
 from .objective import alpha_on_bound, on_lower_bound_E
-from .robust import OUTLIER_Z, SCALE_FLOOR, _robust_scale, raw_theta, stack_fit
+from .refine import BATCH_ROWS, leave_one_out_steps, predict_and_jacobian, refine
+from .robust import OUTLIER_Z, SCALE_FLOOR, _robust_scale, raw_theta
 
 _AT_LOWEST = 0.999  # E at or above this share of the lowest loss: on its upper bound
+EXACT_INFLUENCE = 500  # up to this many points, every leave-one-out refit is made
+SCREEN = 4.0  # beyond, only the points whose one-step move x SCREEN leaves an interval
 
 
 @dataclass(frozen=True)
@@ -204,30 +210,81 @@ _MOVABLE = ("E", "A", "B", "alpha", "beta")
 def _influence(
     point: Any, n: np.ndarray, d: np.ndarray, y: np.ndarray, intervals: Mapping[str, Any]
 ) -> dict[int, str]:
-    """Points whose removal moves a constant outside its interval: every leave-one-out
-    refit at once, warm-started from the fit (refine.py)."""
+    """Points whose removal moves a constant outside its interval: the leave-one-out refits,
+    warm-started from the fit (refine.py), of every point up to EXACT_INFLUENCE points, and
+    beyond that of the points the one-step screen picks (module doc)."""
     if y.size <= 7:
         return {}
-    p = 5 if point.has_E else 4
-    mask = ~np.eye(y.size, dtype=bool)
-    rep = np.broadcast_to
-    stack = stack_fit(rep(n, mask.shape), rep(d, mask.shape), rep(y, mask.shape),
-                      rep(raw_theta(point), (y.size, p)), has_E=point.has_E, mask=mask)  # fmt: skip
-    o = p - 4
-    theta = stack.theta.copy()
-    theta[:, o : o + 2] += theta[:, o + 2 :] * stack.shift  # uncentre
-    values = {"A": np.exp(theta[:, o]), "B": np.exp(theta[:, o + 1]),
-              "alpha": theta[:, o + 2], "beta": theta[:, o + 3]}  # fmt: skip
-    if point.has_E:
-        values["E"] = np.exp(theta[:, 0])
+    rows = np.arange(y.size) if y.size <= EXACT_INFLUENCE else _screen(point, n, d, y, intervals)
+    values = _without_each(point, n, d, y, rows)
     base = point.values()
     out = {}
-    for i in range(y.size):
-        moved = [f"{k} {base[k]:.3g} -> {v[i]:.3g}" for k, v in values.items()
-                 if k in intervals and v[i] not in intervals[k]]  # fmt: skip
+    for j, i in enumerate(rows):
+        moved = [f"{k} {base[k]:.3g} -> {v[j]:.3g}" for k, v in values.items()
+                 if k in intervals and v[j] not in intervals[k]]  # fmt: skip
         if moved:
-            out[i] = ", ".join(moved)
+            out[int(i)] = ", ".join(moved)
     return out
+
+
+def _constants(theta: np.ndarray, shift: np.ndarray, has_E: bool) -> dict[str, np.ndarray]:
+    """E, A, B, alpha, beta of centred theta (B, p) with its centring shift (B, 2)."""
+    o = 1 if has_E else 0
+    theta = theta.copy()
+    theta[:, o : o + 2] += theta[:, o + 2 :] * shift  # uncentre
+    values = {"A": np.exp(theta[:, o]), "B": np.exp(theta[:, o + 1]),
+              "alpha": theta[:, o + 2], "beta": theta[:, o + 3]}  # fmt: skip
+    if has_E:
+        values["E"] = np.exp(theta[:, 0])
+    return values
+
+
+def _without_each(
+    point: Any, n: np.ndarray, d: np.ndarray, y: np.ndarray, rows: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The constants refitted without each of `rows` in turn, a batch of refits at a time
+    (memory O(batch x n), not O(n^2)); the same arithmetic as robust.stack_fit's."""
+    o = 1 if point.has_E else 0
+    log_x = np.stack([np.log(n), np.log(d)], axis=-1)
+    per = max(1, BATCH_ROWS // y.size)
+    parts: list[dict[str, np.ndarray]] = []
+    for lo in range(0, rows.size, per):
+        left = rows[lo : lo + per]
+        mask = np.ones((left.size, y.size), bool)
+        mask[np.arange(left.size), left] = False
+        lx = np.broadcast_to(log_x, mask.shape + (2,))
+        shift = (lx * mask[..., None]).sum(axis=1) / mask.sum(axis=1)[:, None]
+        theta = np.tile(raw_theta(point), (left.size, 1))
+        theta[:, o : o + 2] -= theta[:, o + 2 :] * shift  # centre (objective.centre)
+        y_rep = np.broadcast_to(np.log(y), mask.shape)
+        theta = refine(lx - shift[:, None, :], y_rep, mask, theta, has_E=point.has_E)
+        parts.append(_constants(theta, shift, point.has_E))
+    names = parts[0].keys() if parts else ()
+    return {k: np.concatenate([part[k] for part in parts]) for k in names}
+
+
+def _screen(
+    point: Any, n: np.ndarray, d: np.ndarray, y: np.ndarray, intervals: Mapping[str, Any]
+) -> np.ndarray:
+    """The points worth an exact leave-one-out refit: those whose one-step move
+    (refine.leave_one_out_steps), SCREEN times over, takes a constant outside its
+    interval."""
+    log_x = np.stack([np.log(n), np.log(d)], axis=-1)
+    shift = log_x.mean(axis=0)
+    theta = raw_theta(point)
+    o = 1 if point.has_E else 0
+    theta[o : o + 2] -= theta[o + 2 :] * shift
+    pred, jac = predict_and_jacobian((log_x - shift)[None], theta[None], point.has_E)
+    steps = leave_one_out_steps(pred[0] - np.log(y), jac[0])
+    with np.errstate(over="ignore"):  # a step the others cannot absorb: picked below
+        far = _constants(theta + SCREEN * np.nan_to_num(steps, posinf=1e6, neginf=-1e6),
+                         np.broadcast_to(shift, (y.size, 2)), point.has_E)  # fmt: skip
+    picked = ~np.isfinite(steps).all(axis=1)
+    for k, v in far.items():
+        if k in intervals:
+            iv = intervals[k]
+            picked |= ~((iv.low <= v) & (v <= iv.high))
+    return np.flatnonzero(picked)
 
 
 def _standardised(log_residuals: np.ndarray, p: int) -> np.ndarray:
