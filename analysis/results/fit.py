@@ -196,8 +196,7 @@ def fit_table(
     elif len(set(used.filter(_eq(used, "variant", baseline))["size"].to_pylist())) >= 3:
         from .forecast import forecast_table
 
-        base_rows = used.filter(_eq(used, "variant", baseline))
-        largest = max(set(base_rows["size"].to_pylist()), key=lambda s: _n_of(base_rows, s))
+        largest = _largest_size(used.filter(_eq(used, "variant", baseline)))
         fit.backtest = attempt(
             f"backtest on {largest}",
             lambda: forecast_table(used, sweep, variant=baseline, holdout=largest, loss=loss,
@@ -217,8 +216,9 @@ def _fit_variant(
     binned `bin_width` decades wide)."""
     from functools import partial
 
-    from scalelab.analysis.scaling import bootstrap, fit_chinchilla, pareto_frontier
+    from scalelab.analysis.scaling import pareto_frontier
     from scalelab.analysis.scaling.checks import check_chinchilla, check_power_law
+    from scalelab.analysis.scaling.chinchilla import bootstrap_chinchilla
     from scalelab.analysis.scaling.lsq import lsq_power_law
 
     c, y = _col(rows, "flops"), _col(rows, fit.loss)
@@ -239,11 +239,11 @@ def _fit_variant(
             fit.law_checks[v] = check_power_law(law, c[front], y[front], labels=labels)
     n, d = _col(rows, "n_params"), _col(rows, "tokens")
     rich = np.unique(n).size >= 3 and np.unique(d).size >= 3 and rows.num_rows >= 6
-    robust = partial(fit_chinchilla, delta=fit.huber_delta)
+    robust = partial(bootstrap_chinchilla, delta=fit.huber_delta)
     if boot_opts is not None and rich:
         ch = attempt(
             f"Chinchilla L(N, D) of {v}",
-            lambda: bootstrap(robust, n, d, y, **boot_opts),
+            lambda: robust(n, d, y, **boot_opts),
         )
         if ch is not None:
             fit.chinchilla[v] = ch
@@ -254,7 +254,7 @@ def _fit_variant(
                 name = f"{v} without outliers"
                 clean = attempt(
                     f"Chinchilla L(N, D) of {name}",
-                    lambda: bootstrap(robust, n[keep], d[keep], y[keep], **boot_opts),
+                    lambda: robust(n[keep], d[keep], y[keep], **boot_opts),
                 )
                 if clean is not None:
                     fit.chinchilla[name] = clean
@@ -375,9 +375,13 @@ def _compare(
     fit.cells = cells or []
 
 
-def _n_of(table: pa.Table, size: str) -> float:
-    rows = table.filter(_eq(table, "size", size))
-    return float(_col(rows, "n_params").min())
+def _largest_size(table: pa.Table) -> str:
+    """The size label whose smallest N is largest (one pass, not a filter per size)."""
+    sizes, which = np.unique(np.array(table["size"].to_pylist(), dtype=object).astype(str),
+                             return_inverse=True)  # fmt: skip
+    smallest = np.full(sizes.size, np.inf)
+    np.minimum.at(smallest, which, _col(table, "n_params"))
+    return str(sizes[int(np.argmax(smallest))])
 
 
 def _eq(table: pa.Table, column: str, value: str) -> Any:

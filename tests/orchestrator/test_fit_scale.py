@@ -6,13 +6,18 @@ square of the rows or with the number of resamples. Memory is measured with trac
 
 from __future__ import annotations
 
+import importlib
+import itertools
 import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pytest
+from synthetic_ladder import as_trials
 
-from scalelab.analysis.scaling import ChinchillaFit, fit_chinchilla
+from scalelab.analysis.scaling import ChinchillaFit, bootstrap, fit_chinchilla
 from scalelab.analysis.scaling.checks import check_chinchilla
 from scalelab.analysis.scaling.robust import raw_theta, robust_law, stack_fit
 
@@ -86,3 +91,80 @@ def test_influence_on_1501_points_stays_in_memory_linear_in_the_points():
     # the move is real: the law refitted without that run leaves E's interval
     rest = fit_chinchilla(n[:-1], d[:-1], y[:-1], start=law.fit)
     assert rest.E not in law.intervals(0.95)["E"]
+
+
+def test_grid_search_on_many_rows_lands_where_the_full_search_does():
+    """2,500 rows (over chinchilla.GRID_ROWS): the grid and its starts on a subsample, the
+    last descent on every row, give the optimum of the grid and starts on every row."""
+    from scalelab.analysis.scaling.objective import LogLaw, centre, minimise, uncentre
+
+    chinchilla = importlib.import_module("scalelab.analysis.scaling.chinchilla")
+    n, d, y = curves(50, 50)
+    fit = fit_chinchilla(n, d, y)
+    log_x = np.log(np.column_stack([n, d]))
+    shift = log_x.mean(axis=0)
+    grid = np.array(list(itertools.product(*chinchilla._GRID.values())))
+    theta, _ = minimise(LogLaw(log_x - shift, np.log(y)), centre(grid, shift))
+    full = dict(zip(("E", "A", "B", "alpha", "beta"), uncentre(theta, shift), strict=True))
+    full.update(E=np.exp(full["E"]), A=np.exp(full["A"]), B=np.exp(full["B"]))
+    for k, v in full.items():
+        assert getattr(fit, k) == pytest.approx(v, rel=1e-5), k
+
+
+def test_fit_chinchilla_on_20000_rows_searches_its_grid_in_bounded_memory():
+    """The grid of 6,480 starts was evaluated 512 at a time on every row: (512, n, 3)
+    arrays, 245 MB each at 20,000 rows (GBs at 100,000: the 5.1 GB of the issue)."""
+    n, d, y = curves(200, 100)
+    fit, peak = peak_mb(lambda: fit_chinchilla(n, d, y))
+    assert peak < 64, f"{peak:.0f} MiB"
+    again = fit_chinchilla(n, d, y, start=fit)  # an optimum: a descent from it stays
+    assert np.allclose(list(again.values().values()), list(fit.values().values()), rtol=1e-6)
+    assert abs(fit.alpha - LAW.alpha) < 0.01 and abs(fit.beta - LAW.beta) < 0.01
+
+
+def test_linearised_bootstrap_agrees_draw_by_draw_with_refitting_each_resample():
+    """1,500 rows (over bootstrap.EXACT_ROWS): each resample refit as the linearised law
+    (the same resamples: no strata) against L-BFGS-B on each resample's rows."""
+    from scalelab.analysis.scaling.chinchilla import bootstrap_chinchilla
+
+    n, d, y = curves(30, 50)
+    fast = bootstrap_chinchilla(n, d, y, n_resamples=60, seed=3)
+    exact = bootstrap(fit_chinchilla, n, d, y, n_resamples=60, seed=3)
+    assert fast.point == exact.point and fast.n_failed == exact.n_failed == 0
+    for k in ("E", "A", "B", "alpha", "beta", "a", "b", "G"):
+        a, b = exact.samples[k], fast.samples[k]
+        assert np.sqrt(np.mean((a - b) ** 2)) < 0.1 * a.std(), k  # measured: 0.5-7%
+        width = exact[k].high - exact[k].low
+        assert abs(fast[k].low - exact[k].low) < 0.05 * width, k
+        assert abs(fast[k].high - exact[k].high) < 0.05 * width, k
+
+
+def test_bootstrap_of_20000_rows_never_holds_every_resample_at_once():
+    """1,000 resamples of 20,000 rows: the (1000, 20000) index array of the row bootstrap
+    alone is 160 MB, and a copy of the rows per resample fed L-BFGS-B."""
+    from scalelab.analysis.scaling.chinchilla import bootstrap_chinchilla
+
+    n, d, y = curves(200, 100)
+    boot, peak = peak_mb(lambda: bootstrap_chinchilla(n, d, y, n_resamples=1000))
+    assert peak < 64, f"{peak:.0f} MiB"
+    assert boot.n_failed == 0 and all(s.size == 1000 for s in boot.samples.values())
+    for k in ("alpha", "beta"):  # tight, and about the truth (within ~4 standard errors)
+        iv, width = boot[k], boot[k].high - boot[k].low
+        assert width < 0.02 and abs(iv.estimate - getattr(LAW, k)) < 2 * width
+
+
+def test_fit_of_3000_curve_points_stays_in_bounded_memory():
+    """`results fit`'s fit_table on every curve point of 30 runs (3,000 rows): the laws,
+    the bootstrap, the checks and the backtest, in memory far below the n^2 the influence
+    check once took (3,000^2 x 5 floats = 360 MB for one of its arrays)."""
+    from scalelab.analysis.results.fit import fit_table
+
+    n, d, y = curves(30, 100)
+    sizes = np.array([f"s{i}" for i in np.unique(n, return_inverse=True)[1]])
+    table = as_trials(pa.table({"variant": ["dense"] * y.size, "size": sizes, "tokens": d,
+                                "seed": [0] * y.size, "n_params": n, "flops": 6 * n * d,
+                                "final_loss": y}))  # fmt: skip
+    fit, peak = peak_mb(lambda: fit_table(table, "curves", n_resamples=200))
+    assert peak < 200, f"{peak:.0f} MiB"
+    assert LAW.alpha in fit.chinchilla["dense"]["alpha"]
+    assert "dense" in fit.chinchilla_checks and fit.backtest is not None
