@@ -26,11 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from .bootstrap import Interval, bootstrap
+from .bootstrap import EXACT_ROWS, Bootstrap, Interval, bootstrap, linearised_bootstrap
 from .data import ScalingError, clean, column, has_column
-from .objective import LogLaw, centre, minimise, uncentre
+from .objective import HUBER_DELTA, LogLaw, centre, minimise, uncentre
 from .powerlaw import PowerLawFit, fit_power_law, pareto_frontier
-from .shift import fit_shift
+from .refine import Linearised
+from .shift import centred_theta, fit_shift, shift_jacobian, theta_bounds
 
 
 @dataclass(frozen=True, eq=False)
@@ -228,9 +229,12 @@ def compute_equivalent_gain(
     fit = functools.partial(
         _fit_pair, shared_E=shared_E, frontier=frontier, at_loss=at_loss, c_ref=c_ref, law=law
     )
-    boot = bootstrap(
-        fit, flops, loss, group, n_resamples=n_resamples, level=level, seed=seed, strata=group
-    )
+    options = {"n_resamples": n_resamples, "level": level, "seed": seed}
+    if law == "shift" and not frontier and loss.size > EXACT_ROWS:
+        boot = _linearised_shift(fit(flops, loss, group), flops, loss, group, c_ref, at_loss,
+                                 **options)  # fmt: skip
+    else:
+        boot = bootstrap(fit, flops, loss, group, strata=group, **options)
     point: PairFit = boot.point
     return Gain(
         variant=variant.name,
@@ -244,6 +248,38 @@ def compute_equivalent_gain(
         n_resamples=n_resamples,
         n_failed=boot.n_failed,
     )
+
+
+def _linearised_shift(
+    point: PairFit, flops: np.ndarray, loss: np.ndarray, group: np.ndarray, c_ref: float,
+    at_loss: float | None, **options: Any,
+) -> Bootstrap[PairFit]:  # fmt: skip
+    """The compute-shifted law's bootstrap beyond bootstrap.EXACT_ROWS trials: the same
+    resamples within each variant, each refit as the law linearised at `point`
+    (bootstrap.linearised_bootstrap; docs/scaling.md, "At scale")."""
+    x = np.log(flops)
+    shift = float(x.mean())  # fit_shift's centring
+    theta = centred_theta(point.baseline, point.multiplier, shift)
+    pred, jac = shift_jacobian(theta, x - shift, (group == 1).astype(float))
+    free = np.isfinite(theta)  # e = -inf: the law without E keeps no E
+    low, high = theta_bounds(loss)
+    law = Linearised(pred - np.log(loss), jac[:, free], HUBER_DELTA, (low - theta)[free],
+                     (high - theta)[free])  # fmt: skip
+    n_b, n_v = int((group == 0).sum()), int((group == 1).sum())
+    has_E, fallback = bool(free[0]), point.baseline.fallback
+
+    def values(step: np.ndarray) -> dict[str, float]:
+        t = theta.copy()
+        t[free] += step
+        e, a, alpha, log_m = t
+        E = float(np.exp(e)) if has_E else 0.0
+        A, m = float(np.exp(a + alpha * shift)), float(np.exp(log_m))
+        fb = PowerLawFit(E, A, float(alpha), n_b, has_E=has_E, fallback=fallback)
+        fv = PowerLawFit(E, A * m**alpha, float(alpha), n_v, has_E=has_E, fallback=fallback)
+        ref = float(fb.predict(c_ref)) if at_loss is None else at_loss
+        return PairFit(fb, fv, ref, m).values()
+
+    return linearised_bootstrap(point, law, values, strata=group, **options)
 
 
 def gains(

@@ -128,3 +128,30 @@ def shift_objective(
     gz = g * (1.0 - w0)
     grad = np.array([g @ w0, gz.sum(), -(gz @ u), alpha * (gz @ v)])
     return float(huber(r, HUBER_DELTA).mean() / HUBER_DELTA**2), grad
+
+
+def shift_jacobian(
+    theta: np.ndarray, x: np.ndarray, v: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """log L_hat (n,) and its derivative (n, 4) with respect to theta = [e, a, alpha, log m]
+    (shift_objective's law; e = -inf: the law without E, whose column is then 0)."""
+    e, a, alpha, log_m = theta
+    u = x - v * log_m
+    pred = np.logaddexp(e, a - alpha * u)
+    w0 = np.exp(e - pred)  # the share of E in L_hat
+    wz = 1.0 - w0
+    return pred, np.column_stack([w0, wz, -wz * u, alpha * wz * v])
+
+
+def centred_theta(baseline: PowerLawFit, m: float, shift: float) -> np.ndarray:
+    """[e, a, alpha, log m] of a fitted pair (fit_shift's parameters), for log C centred
+    on `shift`; e = -inf for the law without E."""
+    e = np.log(baseline.E) if baseline.has_E else -np.inf
+    a = np.log(baseline.A) - baseline.alpha * shift
+    return np.array([e, a, baseline.alpha, np.log(m)])
+
+
+def theta_bounds(loss: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """fit_shift's bounds on [e, a, alpha, log m]: E below the lowest loss."""
+    return (np.array([-np.inf, -np.inf, 0.0, -20.0]),
+            np.array([float(np.log(loss).min()), np.inf, 10.0, 20.0]))  # fmt: skip

@@ -6,6 +6,7 @@ square of the rows or with the number of resamples. Memory is measured with trac
 
 from __future__ import annotations
 
+import functools
 import importlib
 import itertools
 import tracemalloc
@@ -151,6 +152,28 @@ def test_bootstrap_of_20000_rows_never_holds_every_resample_at_once():
     for k in ("alpha", "beta"):  # tight, and about the truth (within ~4 standard errors)
         iv, width = boot[k], boot[k].high - boot[k].low
         assert width < 0.02 and abs(iv.estimate - getattr(LAW, k)) < 2 * width
+
+
+def test_unpaired_gain_beyond_the_exact_size_matches_refitting_each_resample():
+    """2 x 800 trials: the compute-shifted law's linearised resamples against L-BFGS-B
+    on each resample (the same draws: one batch holds them all)."""
+    gain = importlib.import_module("scalelab.analysis.scaling.gain")
+    rng = np.random.default_rng(0)
+    c = np.geomspace(1e17, 1e21, 800)
+    base = gain.Trials("dense", c, (1.8 + 300 * c**-0.15) * np.exp(rng.normal(0, 0.01, c.size)))
+    var = gain.Trials("other", c * 1.1,
+                      (1.8 + 300 * (c * 1.1 / 0.85) ** -0.15) * np.exp(rng.normal(0, 0.01, c.size)))  # fmt: skip
+    fast = gain.compute_equivalent_gain(var, base, n_resamples=200)
+    flops, loss = np.r_[base.flops, var.flops], np.r_[base.loss, var.loss]
+    group = np.r_[np.zeros(c.size, int), np.ones(c.size, int)]
+    fit = functools.partial(gain._fit_pair, shared_E=True, frontier=False, at_loss=None,
+                            c_ref=float(c.max()), law="shift")  # fmt: skip
+    exact = bootstrap(fit, flops, loss, group, n_resamples=200, strata=group)
+    assert fast.fit == exact.point or fast.multiplier.estimate == exact["multiplier"].estimate
+    width = exact["multiplier"].high - exact["multiplier"].low
+    assert abs(fast.multiplier.low - exact["multiplier"].low) < 0.05 * width
+    assert abs(fast.multiplier.high - exact["multiplier"].high) < 0.05 * width
+    assert 0.85 in fast.multiplier
 
 
 def test_fit_of_3000_curve_points_stays_in_bounded_memory():
