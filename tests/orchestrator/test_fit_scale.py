@@ -191,3 +191,20 @@ def test_fit_of_3000_curve_points_stays_in_bounded_memory():
     assert peak < 200, f"{peak:.0f} MiB"
     assert LAW.alpha in fit.chinchilla["dense"]["alpha"]
     assert "dense" in fit.chinchilla_checks and fit.backtest is not None
+
+
+@pytest.mark.parametrize("has_E", [True, False])
+def test_the_refits_law_and_jacobian_are_the_objectives_number_for_number(has_E: bool):
+    """refine.predict_and_jacobian (the batched refits' inner loop, written term by term
+    for speed) against objective.LogLaw, one problem at a time: equal, not close."""
+    from scalelab.analysis.scaling.objective import LogLaw
+    from scalelab.analysis.scaling.refine import predict_and_jacobian
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(0, 2, (3, 200, 2))
+    theta = np.column_stack([rng.normal(0, 1, (3, 3 if has_E else 2)), rng.uniform(0.1, 1, (3, 2))])
+    value, jac = predict_and_jacobian(X, theta, has_E)
+    for b in range(3):
+        law = LogLaw(X=X[b], y=np.zeros(200), has_E=has_E)
+        r, j = law.residuals_and_jacobian(theta[b])
+        assert np.array_equal(value[b], r) and np.array_equal(jac[b], j)
