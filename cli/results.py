@@ -16,14 +16,11 @@ from rich.console import Console
 from scalelab.cli.console import err, fail, stdout_console
 from scalelab.cli.fit_options import (
     BUDGETS,
-    FORECAST_WHERE,
     HOLDOUT_FLOPS,
-    HOLDOUT_PARAMS,
     HUBER,
     ISO_BINS,
     WHERE,
     fit_options,
-    positive,
 )
 from scalelab.cli.results_common import guard, synced
 from scalelab.cli.wide_tables import print_table
@@ -346,95 +343,6 @@ def summary_cmd(
     console.print(text, end="", highlight=False, markup=False)
 
 
-@app.command("forecast")
-def forecast_cmd(
-    sweep: str = SWEEP,
-    target: str | None = typer.Option(
-        None, "--target", help="A larger size preset to forecast, at each token budget"
-    ),
-    flops: float | None = typer.Option(
-        None, "--flops", help="A compute budget (FLOPs): the law through the compute frontier"
-    ),
-    holdout: str | None = typer.Option(
-        None, "--holdout", help="A size that was run: forecast it from the smaller sizes"
-    ),
-    holdout_flops: float | None = typer.Option(
-        None,
-        "--holdout-above-flops",
-        help="Forecast the trials above this compute (FLOPs) from the others",
-    ),  # fmt: skip
-    holdout_params: float | None = HOLDOUT_PARAMS,
-    where: str | None = FORECAST_WHERE,
-    variant: str = typer.Option("dense", "--variant", "-v", help="The variant to forecast."),
-    law: str = typer.Option("auto", "--law", help="auto | C (L(C)) | ND (Chinchilla's L(N, D))"),
-    level: float = typer.Option(0.95, "--level", help="Level of the prediction interval."),
-    loss: str = typer.Option("final_val_loss", "--loss", help="final_val_loss or best_val_loss"),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    exclude_outliers: bool = EXCLUDE_OUTLIERS,
-    tracking_uri: str | None = URI,
-) -> None:
-    """Forecast the final loss of a larger run from the smaller ones, with a prediction
-    interval; --holdout backtests it on a size that was run."""
-    from scalelab.analysis.results import load_trials
-    from scalelab.analysis.results.forecast import forecast_table
-    from scalelab.analysis.results.store import ResultsError
-
-    if law not in ("auto", "C", "ND"):
-        raise fail(f"--law {law!r}: expected auto, C or ND")
-    if not 0 < level < 1:
-        raise fail(f"--level {level}: expected a number between 0 and 1")
-    positive(("--holdout-above-flops", holdout_flops), ("--holdout-above-params", holdout_params))
-
-    def run():  # noqa: ANN202
-        synced(sweep, tracking_uri)
-        table = load_trials(sweep)
-        if loss not in table.column_names:
-            raise ResultsError(
-                f"unknown loss column {loss!r} (use final_val_loss or best_val_loss)"
-            )
-        return forecast_table(table, sweep, variant=variant, size=target, flops=flops,
-                              holdout=holdout, loss=loss, law=law, level=level,
-                              exclude_outliers=exclude_outliers, holdout_flops=holdout_flops,
-                              holdout_params=holdout_params, where=where)  # fmt: skip
-
-    result = guard(run)
-    if as_json:
-        print(json.dumps(result.to_dict(), indent=1, allow_nan=False))
-        return
-    for shown in (result, result.without_outliers):
-        if shown is not None:
-            _print_forecast(shown, level)
-
-
-def _print_forecast(result, level: float) -> None:  # noqa: ANN001
-    from rich.table import Table
-
-    check = result.law.check
-    table = Table(
-        title=result.title(),
-        caption=f"fit check: {check.summary()}; residuals up to {check.max_residual:.1%}",
-        title_justify="left",
-    )
-    spread = result.predictions[0].spread is not None
-    head = ["run", "predicted", f"{level:.0%} prediction interval"]
-    head += ["± parameters", "± scatter", "± misfit"] if spread else []
-    held = result.holdout is not None
-    head += ["actual", "covered"] if held else []
-    for h in head:
-        table.add_column(h, justify="left" if h == "run" else "right")
-    for t, p in zip(result.targets, result.predictions, strict=True):
-        row = [t.label, f"{p.loss:.4g}", f"[{p.low:.4g}, {p.high:.4g}]"]
-        if p.spread is not None:  # half-widths in log L, i.e. about a share of the loss
-            s = p.spread
-            row += [f"{s.parameter:.2%}", f"{s.scatter:.2%}", f"{s.misfit:.2%}"]
-        if held:
-            row += [f"{t.actual:.4g}", "yes" if t.actual in p else "NO"]
-        table.add_row(*row)
-    console.print(table)
-    for note in result.notes:
-        console.print(f"[yellow]note:[/] {note}", highlight=False)
-
-
 @app.command("advise")
 def advise_cmd(
     sweep: str = SWEEP,
@@ -490,6 +398,9 @@ def advise_cmd(
             console.print(f"  next: {line}", highlight=False)
 
 
+from scalelab.cli.results_forecast import forecast_cmd  # noqa: E402
+
+app.command("forecast")(forecast_cmd)
 from scalelab.cli.results_import import import_cmd  # noqa: E402
 
 app.command("import")(import_cmd)

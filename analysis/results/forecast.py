@@ -44,6 +44,12 @@ class Forecast:
     holdout: str | None = None
     notes: list[str] = field(default_factory=list)
     without_outliers: Forecast | None = None  # the same, refitted without the flagged points
+    seen_losses: tuple[float, float] = (float("nan"), float("inf"))  # the fitted runs' range
+
+    def useful(self, p: Prediction) -> bool:
+        """An interval no wider than the fitted runs' losses (module doc, `_reach_notes`)."""
+        low, high = self.seen_losses
+        return not p.high - p.low > high - low
 
     @property
     def covered(self) -> list[bool]:
@@ -90,6 +96,7 @@ class Forecast:
                     "low": num(p.low),
                     "high": num(p.high),
                     "level": p.level,
+                    "useful": self.useful(p),
                     "actual": num(t.actual) if np.isfinite(t.actual) else None,
                     "covered": (t.actual in p) if np.isfinite(t.actual) else None,
                     "spread": None
@@ -98,6 +105,8 @@ class Forecast:
                         "parameter": p.spread.parameter,
                         "scatter": p.spread.scatter,
                         "misfit": p.spread.misfit,
+                        "extrapolation": p.spread.extrapolation,
+                        "distance": p.spread.distance,
                     },
                 }
                 for t, p in zip(self.targets, self.predictions, strict=True)
@@ -206,9 +215,11 @@ def _forecast_rows(
             targets = [
                 Target(f"{holdout} @ {d[i]:.3g} tokens", n[i], d[i], c[i], y[i]) for i in held
             ]
-            on = f"{', '.join(smaller)} ({int(train.sum())} trials)"
+            on = f"{_sizes_text(smaller, n, sizes)} ({int(train.sum())} trials)"
+            seen = y[train]
         elif above is not None:
             fitted, targets, on = _above(rows, *above, loss, law, level)
+            seen = y[_col(rows, above[0]) <= above[1]]
             holdout = f"runs above {above[1]:.3g} {ABOVE[above[0]][1]}"
         elif size is not None:
             if any(c is None for c in rows["config"].to_pylist()):
@@ -218,8 +229,8 @@ def _forecast_rows(
                 )
             fitted = _fit_cells(rows, np.ones(rows.num_rows, bool), loss, law, level)
             targets = _size_targets(rows, size)
-            on = f"{', '.join(sorted(set(sizes), key=lambda s: n[sizes == s].min()))} "
-            on += f"({rows.num_rows} trials)"
+            on = f"{_sizes_text(set(sizes), n, sizes)} ({rows.num_rows} trials)"
+            seen = y
         else:
             front = pareto_frontier(c, y)
             mask = np.zeros(rows.num_rows, bool)
@@ -227,6 +238,7 @@ def _forecast_rows(
             fitted = _fit_cells(rows, mask, loss, "C", level)
             targets = [Target(f"C = {flops:.3g} FLOPs", float("nan"), float("nan"), float(flops))]
             on = f"the compute frontier ({mask.sum()} trials)"
+            seen = y[mask]
         covariates = (
             ([t.n_params for t in targets], [t.tokens for t in targets])
             if fitted.covariates == ("N", "D")
@@ -238,7 +250,53 @@ def _forecast_rows(
     if fitted.check.fallback:
         notes.append(fitted.check.fallback)
     notes.extend(fitted.check.problems())
-    return Forecast(sweep, variant, fitted, on, targets, predictions, holdout, notes)
+    notes.extend(_reach_notes(fitted, predictions, seen))
+    return Forecast(sweep, variant, fitted, on, targets, predictions, holdout, notes,
+                    seen_losses=(float(seen.min()), float(seen.max())))  # fmt: skip
+
+
+MAX_SIZES_LISTED = 8
+
+
+def _sizes_text(labels: object, n: np.ndarray, sizes: np.ndarray) -> str:
+    """The sizes a law went through, smallest first: listed when few, else their count
+    and range (an imported ladder has dozens)."""
+    ordered = sorted(set(labels), key=lambda s: n[sizes == s].min())  # type: ignore[arg-type]
+    if len(ordered) <= MAX_SIZES_LISTED:
+        return ", ".join(ordered)
+    return f"{len(ordered)} sizes, {ordered[0]} to {ordered[-1]}"
+
+
+def _reach_notes(fitted: ForecastLaw, predictions: list[Prediction], seen: np.ndarray) -> list[str]:
+    """How far the targets lie beyond the data and what widened their interval for it;
+    an interval wider than the fitted runs' whole range of losses is said to be no forecast
+    (docs/scaling.md, "Forecast")."""
+    notes = []
+    spreads = [p.spread for p in predictions if p.spread is not None]
+    if spreads and max(s.distance for s in spreads) > 0:
+        reach = getattr(fitted.law, "reach", None)
+        if reach is None:
+            notes.append(
+                "the targets lie beyond the fitted runs, and too few sizes were fitted for a "
+                "forward backtest (4 or more are needed): the interval holds only if the law "
+                "holds out there"
+            )
+        else:
+            q = fitted.law.per_distance
+            notes.append(
+                f"beyond the data: ± extrapolation is {q:.2%} of loss per unit of distance (log N "
+                f"+ log D outside the fitted runs), the {fitted.law.level:.0%} quantile of the "
+                f"errors of {reach.n_folds} forward backtests ({reach.distance.size} runs "
+                "predicted from the smaller sizes only)"
+            )
+    width = max((p.high - p.low for p in predictions), default=0.0)
+    if seen.size and width > float(seen.max() - seen.min()):
+        notes.append(
+            f"NO USEFUL FORECAST: an interval is {width:.3g} wide, wider than the whole range of "
+            f"the fitted runs' losses ({seen.min():.3g} to {seen.max():.3g}); fit more sizes "
+            "nearer the target"
+        )
+    return notes
 
 
 def _above(

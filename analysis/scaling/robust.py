@@ -21,6 +21,20 @@ most exact-law ladders: 97.4% coverage there instead of 96.6%.) A forecast's hal
 
     sqrt((t se)^2 + (t s)^2 + m^2)     parameter uncertainty, one run's scatter, misfit.
 
+Extrapolation (forward chaining): leaving one size out measures interpolation, and a
+forecast extrapolates. The law is refitted on the sizes up to each cut (at most
+MAX_CUTS cuts, from the third size up) and every larger run is predicted, as a forecast
+is. Each scored run gives its error |r| and its distance beyond the fold's data,
+delta = log(N / N_max) + log(D / D_max) on the axes where it lies outside (in log,
+summed). The error per unit of distance, |r| / delta, has a level-quantile q, and a
+target delta beyond the data gets the extrapolation term q delta:
+
+    sqrt((t se)^2 + (t s)^2 + m^2 + (q delta)^2)
+
+q takes the run's whole error, not only what the fold's own interval leaves over: on a
+real ladder (Hoffmann et al.'s, docs/scaling.md) the law's errors grow with the distance
+faster than its own interval does, and the excess alone covered 10 of 18 held-out runs.
+
 Everything is batched over B problems of n rows (a ladder is B = 1; a coverage test
 stacks its ladders), rows switched off by a mask.
 """
@@ -43,6 +57,10 @@ MAD_TO_SD = 1.4826  # a normal's standard deviation per median absolute deviatio
 OUTLIER_Z = 4.0  # |standardised residual| beyond which a point is flagged (checks.py)
 
 
+MAX_CUTS = 24  # forward-chaining folds at most (spread evenly over the cuts)
+SIZE_GAP = 0.02  # runs whose log N differ by less are one size (2%: digitised ladders)
+
+
 @dataclass(frozen=True)
 class Spread:
     """Half-widths in log L of a prediction interval, by source (module doc)."""
@@ -50,10 +68,13 @@ class Spread:
     parameter: float  # t * se(log L_hat): the constants' uncertainty at the target
     scatter: float  # t * s: one run's scatter about the law
     misfit: float  # the out-of-sample error the law's own interval does not explain
+    extrapolation: float = 0.0  # q * delta: the error forward folds see at this distance
+    distance: float = 0.0  # delta: how far beyond the fitted runs, in log N + log D
 
     @property
     def total(self) -> float:
-        return float(np.sqrt(self.parameter**2 + self.scatter**2 + self.misfit**2))
+        beyond = max(self.parameter, self.extrapolation)
+        return float(np.sqrt(beyond**2 + self.scatter**2 + self.misfit**2))
 
 
 @dataclass(frozen=True, eq=False)
@@ -205,6 +226,96 @@ def misfit(stack: LawStack, n_params: np.ndarray, tokens: np.ndarray, *, level: 
     return out, folds, counts
 
 
+def size_groups(log_n: np.ndarray) -> np.ndarray:
+    """Each run's size as an index 0, 1, ... in increasing N: runs whose sorted log N lie
+    within SIZE_GAP of the previous one share it (a digitised ladder's 73.824671M and
+    73.824689M are one size)."""
+    order = np.argsort(log_n, kind="stable")
+    groups = np.empty(log_n.size, int)
+    groups[order] = np.concatenate([[0], np.cumsum(np.diff(log_n[order]) > SIZE_GAP)])
+    return groups
+
+
+def distance_beyond(log_n: np.ndarray, log_d: np.ndarray, box: np.ndarray) -> np.ndarray:
+    """delta (module doc): how far (log N, log D) lie outside box = [[N lo, N hi], [D lo,
+    D hi]] in log, summed over the two axes; 0 inside. Broadcasts box (..., 2, 2)."""
+    out = np.zeros(np.broadcast_shapes(log_n.shape, box.shape[:-2] + (1,)))
+    for axis, x in enumerate((log_n, log_d)):
+        lo, hi = box[..., axis, 0, None], box[..., axis, 1, None]
+        out = out + np.maximum(x - hi, 0.0) + np.maximum(lo - x, 0.0)
+    return out
+
+
+def data_box(log_n: np.ndarray, log_d: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(B, 2, 2): the fitted rows' log N and log D ranges, per problem."""
+
+    def span(x: np.ndarray) -> np.ndarray:
+        return np.stack([np.where(mask, x, np.inf).min(axis=1),
+                         np.where(mask, x, -np.inf).max(axis=1)], axis=-1)  # fmt: skip
+
+    return np.stack([span(log_n), span(log_d)], axis=1)
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What forward chaining measured on one ladder (module doc): the scored runs'
+    distances beyond their fold's data and their absolute errors in log L."""
+
+    distance: np.ndarray
+    error: np.ndarray
+    n_folds: int
+
+    def per_distance(self, level: float) -> float:
+        """q: the level-quantile of error / distance (NaN with no scored run)."""
+        if self.distance.size == 0:
+            return float("nan")
+        score = np.sort(self.error / self.distance)
+        return float(score[min(int(np.ceil(score.size * level)), score.size) - 1])
+
+
+def forward_folds(stack: LawStack, n_params: np.ndarray, tokens: np.ndarray, *,
+                  exclude: np.ndarray | None = None) -> list[Reach]:  # fmt: skip
+    """Forward-chaining folds of each fitted law (module doc): refit on the sizes up to a
+    cut, score every larger run not marked in `exclude` (default: `outliers(stack)`)."""
+    B = stack.y.shape[0]
+    p = stack.theta.shape[1]
+    exclude = outliers(stack) if exclude is None else exclude.astype(bool)
+    log_n, log_d = np.log(n_params), np.log(tokens)
+    keeps, owner = [], []
+    for b in range(B):
+        on = stack.mask[b]
+        groups = np.where(on, size_groups(np.where(on, log_n[b], np.inf)), -1)
+        cuts = np.unique(groups[on])[2:-1]
+        if cuts.size > MAX_CUTS:
+            cuts = cuts[np.unique(np.linspace(0, cuts.size - 1, MAX_CUTS).round().astype(int))]
+        for cut in cuts:
+            keep = on & (groups <= cut)
+            if np.unique(tokens[b][keep]).size >= 3 and keep.sum() > p:
+                keeps.append(keep)
+                owner.append(b)
+    if not owner:
+        return [Reach(np.zeros(0), np.zeros(0), 0) for _ in range(B)]
+    idx, keep = np.array(owner), np.array(keeps)
+    raw = stack.theta[idx].copy()  # the full fit, uncentred: every fold's warm start
+    o = 1 if stack.has_E else 0
+    raw[:, o : o + 2] += raw[:, o + 2 :] * stack.shift[idx]
+    loss = np.exp(stack.y[idx])
+    fold = stack_fit(n_params[idx], tokens[idx], loss, raw, has_E=stack.has_E, mask=keep,
+                     shift=stack.shift[idx])  # fmt: skip
+    mean, _ = fold.predict_log(n_params[idx], tokens[idx])
+    delta = distance_beyond(log_n[idx], log_d[idx], data_box(log_n[idx], log_d[idx], keep))
+    scored = stack.mask[idx] & ~keep & ~exclude[idx] & (delta > 0)
+    error = np.abs(stack.y[idx] - mean)
+    return [
+        Reach(
+            delta[scored & (idx == b)[:, None]],
+            error[scored & (idx == b)[:, None]],
+            int((idx == b).sum()),
+        )  # fmt: skip
+        for b in range(B)
+    ]
+
+
 @dataclass(frozen=True, eq=False)
 class RobustLaw:
     """One ladder's Huber Chinchilla fit, its covariance and its misfit (module doc)."""
@@ -216,6 +327,19 @@ class RobustLaw:
     misfit: float = 0.0  # m in log L, at `level`
     level: float = 0.95
     covariates: tuple[str, ...] = ("N", "D")
+    reach: Reach | None = None  # the forward-chaining folds (None: not measured)
+
+    @property
+    def per_distance(self) -> float:
+        """q (module doc): NaN when no forward fold could be made."""
+        return float("nan") if self.reach is None else self.reach.per_distance(self.level)
+
+    def distance(self, n_params: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """delta of each (N, D) beyond the fitted runs (module doc)."""
+        s = self.stack
+        box = data_box(s.X[..., 0] + s.shift[:, None, 0], s.X[..., 1] + s.shift[:, None, 1],
+                       s.mask)[0]  # fmt: skip
+        return distance_beyond(np.log(n_params), np.log(tokens), box)
 
     @property
     def has_E(self) -> bool:
@@ -253,7 +377,11 @@ class RobustLaw:
         d = np.atleast_1d(np.asarray(tokens, float))[None]
         mean, se = self.stack.predict_log(n, d)
         t = float(self.stack.t(level)[0])
-        spreads = [Spread(float(t * s), t * self.scale, self.misfit) for s in se[0]]
+        delta = self.distance(n[0], d[0])
+        q = self.per_distance
+        q = 0.0 if np.isnan(q) else q  # no fold: said by the forecast's notes
+        spreads = [Spread(float(t * s), t * self.scale, self.misfit, float(q * x), float(x))
+                   for s, x in zip(se[0], delta, strict=True)]  # fmt: skip
         half = np.array([s.total for s in spreads])
         return np.exp(mean[0]), np.exp(mean[0] - half), np.exp(mean[0] + half), spreads
 
@@ -301,4 +429,6 @@ def robust_law(
                       refit=False)  # fmt: skip
     ex = None if exclude is None else np.asarray(exclude, bool)[None]
     m, folds, scored = misfit(stack, n[None], d[None], level=level, exclude=ex)
-    return RobustLaw(fit, stack, int(folds[0]), int(scored[0]), float(m[0]), level)
+    reach = forward_folds(stack, n[None], d[None], exclude=ex)[0]
+    return RobustLaw(fit, stack, int(folds[0]), int(scored[0]), float(m[0]), level,
+                     reach=reach if reach.n_folds else None)  # fmt: skip

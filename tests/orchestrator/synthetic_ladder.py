@@ -159,3 +159,33 @@ def chinchilla_ladder(
         off[rng.choice(candidates, size=truth.n_off, replace=False)] = True
         log_loss[off] += truth.off
     return NDLadder(n, d, np.exp(log_loss), off, truth)
+
+
+# --- ladders whose true curve bends: the misfit a real forecast meets ---------------------
+
+TALL_N = np.geomspace(4e7, 4e7 * 1.6**9, 10)  # ten sizes, x1.6 apart: 40M to 2.75B
+
+
+def bending_ladder(
+    rng: np.random.Generator,
+    truth: ChinchillaTruth = EXACT,
+    *,
+    bend: float = 0.0,
+    e_drift: float = 0.0,
+    data_limit: float = 0.0,
+    sizes: np.ndarray = TALL_N,
+    ratios: tuple[float, ...] = RATIOS,
+) -> NDLadder:
+    """Every size at every tokens per parameter, from a curve that departs from any one
+    L(N, D) as a ladder climbs: the N exponent falls by `bend` from the smallest size to
+    the largest (larger models gain less than the small ones promise), E grows by the
+    share `e_drift` over the same span, and runs with fewer than 20 tokens per parameter
+    lose `data_limit` of their loss per unit of (20 / (D/N) - 1) (a data-limited regime).
+    Noise as `truth.noise_sd`."""
+    n, r = np.meshgrid(np.asarray(sizes, float), np.asarray(ratios, float), indexing="ij")
+    n, d = n.ravel(), (n * r).ravel()
+    x = np.log(n / n.min()) / np.log(n.max() / n.min())
+    loss = truth.E * (1 + e_drift * x) + truth.A * n ** -(truth.alpha - bend * x)
+    loss = (loss + truth.B * d**-truth.beta) * (1 + data_limit * np.maximum(20 * n / d - 1, 0))
+    log_loss = np.log(loss) + rng.normal(0, truth.noise_sd, n.size)
+    return NDLadder(n, d, np.exp(log_loss), np.zeros(n.size, bool), truth)
