@@ -9,7 +9,8 @@
 - `lsq` (least squares with the delta method), `checks` (does a fit describe its points:
   bounds, outliers, influence, intervals too wide), `forecast` (a run's loss with a
   prediction interval), `advice` (what to run next)
-- `robust` (the Huber L(N, D) with its covariance and leave-one-size-out misfit, the one
+- `robust` (the Huber L(N, D) with its covariance, leave-one-size-out misfit and
+  forward-chaining reach, the one
   L(N, D) of fit and forecast), `refine` (its batched warm-started refits)
 - `compare_cells`, `pair_trials`: each variant against the baseline cell by cell (size,
   tokens, ...; means over seeds only) and the trials that pair up on cell and seed
