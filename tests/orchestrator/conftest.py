@@ -105,3 +105,20 @@ backend: {backend}
 def calls(home: Path, run_id: str, what: str = "call") -> int:
     d = home / "calls" / run_id
     return len(list(d.glob(f"{what}-*"))) if d.exists() else 0
+
+
+CHINCHILLA_LADDER = HERE.parents[1] / "benchmarks" / "data" / "chinchilla_ladder.csv"
+
+
+@pytest.fixture
+def chinchilla(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """The real Chinchilla ladder (245 runs, 57M to 16B; tokens int64 C/6N, up to ~5e11)
+    imported as sweep 'chin' in a work directory of its own: its trials table."""
+    from scalelab.analysis.results import store
+    from scalelab.analysis.results.imports import import_file
+
+    monkeypatch.setenv("SCALELAB_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("SCALELAB_DEBUG", raising=False)
+    import_file(CHINCHILLA_LADDER, "chin")
+    return store.read_table(store.TRIALS, "chin")

@@ -5,17 +5,12 @@ interval too wide to be of use."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pyarrow as pa
 import pytest
 from synthetic_ladder import ChinchillaTruth, bending_ladder
 
-import scalelab
-from scalelab.analysis.results import store
 from scalelab.analysis.results.forecast import forecast_table
-from scalelab.analysis.results.imports import import_file
 from scalelab.analysis.scaling.chinchilla import fit_chinchilla
 from scalelab.analysis.scaling.robust import (
     data_box,
@@ -25,16 +20,6 @@ from scalelab.analysis.scaling.robust import (
     outliers,
     stack_fit,
 )
-
-LADDER = Path(scalelab.__file__).parent / "benchmarks" / "data" / "chinchilla_ladder.csv"
-
-
-@pytest.fixture
-def chinchilla(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> pa.Table:
-    monkeypatch.setenv("SCALELAB_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    import_file(LADDER, "chin")
-    return store.read_table(store.TRIALS, "chin")
 
 
 def test_the_real_ladders_largest_runs_fall_inside_their_intervals(chinchilla: pa.Table):

@@ -6,28 +6,12 @@ table) ending in one line and exit code 2, its traceback only with SCALELAB_DEBU
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pyarrow as pa
-import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
-import scalelab
 from scalelab.analysis.results import store
-from scalelab.analysis.results.imports import import_file
-
-LADDER = Path(scalelab.__file__).parent / "benchmarks" / "data" / "chinchilla_ladder.csv"
-
-
-@pytest.fixture
-def ladder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> pa.Table:
-    """The Chinchilla ladder imported as sweep 'chin' (245 runs, 44M to 16B parameters)."""
-    monkeypatch.setenv("SCALELAB_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.delenv("SCALELAB_DEBUG", raising=False)
-    import_file(LADDER, "chin")
-    return store.read_table(store.TRIALS, "chin")
 
 
 def _invoke(*args: str, env: dict[str, str] | None = None) -> Result:
@@ -51,8 +35,8 @@ def _refused(*args: str, env: dict[str, str] | None = None) -> str:
     return res.stderr
 
 
-def test_holdout_above_params_forecasts_the_larger_trials(ladder: pa.Table):
-    n = ladder["n_params"].to_pylist()
+def test_holdout_above_params_forecasts_the_larger_trials(chinchilla: pa.Table):
+    n = chinchilla["n_params"].to_pylist()
     above = sorted(x for x in n if x > 5e9)
     assert 0 < len(above) < len(n)
     out = _json("forecast", "chin", "--holdout-above-params", "5e9")
@@ -62,8 +46,8 @@ def test_holdout_above_params_forecasts_the_larger_trials(ladder: pa.Table):
     assert all(t["actual"] is not None for t in out["targets"])
 
 
-def test_holdout_above_params_refuses_in_one_line(ladder: pa.Table):
-    sizes = sorted(set(ladder["n_params"].to_pylist()))
+def test_holdout_above_params_refuses_in_one_line(chinchilla: pa.Table):
+    sizes = sorted(set(chinchilla["n_params"].to_pylist()))
     says = _refused("forecast", "chin", "--holdout-above-params", "1e12")
     assert f"no trial above it (the largest has {sizes[-1]:.3g} parameters)" in says
     says = _refused("forecast", "chin", "--holdout-above-params", str(sizes[0]))
@@ -76,8 +60,8 @@ def test_holdout_above_params_refuses_in_one_line(ladder: pa.Table):
     )
 
 
-def test_forecast_where_applies_before_the_holdout(ladder: pa.Table):
-    n, tokens = ladder["n_params"].to_pylist(), ladder["tokens"].to_pylist()
+def test_forecast_where_applies_before_the_holdout(chinchilla: pa.Table):
+    n, tokens = chinchilla["n_params"].to_pylist(), chinchilla["tokens"].to_pylist()
     kept = [(x, t) for x, t in zip(n, tokens, strict=True) if t >= 10**9]
     assert len(kept) < len(n) and max(tokens) > 2**24  # int64 beyond 2^24
     out = _json("forecast", "chin", "--where", "tokens >= 1e9", "--holdout-above-params", "5e9")
@@ -92,7 +76,7 @@ def test_forecast_where_applies_before_the_holdout(ladder: pa.Table):
     )
 
 
-def test_plot_takes_where(ladder: pa.Table):
+def test_plot_takes_where(chinchilla: pa.Table):
     res = _invoke("plot", "chin", "--resamples", "5", "--where", "tokens >= 1e9")
     assert res.exit_code == 0, res.output
     assert any(line.endswith(".png") for line in res.stdout.split())
@@ -100,7 +84,7 @@ def test_plot_takes_where(ladder: pa.Table):
     assert "--where 'tokens >= 1e99': no trial of sweep 'chin' matches" in says
 
 
-def test_an_unexpected_failure_is_one_line_and_its_traceback_on_demand(ladder: pa.Table):
+def test_an_unexpected_failure_is_one_line_and_its_traceback_on_demand(chinchilla: pa.Table):
     (part,) = store.partition_dir(store.TRIALS, "chin").glob("*.parquet")
     part.write_bytes(b"not parquet")  # a table cut short: pyarrow's ArrowInvalid
     for command in ("query", "fit"):

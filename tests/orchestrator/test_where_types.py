@@ -7,18 +7,14 @@ asserting the exact rows kept. Then the same on the imported Chinchilla ladder t
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-import scalelab
-from scalelab.analysis.results import ResultsError, store
-from scalelab.analysis.results.imports import import_file
+from scalelab.analysis.results import ResultsError
 from scalelab.analysis.results.query import filter_table
 
-LADDER = Path(scalelab.__file__).parent / "benchmarks" / "data" / "chinchilla_ladder.csv"
 BIG = 2**53 + 1  # the first integer a double cannot hold
 
 # ids a..e; e holds the missing values (d's string and bool too)
@@ -139,15 +135,6 @@ def test_a_literal_of_another_kind_is_one_clear_error(where: str, says: str):
         filter_table(TABLE, where)
 
 
-@pytest.fixture
-def ladder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> pa.Table:
-    """The Chinchilla ladder imported as sweep 'chin' (tokens: int64 C/6N, up to ~5e11)."""
-    monkeypatch.setenv("SCALELAB_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    import_file(LADDER, "chin")
-    return store.read_table(store.TRIALS, "chin")
-
-
 def _run(*args: str) -> str:
     from scalelab.cli.main import app
 
@@ -156,9 +143,9 @@ def _run(*args: str) -> str:
     return res.stdout
 
 
-def test_the_ladder_is_queried_and_fitted_on_tokens_above_1e9(ladder: pa.Table):
-    tokens = ladder["tokens"].to_pylist()
-    assert ladder.schema.field("tokens").type == pa.int64() and max(tokens) > 2**24
+def test_the_ladder_is_queried_and_fitted_on_tokens_above_1e9(chinchilla: pa.Table):
+    tokens = chinchilla["tokens"].to_pylist()
+    assert chinchilla.schema.field("tokens").type == pa.int64() and max(tokens) > 2**24
     kept = sorted(t for t in tokens if t >= 10**9)
     assert 0 < len(kept) < len(tokens)
     rows = json.loads(_run("query", "chin", "--where", "tokens >= 1e9", "--format", "json"))
