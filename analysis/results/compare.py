@@ -62,13 +62,9 @@ def compare_sweep(
     root: Path | None = None,
 ) -> MetricComparison:
     """`metric` (a column of the synced trials table) of every variant against `baseline`."""
-    from .query import load, parse_where
+    from .query import trials_where
 
-    table = load(sweep, "trials", root)
-    if where:
-        table = table.filter(parse_where(where, table.column_names))
-        if table.num_rows == 0:
-            raise ResultsError(f"--where {where!r}: no trial of sweep {sweep!r} matches")
+    table = trials_where(sweep, where, root)
     return compare_table(table, sweep, metric, baseline=baseline, level=level)
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .query import load
+from .query import trials_where
 from .store import ResultsError
 from .usable import usable_trials
 
@@ -86,14 +86,7 @@ def fit_sweep(
     (False skips the bootstrap, the slow part: the unpaired gains and Chinchilla's L(N, D);
     `results advise` needs neither), budgets, huber_delta, holdout_flops,
     isoflop_bin_width."""
-    table = load(sweep, "trials", root)
-    if where:
-        from .query import parse_where
-
-        table = table.filter(parse_where(where, table.column_names))
-        if table.num_rows == 0:
-            raise ResultsError(f"--where {where!r}: no trial of sweep {sweep!r} matches")
-    fit = fit_table(table, sweep, **options)
+    fit = fit_table(trials_where(sweep, where, root), sweep, **options)
     fit.where = where
     return fit
 

@@ -155,3 +155,30 @@ def test_the_ladder_is_queried_and_fitted_on_tokens_above_1e9(chinchilla: pa.Tab
     assert [r["tokens"] for r in rows] == [t for t in tokens if t == exact]
     fit = json.loads(_run("fit", "chin", "--where", "tokens >= 1e9", "--json", "--resamples", "5"))
     assert fit["n_used"] == len(kept) and fit["where"] == "tokens >= 1e9"
+
+
+def test_compare_and_the_fit_api_read_where_in_the_columns_types(tmp_path, monkeypatch):
+    """`results compare --where` and `fit_sweep(where=...)` filter as `results query` does:
+    `tokens >= 1e9` on an int64 column above 2^24 (was: ArrowInvalid, 'not in range')."""
+    from scalelab.analysis.results.fit import fit_sweep
+    from scalelab.analysis.results.imports import import_file
+
+    monkeypatch.setenv("SCALELAB_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    rows = ["variant,seed,n_params,tokens,loss"]
+    for n, d in ((2e7, 6e8), (5e7, 2e9), (1e8, 3e9), (2e8, 5e9)):
+        for seed in (0, 1, 2):
+            for variant, shift in (("dense", 0.0), ("hadamard", -0.01 * (seed + 1))):
+                loss = 1.7 + 400 / n**0.34 + 400 / d**0.28 + shift
+                rows.append(f"{variant},{seed},{int(n)},{int(d)},{loss:.6f}")
+    (tmp_path / "ladder.csv").write_text("\n".join(rows) + "\n")
+    import_file(tmp_path / "ladder.csv", "pairs")
+    res = json.loads(
+        _run("compare", "pairs", "-m", "final_val_loss", "--where", "tokens >= 1e9", "--json")
+    )
+    [overall] = res["overall"]  # three sizes of four kept, three seeds each
+    assert (overall["variant"], overall["n_cells"], overall["n_pairs"]) == ("hadamard", 3, 9)
+    assert overall["mean"] == pytest.approx(-0.02, abs=1e-6)
+    assert {c["cell"]["tokens"] for c in res["cells"]} == {2 * 10**9, 3 * 10**9, 5 * 10**9}
+    fit = fit_sweep("pairs", where="tokens >= 1e9", resample=False)
+    assert fit.where == "tokens >= 1e9" and fit.n_used == 18
