@@ -69,6 +69,9 @@ class Forecast:
         parts = []
         for t, p in zip(self.targets, self.predictions, strict=True):
             text = f"{t.label}: {p.loss:.3f} [{p.low:.3f}, {p.high:.3f}]"
+            if not self.useful(p):
+                text = f"{t.label}: no useful forecast ({p.loss:.3f} [{p.low:.3f}, {p.high:.3f}]"
+                text += " is wider than the fitted runs' losses)"
             if np.isfinite(t.actual):
                 text += f", actual {t.actual:.3f} ({'inside' if t.actual in p else 'OUTSIDE'})"
             parts.append(text)

@@ -111,8 +111,9 @@ def backtest_rows(fit: SweepFit) -> Rows:
     level = b.predictions[0].level
     head = ["held-out run", "predicted", f"{level:.0%} prediction interval", "actual", "covered"]
     rows = [
-        [t.label, f"{p.loss:.4g}", f"[{p.low:.4g}, {p.high:.4g}]", f"{t.actual:.4g}",
-         "yes" if t.actual in p else "NO"]
+        [t.label, f"{p.loss:.4g}",
+         f"[{p.low:.4g}, {p.high:.4g}]" + ("" if b.useful(p) else ": no useful forecast"),
+         f"{t.actual:.4g}", "yes" if t.actual in p else "NO"]
         for t, p in zip(b.targets, b.predictions, strict=True)
     ]  # fmt: skip
     return head, rows

@@ -98,6 +98,8 @@ def test_a_forecast_wider_than_the_ladders_losses_is_said_to_be_none(chinchilla:
     assert wide and not result.useful(p)
     assert any("NO USEFUL FORECAST" in note for note in result.notes)
     assert result.to_dict()["targets"][0]["useful"] is False
+    assert ": no useful forecast (" in result.summary()  # the one line fit and report print
     near = forecast_table(chinchilla, "chin", holdout_params=5e9)
     assert all(near.useful(p) for p in near.predictions)
     assert not any("NO USEFUL FORECAST" in note for note in near.notes)
+    assert "no useful forecast" not in near.summary()
