@@ -1,7 +1,8 @@
 """What `results import` questions in a file before its rows become trials (imports.py;
 docs/results.md, "Importing results"): that the path is a file, that its text is UTF-8,
-that a text value is text, that no row repeats another in every field read, and that a
-row's compute agrees with its N and D.
+that a text value is text, that no row repeats another in every field read, that a
+row's compute agrees with its N and D, and which runs agree in every coordinate but their
+loss (replicates without a seed column, or a mistake: said, not refused).
 """
 
 from __future__ import annotations
@@ -129,6 +130,25 @@ def flops_note(ratios: list[float]) -> str | None:
     if not ratios or all(1 / FLOPS_NOTED <= r <= FLOPS_NOTED for r in ratios):
         return None
     return f"flops are {times(min(ratios))}x to {times(max(ratios))}x 6·N·D (kept as given)"
+
+
+def rival_note(trials: list[dict[str, Any]]) -> str | None:
+    """The import summary's words on runs that share variant, N, D, seed and size but
+    report different losses: replicates whose seeds the file does not give, or one run
+    entered twice with a typo. Kept (the fit averages them as it does seeds)."""
+    losses: dict[tuple[Any, ...], set[float]] = {}
+    for t in trials:
+        key = (t["variant"], t["n_params"], t["tokens"], t["seed"], t.get("size"))
+        losses.setdefault(key, set()).add(t["final_val_loss"])
+    rivals = [k for k, v in losses.items() if len(v) > 1]
+    if not rivals:
+        return None
+    variant, n, d, seed, _ = rivals[0]
+    return (
+        f"{len(rivals)} run(s) appear more than once with different losses (same variant, "
+        f"N, D and seed; e.g. {variant} N={n:.4g} D={d:.4g} seed {seed}): kept as trials "
+        "of their own; give a seed column if they are replicates"
+    )
 
 
 def times(ratio: float) -> str:

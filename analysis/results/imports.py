@@ -34,6 +34,7 @@ from .import_checks import (
     flops_note,
     flops_ratio,
     repeats,
+    rival_note,
     text,
 )
 from .store import ResultsError
@@ -105,8 +106,12 @@ def import_file(
         checked = {i: t for i, t in checked.items() if i not in copies}
     ratios = [t["flops"] / (FLOPS_PER_PARAM_TOKEN * t["n_params"] * t["tokens"])
               for i, t in checked.items() if _given(raw[i], "D", "C")]  # fmt: skip
-    notes = (_copies_note(len(copies), policy) if copies else None, flops_note(ratios))
     rows = list(checked.values())
+    notes = (
+        _copies_note(len(copies), policy) if copies else None,
+        flops_note(ratios),
+        rival_note(rows),
+    )
     _label_sizes(rows)
     _number_duplicates(rows)
     return _write(sweep, path, rows, tuple(ignored), root, tuple(n for n in notes if n))

@@ -167,6 +167,19 @@ def test_identical_rows_are_refused_unless_told_to_merge_or_keep(home: Path, tmp
         import_file(table, "dup")
 
 
+def test_one_run_with_two_losses_is_said_and_seeded_replicates_are_not(home: Path, tmp_path: Path):
+    rivals = tmp_path / "rivals.csv"
+    rivals.write_text(HEADER + "1e8,2e9,3.1,dense\n2e8,2e9,3.0,dense\n1e8,2e9,3.2,dense\n")
+    result = import_file(rivals, "rivals")
+    [note] = [n for n in result.notes if "different losses" in n]
+    assert note.startswith("1 run(s) appear more than once") and "N=1e+08 D=2e+09" in note
+    assert result.n_rows == 3
+    seeded = tmp_path / "seeded.jsonl"
+    seeded.write_text('{"N": 1e8, "C": 1e18, "loss": 3.1, "seed": 0}\n'
+                      '{"N": 1e8, "C": 1e18, "loss": 3.2, "seed": 1}\n')  # fmt: skip
+    assert not [n for n in import_file(seeded, "seeded").notes if "different losses" in n]
+
+
 # -- compute against 6ND --------------------------------------------------------------------
 
 
