@@ -71,15 +71,16 @@ def check_placement(job: JobConfig, world_size: int, device: str | None) -> Batc
 
 
 def check_downstream(job: JobConfig) -> None:
-    """eval.downstream's local task files exist and parse (hub tasks are looked up when the
-    step runs: lm-eval's index of them takes seconds to build)."""
+    """eval.downstream's and eval.in_loop's local task files exist and parse (hub tasks are
+    looked up when they run: lm-eval's index of them takes seconds to build)."""
     from scalelab.jobs.downstream.tasks import TaskError, specs
 
-    if job.eval.downstream is not None:
-        try:
-            specs(list(job.eval.downstream.tasks))
-        except TaskError as e:
-            raise JobCheckError("eval.downstream.tasks", str(e)) from None
+    for name, wanted in (("downstream", job.eval.downstream), ("in_loop", job.eval.in_loop)):
+        if wanted is not None:
+            try:
+                specs(list(wanted.tasks))
+            except TaskError as e:
+                raise JobCheckError(f"eval.{name}.tasks", str(e)) from None
 
 
 def check_environment(job: JobConfig, hub: bool = True) -> None:

@@ -319,17 +319,42 @@ class DownstreamEval(FrozenConfig):
     @field_validator("tasks")
     @classmethod
     def _named(cls, tasks: tuple[str, ...]) -> tuple[str, ...]:
-        if any(not t.strip() for t in tasks):
-            raise ValueError("a task name is empty")
-        if len(set(tasks)) != len(tasks):
-            raise ValueError("a task is named twice")
-        return tasks
+        return _task_names(tasks)
+
+
+def _task_names(tasks: tuple[str, ...]) -> tuple[str, ...]:
+    if any(not t.strip() for t in tasks):
+        raise ValueError("a task name is empty")
+    if len(set(tasks)) != len(tasks):
+        raise ValueError("a task is named twice")
+    return tasks
+
+
+class InLoopEval(FrozenConfig):
+    """Multiple-choice tasks scored at every validation while the trial trains, on a fixed
+    subset of each (docs/evaluation.md, 'During training')."""
+
+    tasks: tuple[str, ...] = Field(
+        ...,
+        min_length=1,
+        description="multiple-choice lm-eval task names (piqa, arc_easy, hellaswag), "
+        "scalelab_zen, or paths to local task YAMLs",
+    )
+    items: int = Field(100, ge=1, description="questions per task: its first ITEMS documents")
+    batch_size: int = Field(32, ge=1, description="sequences per forward")
+
+    @field_validator("tasks")
+    @classmethod
+    def _named(cls, tasks: tuple[str, ...]) -> tuple[str, ...]:
+        return _task_names(tasks)
 
 
 class EvalConfig(FrozenConfig):
-    """What runs after training (not in the trial id: the trained model is the same)."""
+    """What is measured on the model beyond the validation loss (not in the trial id: the
+    trained model is the same)."""
 
     downstream: DownstreamEval | None = None
+    in_loop: InLoopEval | None = None
 
 
 class JobConfig(FrozenConfig):
@@ -366,11 +391,12 @@ class JobConfig(FrozenConfig):
                 "train.early_exit_alphas",
                 "train.early_exit_alphas needs model.task='lm' (it reads out tokens)",
             )
-        if self.eval.downstream is not None and model.task != "lm":
-            raise JobCheckError(
-                ("eval.downstream", "model.task"),
-                "eval.downstream scores a language model; model.task='classify' has none",
-            )
+        for name, wanted in (("downstream", self.eval.downstream), ("in_loop", self.eval.in_loop)):
+            if wanted is not None and model.task != "lm":
+                raise JobCheckError(
+                    (f"eval.{name}", "model.task"),
+                    f"eval.{name} scores a language model; model.task='classify' has none",
+                )
         if data.seq_len > model.block_size:
             raise JobCheckError(
                 ("data.seq_len", "model.block_size"),

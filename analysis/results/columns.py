@@ -1,6 +1,6 @@
 """The trials table's columns: the backbone's, then each registered mechanism's declared
 columns (models/catalog.py), then any other final value of a mechanism's or early exit's
-curves that a sweep logged."""
+curves that a sweep logged (and the tasks scored while training)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def summary_prefixes() -> tuple[str, ...]:
     """Curves whose final values become columns even when no mechanism declares them."""
     from scalelab.models import catalog
 
-    return (*catalog.metric_prefixes(), Metric.EARLY_EXIT_PREFIX)
+    return (*catalog.metric_prefixes(), Metric.EARLY_EXIT_PREFIX, Metric.IN_LOOP_PREFIX)
 
 
 def config_columns() -> list[tuple[str, Kind]]:

@@ -45,6 +45,7 @@ from scalelab.jobs.data.trial import (
     train_windows,
     val_batches,
 )
+from scalelab.jobs.downstream.in_loop import open_in_loop
 from scalelab.jobs.tracking.provenance import code_version, mlflow_params
 from scalelab.jobs.tracking.tracker import Tracker
 from scalelab.jobs.training import branch_seed, checkpoint, distributed, universal
@@ -52,7 +53,7 @@ from scalelab.jobs.training.accounting import device_peak_flops, mfu_metrics
 from scalelab.jobs.training.branch_seed import BRANCHED_FROM
 from scalelab.jobs.training.distributed import DistEnv
 from scalelab.jobs.training.ds_config import BatchPlan, deepspeed_config
-from scalelab.jobs.training.evaluate import evaluate, evaluate_early_exit
+from scalelab.jobs.training.evaluate import evaluate, evaluate_early_exit, gathered
 from scalelab.jobs.training.optim import adamw, lr_at, set_lr
 from scalelab.jobs.training.preemption import PreemptionFlag, PreemptionVote
 from scalelab.jobs.training.progress import Progress
@@ -242,6 +243,7 @@ class _Trainer:
 
     # -- the loop ---------------------------------------------------------------------
     def train(self, run_id: str | None) -> TrainResult:
+        self.in_loop = open_in_loop(self.job)  # its task data is here, before any step
         self._open_data()
         self._build_engine()
         state = self._resume()
@@ -441,6 +443,9 @@ class _Trainer:
 
     def _validate(self, state: dict[str, Any], progress: float) -> float:
         metrics = evaluate(self.engine, self.val, self.env, progress)  # + val/accuracy
+        if self.in_loop is not None:  # every rank scores the same items (ZeRO-3 gathers)
+            with gathered(self.engine.module, self.job.deepspeed.zero_stage):
+                metrics |= self.in_loop.score(self.engine.module)
         val = metrics["val/loss"]
         state["best_val"] = val if state["best_val"] is None else min(state["best_val"], val)
         state["last_val"] = val
