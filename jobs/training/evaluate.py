@@ -50,18 +50,6 @@ def evaluate(engine: Any, batches: list[Batch], env: DistEnv, progress: float) -
     return metrics
 
 
-def gathered(model: Any, zero_stage: int) -> Any:
-    """A context in which ZeRO-3's partitioned weights are whole on every rank (for code
-    that calls the model's parts directly); nothing under ZeRO 0-2."""
-    import contextlib
-
-    if zero_stage != 3:
-        return contextlib.nullcontext()
-    import deepspeed
-
-    return deepspeed.zero.GatheredParameters(list(model.parameters()))
-
-
 # ------------------------------------------------------------------ early-exit baseline
 
 

@@ -53,7 +53,7 @@ from scalelab.jobs.training.accounting import device_peak_flops, mfu_metrics
 from scalelab.jobs.training.branch_seed import BRANCHED_FROM
 from scalelab.jobs.training.distributed import DistEnv
 from scalelab.jobs.training.ds_config import BatchPlan, deepspeed_config
-from scalelab.jobs.training.evaluate import evaluate, evaluate_early_exit, gathered
+from scalelab.jobs.training.evaluate import evaluate, evaluate_early_exit
 from scalelab.jobs.training.optim import adamw, lr_at, set_lr
 from scalelab.jobs.training.preemption import PreemptionFlag, PreemptionVote
 from scalelab.jobs.training.progress import Progress
@@ -443,9 +443,8 @@ class _Trainer:
 
     def _validate(self, state: dict[str, Any], progress: float) -> float:
         metrics = evaluate(self.engine, self.val, self.env, progress)  # + val/accuracy
-        if self.in_loop is not None:  # every rank scores the same items (ZeRO-3 gathers)
-            with gathered(self.engine.module, self.job.deepspeed.zero_stage):
-                metrics |= self.in_loop.score(self.engine.module)
+        if self.in_loop is not None:  # every rank the same items: ZeRO-3's gathers line up
+            metrics |= self.in_loop.score(self.engine.module)
         val = metrics["val/loss"]
         state["best_val"] = val if state["best_val"] is None else min(state["best_val"], val)
         state["last_val"] = val

@@ -251,7 +251,7 @@ def test_activation_checkpointing_keeps_the_losses(home, tiny_job, curve, tmp_pa
     assert curve(home, job.trial_id, "tsa/alpha")  # mechanism metrics are logged
 
 
-def test_a_zero3_trial_leaves_torch_as_it_found_it(home, tiny_job):
+def test_a_zero3_trial_leaves_torch_as_it_found_it(home, tiny_job, curve):
     """ZeRO-3 swaps torch.nn.functional.linear process-wide; after a trial ends, a later
     trial in the same process (a reused Ray worker) must compute with torch's own linear,
     or its losses differ from a fresh process's (seen: 1e-7 in the bit-exact resume test
@@ -259,13 +259,23 @@ def test_a_zero3_trial_leaves_torch_as_it_found_it(home, tiny_job):
     import torch
 
     torch_linear = torch.nn.functional.linear
-    job = tiny_job(deepspeed__zero_stage=3, train__tokens=256 * 2)
+    in_loop = {"tasks": ["scalelab_zen"], "items": 8}
+    job = tiny_job(deepspeed__zero_stage=3, train__tokens=256 * 2, eval__in_loop=in_loop)
     result = run(job)
     assert result.status == "FINISHED"
     assert torch.nn.functional.linear is torch_linear
     # and its partitioned checkpoint is usable outside training (`scalelab generate`):
     # the consolidated weights give the trial's final validation loss
     assert checkpoint_val_loss(job) == pytest.approx(result.final_val_loss, rel=1e-5)
+    # the tasks scored during training saw the whole (gathered) weights: the last point is
+    # the consolidated checkpoint's score
+    from scalelab.jobs.downstream.in_loop import open_in_loop
+    from scalelab.jobs.training.trained_model import load_model, locate
+
+    scored = open_in_loop(job).score(load_model(locate(job.trial_id)))
+    for name in ("downstream/scalelab_zen_bpb", "downstream/scalelab_zen_acc"):
+        [*_, (step, value)] = curve(home, job.trial_id, name)
+        assert step == 2 and value == pytest.approx(scored[name], rel=1e-5)
 
 
 def test_a_trial_leaves_the_process_environment_as_it_found_it(home, mlflow_uri, tiny_job):
