@@ -40,6 +40,16 @@ def forecast_cmd(
     law: str = typer.Option("auto", "--law", help="auto | C (L(C)) | ND (Chinchilla's L(N, D))"),
     level: float = typer.Option(0.95, "--level", help="Level of the prediction interval."),
     loss: str = typer.Option("final_val_loss", "--loss", help="final_val_loss or best_val_loss"),
+    metric: str | None = typer.Option(
+        None,
+        "--metric",
+        help="A downstream accuracy to forecast instead of the loss: "
+        "eval_<task>_acc, eval_<task>_acc_norm or eval_mean_acc (docs/evaluation.md)",
+    ),  # fmt: skip
+    method: str = typer.Option("both", "--method", help="--metric: two-step | direct | both"),
+    tokens_per_param: float | None = typer.Option(
+        None, "--tokens-per-param", help="--metric: the ladder's D/N (default: the target's)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     exclude_outliers: bool = typer.Option(
         False,
@@ -61,6 +71,15 @@ def forecast_cmd(
     if not 0 < level < 1:
         raise fail(f"--level {level}: expected a number between 0 and 1")
     positive(("--holdout-above-flops", holdout_flops), ("--holdout-above-params", holdout_params))
+    if metric is not None:
+        if target is not None:
+            raise fail("--metric: --target SIZE counts a preset's parameters; use --flops C")
+        from scalelab.cli.results_task_forecast import run_task_forecast
+
+        return run_task_forecast(sweep, metric, method, tracking_uri, as_json, level,
+                                 variant=variant, flops=flops, holdout=holdout,
+                                 holdout_flops=holdout_flops, holdout_params=holdout_params,
+                                 where=where, tokens_per_param=tokens_per_param)  # fmt: skip
 
     def run():  # noqa: ANN202
         synced(sweep, tracking_uri)

@@ -4,7 +4,8 @@ ladder, another framework's runs) as rows of the sweep's `trials` table, so that
 "Importing results").
 
 A file is CSV, Parquet or JSON Lines (by its suffix) with one row per trial: the parameter
-count (N), the training tokens (D) or compute (C), and the final loss; optionally the
+count (N), the training tokens (D) or compute (C), and the final loss or a downstream
+score (import_scores.py: `eval_<task>_acc`, `acc_<task>`, a correct-answer loss); optionally the
 variant, the seed, a size label and a nominal IsoFLOP budget. The file is questioned first
 (import_checks.py: a file, UTF-8 text, no row repeated, C near 6ND), then every row is
 checked before anything is written; the problems come back as `FILE:LINE: what is wrong`
@@ -37,6 +38,7 @@ from .import_checks import (
     rival_note,
     text,
 )
+from .import_scores import score_column, score_value
 from .store import ResultsError
 
 if TYPE_CHECKING:
@@ -280,12 +282,21 @@ def _fields(names: list[str], path: Path) -> tuple[dict[str, str], list[str]]:
             fields[field] = found[0]
     if "N" not in fields and "size" in fields:
         fields["N"] = fields.pop("size")  # a numeric size is the parameter count
+    for c in names:  # downstream scores (import_scores.py), each its own field
+        score = score_column(c)
+        if score is not None and c not in fields.values():
+            if score in fields:
+                raise ResultsError(
+                    f"{path}: columns {fields[score]}, {c} both mean {score}: keep one"
+                )
+            fields[score] = c
+    scores = any(f.startswith("eval_") for f in fields)
     missing = [
         what
         for what, ok in (
             ("N (n_params, params) or size", "N" in fields),
             ("D (tokens) or C (flops)", "D" in fields or "C" in fields),
-            ("loss (final_val_loss, val_loss)", "loss" in fields),
+            ("loss (final_val_loss, val_loss) or a task's accuracy", "loss" in fields or scores),
         )
         if not ok
     ]
@@ -320,8 +331,9 @@ def _trial(row: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
     if d is None and c is None:
         raise ValueError("both D and C are missing")
     loss = _positive(row, "loss")
-    if loss is None:
-        raise ValueError("loss is missing")
+    scores = {f: score_value(f, v) for f, v in row.items() if f.startswith("eval_")}
+    if loss is None and not any(v is not None for v in scores.values()):
+        raise ValueError("loss is missing" + (" (and every score)" if scores else ""))
     if d is not None and c is not None:
         flops_ratio(n, d, c)  # ValueError when C contradicts 6ND
     d = d if d is not None else c / (FLOPS_PER_PARAM_TOKEN * n)  # type: ignore[operator]
@@ -352,6 +364,7 @@ def _trial(row: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
         "seed": seed,
         "budget_flops": budget,
         "curves_source": IMPORTED,
+        **scores,
     }
 
 
@@ -413,6 +426,9 @@ def _write(
 
     old = store.read_table(store.TRIALS, sweep, root)
     schema = old.schema if old is not None else trials_schema([])
+    extra = sorted({k for r in rows for k in r if k.startswith("eval_")} - set(schema.names))
+    for name in extra:  # the file's downstream scores (import_scores.py): float columns
+        schema = schema.insert(schema.get_field_index("config"), pa.field(name, pa.float64()))
     kept: list[dict[str, Any]] = []
     replaced = 0
     if old is not None:
