@@ -122,3 +122,21 @@ def chinchilla(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     monkeypatch.delenv("SCALELAB_DEBUG", raising=False)
     import_file(CHINCHILLA_LADDER, "chin")
     return store.read_table(store.TRIALS, "chin")
+
+
+PYTHIA_LADDER = HERE.parents[1] / "benchmarks" / "data" / "pythia_ladder.csv"
+
+
+@pytest.fixture
+def pythia(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """The Pythia suite's zero-shot accuracies (7 sizes, 70M to 12B, 16 checkpoints each;
+    no validation loss) imported as sweep 'pythia' in a work directory of its own: its
+    trials table."""
+    from scalelab.analysis.results import store
+    from scalelab.analysis.results.imports import import_file
+
+    monkeypatch.setenv("SCALELAB_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("SCALELAB_DEBUG", raising=False)
+    import_file(PYTHIA_LADDER, "pythia")
+    return store.read_table(store.TRIALS, "pythia")
