@@ -16,7 +16,8 @@ A wsd cooldown branch waits for its trunk's checkpoint (orchestrator/branching.p
 A trial whose training is done (its `result.json`) is never trained again: the driver
 only sends what its run still lacks, and marks a run FINISHED only once its spool is
 empty (`orchestrator/delivery.py`); a FINISHED trial whose `eval.downstream` scores are
-owed (a driver killed during that step, tasks added since) is launched for that step alone.
+owed (a driver killed during that step, tasks added since) is launched for that step alone,
+and its run keeps the status and times of its training.
 """
 
 from __future__ import annotations
@@ -368,8 +369,14 @@ def _settle(
     status = outcome["status"]
     if max_retries < 0 and status != Status.FINISHED:  # cancelled on request, however it ended
         status = Status.KILLED
-    if status == Status.FINISHED and live.trained:  # evaluated: the run gets what it lacks of
-        sends.add(tid, run_id, adopt=True)  # the training (trained in another sweep's run)
+    if status == Status.FINISHED and live.trained and live.rec.end_time:
+        # evaluated a trial whose run had ended trained: its curve is there and its times are
+        # the training's, which an evaluation never moves (docs/evaluation.md, 'In a sweep')
+        if live.rec.status != Status.FINISHED or Tag.ERROR in live.rec.tags:  # a failed try
+            ledger.set_status(run_id, Status.FINISHED, clear_error=True, end_ms=live.rec.end_time)
+        out.finished.append(tid)
+    elif status == Status.FINISHED and live.trained:  # evaluated: the run gets what it lacks
+        sends.add(tid, run_id, adopt=True)  # of the training (trained in another sweep's run)
     elif status == Status.FINISHED:
         outbox = Outbox(workdir.trial_dir(tid), run_id)
         spooled = outbox.pending() or outcome.get("metrics_pending") or 0

@@ -4,17 +4,22 @@ Every task is loaded before the model (a task whose data is missing fails at onc
 each is evaluated on its own so what ran (TSA's α, BudgetFormer's heads) is that task's.
 Scores are flattened to `eval/<task>/<metric>` (lm-eval's `acc,none` is `acc`; another
 filter than `none` is appended, `exact_match_strict-match`); `<task>` is the requested
-task or group, and each subtask of a group gets its own keys too.
+task or group, and each subtask of a group gets its own keys too. `eval/<task>/wall_s` is
+the seconds the task's evaluation took: an evaluation's time is its own, never the trial's
+(whose run time is its training's: contract/trial_time.py).
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from scalelab.contract.runs import Metric
 from scalelab.jobs.downstream import tasks as task_loading
+
+WALL = "wall_s"  # eval/<task>/wall_s: the task's evaluation time, apart from the trial's own
 
 
 @dataclass(frozen=True)
@@ -77,14 +82,18 @@ def evaluate(
     try:
         for (requested, task_dict), name in zip(loaded, task_names(names), strict=True):
             lm.executed.reset()
+            t0 = time.perf_counter()
             results = lm_evaluate(
                 lm, task_dict, limit=limit, log_samples=False, bootstrap_iters=1000,
                 verbosity="WARNING",
             )  # fmt: skip
+            wall_s = round(time.perf_counter() - t0, 3)
             results = _jsonable(results or {})
             executed = lm.executed.summary()
-            results["scalelab"] = {"requested": requested, "limit": limit, "executed": executed}
-            out.append(TaskScores(name, flatten(name, results), executed, results))
+            results["scalelab"] = {"requested": requested, "limit": limit, "executed": executed,
+                                   "wall_s": wall_s}  # fmt: skip
+            metrics = flatten(name, results) | {f"{Metric.EVAL_PREFIX}{name}/{WALL}": wall_s}
+            out.append(TaskScores(name, metrics, executed, results))
     finally:
         lm.executed.detach()
     return out

@@ -47,13 +47,20 @@ _made: set[Path] = set()
 _made_lock = threading.Lock()
 
 
-def set_terminal(client: MlflowClient, run_id: str, status: str, clear_error: bool = True) -> None:
-    """End a run with `status`. A FINISHED run drops the error tag an earlier attempt left:
-    a run that finished carries no error (the attempts' logs keep what happened);
-    `clear_error=False` when none can have one (a trial's first attempt: one request less)."""
+def set_terminal(
+    client: MlflowClient,
+    run_id: str,
+    status: str,
+    clear_error: bool = True,
+    end_ms: int | None = None,
+) -> None:
+    """End a run with `status`, at `end_ms` (default: now). A FINISHED run drops the error
+    tag an earlier attempt left: a run that finished carries no error (the attempts' logs
+    keep what happened); `clear_error=False` when none can have one (a trial's first
+    attempt: one request less)."""
     from mlflow.exceptions import MlflowException
 
-    client.set_terminated(run_id, status=status)
+    client.set_terminated(run_id, status=status, end_time=end_ms)
     if status == Status.FINISHED and clear_error:
         try:
             client.delete_tag(run_id, Tag.ERROR)

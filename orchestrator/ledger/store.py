@@ -153,10 +153,13 @@ class SweepStore:
 
         self.client.log_batch(run_id, tags=[RunTag(k, v[:MAX_TAG]) for k, v in tags.items()])
 
-    def set_status(self, run_id: str, status: str, clear_error: bool = False) -> None:
-        """`clear_error`: a FINISHED run that may carry an earlier attempt's error tag."""
+    def set_status(
+        self, run_id: str, status: str, clear_error: bool = False, end_ms: int | None = None
+    ) -> None:
+        """`clear_error`: a FINISHED run that may carry an earlier attempt's error tag;
+        `end_ms`: the end time a terminal status keeps (default: now)."""
         if status in TERMINAL:
-            tracking_store.set_terminal(self.client, run_id, status, clear_error)
+            tracking_store.set_terminal(self.client, run_id, status, clear_error, end_ms)
         else:
             self.client.set_open_status(run_id, status)
 
