@@ -77,6 +77,7 @@ class TaskForecast:
 
     def title(self) -> str:
         what = f"backtest on {self.holdout}" if self.holdout else "forecast"
+        what = what if self.targets else "backtest on the largest fitted size"
         return (f"{self.metric} of {self.variant}, {what}: ladder at {self.tokens_per_param:.3g} "
                 f"tokens per parameter, through {self.fitted_on}")  # fmt: skip
 
@@ -305,6 +306,13 @@ def _backtest(
     big = runs.n >= top
     held = ladder & big
     targets = _targets(runs, held)
+    from scalelab.analysis.scaling.task_forecast import chance_refusal
+
+    fit = ladder & ~big
+    stderr = None if runs.stderr is None else runs.stderr[fit]
+    refusal = chance_refusal(runs.label[fit], runs.acc[fit], stderr, runs.chance)
+    if refusal:
+        return None, refusal
     law, preds, why = _fit_predict(method, runs, ladder & ~big, train & ~big, targets, level,
                                    n_resamples, seed)  # fmt: skip
     if law is None:
