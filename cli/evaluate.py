@@ -52,8 +52,9 @@ def evaluate(
     Loads the checkpoint as `generate` does (any ZeRO stage; verified, weights-only) and
     evaluates with lm-evaluation-harness through scalelab's model adapter (the trial's own
     tokenizer, KV-cache log-likelihoods). Writes the metrics eval/<task>/<metric> to the
-    trial's MLflow run with lm-eval's full results as the artifact eval/<task>.json; `results
-    query` shows them after the next sync. Tasks whose scores the run holds are skipped. Task
+    trial's MLflow run with lm-eval's full results as the artifact eval/<task>.json, and syncs
+    the sweep's results tables again where they were synced before (`results query` and
+    `results compare` read the scores at once). Tasks whose scores the run holds are skipped. Task
     data comes from the datasets cache (HF_DATASETS_OFFLINE is honoured); a task whose data is
     not cached, or a bad trial, exits 2 with one line. A sweep's trials are evaluated as
     its `eval.downstream` step would (the trials' own backend and devices, each in a job of
@@ -89,11 +90,7 @@ def evaluate(
     for task in answer.skipped:
         print(f"{task}: scores already on run {answer.run_name} (--force evaluates again)")
     for task, executed in answer.executed.items():
-        prefix = f"eval/{task}/"
-        shown = {
-            k.removeprefix(prefix): v for k, v in answer.scores.items() if k.startswith(prefix)
-        }
-        scores = ", ".join(f"{k} {v:.4f}" for k, v in sorted(shown.items()) if "stderr" not in k)
+        scores = door.score_text(task, answer.scores)
         ran = ", ".join(
             f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in executed.items()
         )
@@ -102,6 +99,23 @@ def evaluate(
         print(
             f"scores written to run {answer.run_name} ({answer.run_id}) of trial {answer.trial_id}"
         )
+        _resync(answer.sweep)
+
+
+def _resync(sweep: str) -> None:
+    """The sweep's results tables read the new scores (`results query`, `compare`, ... need
+    no `results sync` first): synced again where they were synced before."""
+    from scalelab.analysis.results.store import ResultsError
+    from scalelab.cli.console import err
+    from scalelab.cli.results_common import resynced
+
+    try:
+        line = resynced(sweep)
+    except ResultsError as e:  # the scores are on the runs; `results sync` reads them later
+        err.print(f"note: results tables not synced: {e}", highlight=False, markup=False)
+        return
+    if line:
+        err.print(line, highlight=False, markup=False)
 
 
 def _names_a_sweep(target: str) -> bool:
@@ -117,7 +131,8 @@ def _names_a_sweep(target: str) -> bool:
 def _evaluate_sweep(name: str, tasks: list[str], options: object) -> None:
     """Every FINISHED trial of the sweep, its owed tasks, through the sweep's scheduler and
     backend (each trial's evaluation a job on its own devices): the sweep as recorded with
-    eval.downstream set to these tasks (docs/evaluation.md, 'In a sweep')."""
+    eval.downstream set to these tasks (docs/evaluation.md, 'In a sweep'); a line per trial
+    with its scores, and the sweep's results tables synced again."""
     import json
 
     from scalelab.cli.sweeps import _drive, _expanded
@@ -130,8 +145,15 @@ def _evaluate_sweep(name: str, tasks: list[str], options: object) -> None:
     ]
     if options.limit is not None:
         more.append(f"eval.downstream.limit={options.limit}")
+    try:
+        scored = door.scored_names(tasks)
+    except door.EvalError as e:
+        raise fail(str(e)) from None
     loaded = _expanded(lambda bar: door.recorded(name, progress=bar, more_overrides=tuple(more)))
-    if not _drive(loaded, door.DEFAULT_JOB, trained_only=True).ok:
+    ran = _drive(loaded, door.DEFAULT_JOB, trained_only=True, scored=scored)
+    if ran.outcome.finished:
+        _resync(name)
+    if not ran.ok:
         raise typer.Exit(code=1)
 
 

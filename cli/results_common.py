@@ -1,4 +1,5 @@
-"""What every `scalelab results` command does first: sync a sweep never synced, and end
+"""What every `scalelab results` command does first: sync a sweep never synced (a command
+that writes what the rows read syncs a synced sweep again: `resynced`), and end
 any failure of the command's body in one line and exit code 2: ResultsError/ScalingError
 as their message, anything else (a corrupt Parquet file's ArrowInvalid, a numpy error) as
 `results CMD failed: Type: message`, with the traceback above it when SCALELAB_DEBUG=1."""
@@ -25,6 +26,18 @@ def synced(sweep: str, uri: str | None) -> None:
 
     if store.read_table(store.TRIALS, sweep) is None:
         err.print(str(sync(sweep, uri)), highlight=False)
+
+
+def resynced(sweep: str, uri: str | None = None) -> str | None:
+    """Sync again a sweep synced before, after a command wrote what its rows read (`scalelab
+    eval`'s scores): every results command reads the table, and none of them searches MLflow
+    for news itself. A sweep never synced is left to the first results command (`synced`).
+    The sync's line, or None when there was none."""
+    from scalelab.analysis.results import store, sync
+
+    if not any(store.partition_dir(store.TRIALS, sweep).glob("*.parquet")):
+        return None
+    return str(sync(sweep, uri))
 
 
 def guard(fn: Callable[[], T]) -> T:

@@ -42,9 +42,15 @@ class TrialLines:
     of the rest, from the plan's FLOPs and the FLOPs done so far per second."""
 
     def __init__(
-        self, console: Console, trials: list[Trial], already_done: set[str], ledger: Ledger
+        self,
+        console: Console,
+        trials: list[Trial],
+        already_done: set[str],
+        ledger: Ledger,
+        scored: list[str] | None = None,
     ) -> None:
         self.console, self.ledger = console, ledger
+        self.scored = scored  # an evaluation's tasks (`eval SWEEP`): the lines show their scores
         self.trials = {t.trial_id: t for t in trials}
         self.names = run_names(trials)
         self.to_run = sum(t.flops for t in trials if t.trial_id not in already_done)
@@ -54,6 +60,9 @@ class TrialLines:
     def ended(self, trial_id: str, outcome: str) -> None:
         t = self.trials[trial_id]
         self.done_flops += t.flops
+        if self.scored is not None:
+            self.scores(trial_id, "evaluated" if outcome == "finished" else outcome)
+            return
         result = read_result(trial_id)
         loss = result.get("final_val_loss")
         parts = [
@@ -67,18 +76,42 @@ class TrialLines:
             parts.append(f"log: {paths.trial_log(trial_id)}")
         self.console.print("  ".join(p for p in parts if p), highlight=False, soft_wrap=True)
 
+    def scores(self, trial_id: str, outcome: str) -> None:
+        """The line of an evaluated trial: per task, its scores as `scalelab eval` of one
+        trial prints them and, in brackets, what ran; or why its evaluation failed."""
+        from scalelab.contract.runs import Tag
+        from scalelab.orchestrator.door import ran_text, score_text
+
+        rec = self._record(trial_id, launched=False)
+        metrics, tags = (rec.metrics, rec.tags) if rec else ({}, {})
+        parts = [f"{self.names[trial_id]:<28}", f"{outcome:<8}"]
+        for task in self.scored or ():
+            if scores := score_text(task, metrics):
+                parts.append(f"{task}: {scores}  [{ran_text(task, metrics)}]")
+            else:
+                why = error_tail(tags.get(Tag.EVAL_ERROR, "")) or "not evaluated"
+                parts.append(f"{task}: no scores ({why})")
+        if outcome in ("failed", "diverged"):
+            parts.append(f"log: {paths.trial_log(trial_id)}")
+        self.console.print("  ".join(parts), highlight=False, soft_wrap=True, markup=False)
+
     def run_time(self, trial_id: str) -> float | None:
         """The trial's run time as MLflow has it (contract/trial_time.py), as `status` shows."""
+        rec = self._record(trial_id)
+        return run_seconds(rec.tags, rec.status, rec.end_time) if rec else None
+
+    def _record(self, trial_id: str, launched: bool = True) -> Any:
+        """The trial's run in this sweep as MLflow has it now (the one every reader takes:
+        contract/trial_time.trial_run_rank); `launched`: None while it is a placeholder."""
         from scalelab.contract.runs import Tag, tag_filter, trials_filter
+        from scalelab.contract.trial_time import trial_run_rank
         from scalelab.orchestrator.ledger.records import record_of
 
         wanted = f"{trials_filter(self.ledger.sweep)} and {tag_filter(Tag.TRIAL_ID, trial_id)}"
-        runs = [record_of(r) for r in self.ledger.search(wanted)]
-        launched = [r for r in runs if trial_launched(r.tags)]
-        if not launched:
-            return None
-        rec = launched[0]
-        return run_seconds(rec.tags, rec.status, rec.end_time)
+        runs = self.ledger.search(wanted)
+        if launched:
+            runs = [r for r in runs if trial_launched(r.data.tags)]
+        return record_of(min(runs, key=trial_run_rank)) if runs else None
 
     def eta(self) -> str:
         """'ETA 3m10s' once a trial has ended, from the FLOPs per second so far."""

@@ -263,8 +263,8 @@ class _Terminal:
     """What the terminal shows of a running sweep (door.Watcher): a progress bar with the
     running count and an ETA, a line per ended trial; and the parent run's live figure."""
 
-    def __init__(self, progress: Any, loaded: door.Sweep) -> None:
-        self.progress, self.sweep = progress, loaded
+    def __init__(self, progress: Any, loaded: door.Sweep, scored: list[str] | None = None) -> None:
+        self.progress, self.sweep, self.scored = progress, loaded, scored
         self.task = progress.add_task(f"sweep {loaded.name}", total=len(loaded.trials))
 
     def started(self, ledger: Any, finished: set[str]) -> None:
@@ -272,7 +272,7 @@ class _Terminal:
         from scalelab.cli.sweep_view import TrialLines
 
         console, trials = self.progress.console, list(self.sweep.trials)
-        self.lines = TrialLines(console, trials, finished, ledger)
+        self.lines = TrialLines(console, trials, finished, ledger, self.scored)
         self.figure = LiveFigure(ledger, trials, warn=lambda m: console.print(f"note: {m}"))
 
     def trial_ended(self, trial_id: str, outcome: str) -> None:
@@ -291,17 +291,22 @@ class _Terminal:
 
 
 def _drive(
-    loaded: door.Sweep, job: str, ignore_fit: bool = False, trained_only: bool = False
+    loaded: door.Sweep,
+    job: str,
+    ignore_fit: bool = False,
+    trained_only: bool = False,
+    scored: list[str] | None = None,
 ) -> door.SweepRun:
     """Run the sweep with a progress bar and a line per ended trial; print the outcome and
-    each failure with its log."""
+    each failure with its log. `scored`: the tasks `eval SWEEP` evaluates, whose scores are
+    each trial's line (and the lines of the trials whose runs held them already)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from scalelab.cli.sweep_view import failure_lines
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=err, transient=False) as progress:
-        terminal = _Terminal(progress, loaded)
+        terminal = _Terminal(progress, loaded, scored)
         with door_errors(submitting=True):
             ran = door.run(
                 loaded, job=job, ignore_fit=ignore_fit, watcher=terminal, trained_only=trained_only
@@ -326,6 +331,9 @@ def _drive(
     if result.diverged:
         summary += f" ({len(result.diverged)} of them diverged: not retried)"
     out.print(f"sweep {loaded.name}: {summary}")
+    if scored is not None:
+        for tid in result.skipped:
+            terminal.lines.scores(tid, "scored")
     if ran.branching:
         out.print(ran.branching, highlight=False, soft_wrap=True)
     for line in failure_lines(ran.failures, loaded.name):

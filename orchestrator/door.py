@@ -9,7 +9,8 @@
                                            a recorded sweep, by name or YAML file
                                            (orchestrator/recorded_sweep.py)
     evaluate(trial, tasks, ...) -> EvalAnswer  a trained trial on lm-eval tasks, scores on
-                                           its run (orchestrator/downstream.py)
+                                           its run (orchestrator/downstream.py; score_text
+                                           and ran_text write a run's scores as it prints)
 
 The CLI (`cli/sweeps.py`, `cli/watch.py`) and the notebook API (`scalelab`) call these and
 render what they return; the order of the steps is decided here only. `run` and `detach`
@@ -27,7 +28,15 @@ from scalelab.contract.runs import Status
 from scalelab.jobs.launch import DEFAULT_JOB, JobRef
 from scalelab.orchestrator.backends import BackendError
 from scalelab.orchestrator.branching import plan_line, ran_line
-from scalelab.orchestrator.downstream import EvalAnswer, EvalError, EvalOptions, evaluate
+from scalelab.orchestrator.downstream import (
+    EvalAnswer,
+    EvalError,
+    EvalOptions,
+    evaluate,
+    ran_text,
+    score_text,
+    scored_names,
+)
 from scalelab.orchestrator.expand import Trial, check_size, expand, gpu_hours
 from scalelab.orchestrator.job_checks import Missing, check_trials
 from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable
@@ -69,6 +78,9 @@ __all__ = [
     "EvalError",
     "EvalOptions",
     "evaluate",
+    "ran_text",
+    "score_text",
+    "scored_names",
     "Cancelled",
     "Migrated",
     "SweepStatus",

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from scalelab.contract import workdir
 from scalelab.contract.config import FrozenConfig
-from scalelab.contract.runs import Tag, search_all, tag_filter
+from scalelab.contract.runs import Metric, Tag, search_all, tag_filter
 from scalelab.contract.trial_time import trial_run_rank
 
 
@@ -35,6 +35,7 @@ class EvalAnswer:
     scores: dict[str, float]  # eval/<task>/<metric>, of the tasks evaluated now
     executed: dict[str, dict[str, Any]]  # task -> what ran
     skipped: list[str] = field(default_factory=list)  # tasks whose scores the run held
+    sweep: str = ""  # the run's sweep (or experiment): the results table that reads it
 
 
 class EvalOptions(FrozenConfig):
@@ -73,6 +74,7 @@ def evaluate(
     answer = EvalAnswer(
         located.job.trial_id, run.info.run_id, run.info.run_name or "", str(located.tag_dir),
         {}, {}, [n for r, n in zip(tasks, names, strict=True) if r not in todo],
+        run.data.tags.get(Tag.SWEEP) or client.get_experiment(run.info.experiment_id).name,
     )  # fmt: skip
     if not todo:
         return answer
@@ -88,6 +90,45 @@ def evaluate(
         answer.scores.update(result.metrics)
         answer.executed[result.task] = result.executed
     return answer
+
+
+RAN = ("soft_mode", "tsa_alpha", "budget_heads")  # what ran, logged beside a task's scores
+WALL = "wall_s"  # the task's evaluation time (jobs/downstream/evaluate.py)
+
+
+def scored_names(tasks: list[str]) -> list[str]:
+    """The name each requested task's scores are under (a local YAML: its `task:`)."""
+    from scalelab.jobs.downstream.evaluate import task_names
+    from scalelab.jobs.downstream.tasks import TaskError
+
+    try:
+        return task_names(tasks)
+    except TaskError as e:
+        raise EvalError(str(e)) from None
+
+
+def score_text(task: str, metrics: dict[str, float]) -> str:
+    """'acc 0.3750, acc_norm 0.2500': the task's scores among `metrics` (a run's, or an
+    evaluation's eval/<task>/<metric>), without their stderr, what ran or the time."""
+    prefix = f"{Metric.EVAL_PREFIX}{task}/"
+    shown = {k.removeprefix(prefix): v for k, v in metrics.items() if k.startswith(prefix)}
+    return ", ".join(
+        f"{k} {v:.4f}" for k, v in sorted(shown.items())
+        if "stderr" not in k and k not in (*RAN, WALL)
+    )  # fmt: skip
+
+
+def ran_text(task: str, metrics: dict[str, float]) -> str:
+    """'mode inference, budget_heads 2.000, 3.12s': what ran for the task, from a run's
+    metrics, and how long the evaluation took."""
+    prefix = f"{Metric.EVAL_PREFIX}{task}/"
+    parts = []
+    if f"{prefix}soft_mode" in metrics:
+        parts.append(f"mode {'soft' if metrics[f'{prefix}soft_mode'] else 'inference'}")
+    parts += [f"{k} {metrics[prefix + k]:.3f}" for k in RAN[1:] if prefix + k in metrics]
+    if prefix + WALL in metrics:
+        parts.append(f"{metrics[prefix + WALL]:.3g}s")
+    return ", ".join(parts)
 
 
 def _client() -> Any:

@@ -77,3 +77,28 @@ def test_eval_of_uncached_task_data_is_one_line(trial_copy, tmp_path, monkeypatc
     nothing = runner.invoke(app, ["eval", "no-such-name", "--tasks", "scalelab_zen"])
     assert nothing.exit_code == 2, nothing.output
     assert "no trial 'no-such-name'" in nothing.stderr and "no sweep is named" in nothing.stderr
+
+
+def test_eval_of_one_trial_syncs_its_synced_tables(trial_copy, tmp_path, monkeypatch):
+    """Scores written after a `results sync` are in the table at once (no sync between)."""
+    import uuid
+
+    from scalelab.jobs.downstream.tasks import SHIPPED
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
+    name = f"zen_{uuid.uuid4().hex[:6]}"  # a task no other test scored on the shared run
+    text = (
+        (SHIPPED / "scalelab_zen.yaml").read_text().replace("task: scalelab_zen", f"task: {name}")
+    )
+    task = tmp_path / f"{name}.yaml"
+    task.write_text(text.replace("test: zen.jsonl", f"test: {SHIPPED / 'zen.jsonl'}"))
+    synced = runner.invoke(app, ["results", "sync", "tests-faults"])
+    assert synced.exit_code == 0, synced.output
+    trial_id = trial_copy.job.trial_id
+    ran = runner.invoke(app, ["eval", trial_id[:8], "--tasks", str(task), "--limit", "4"])
+    assert ran.exit_code == 0 and f"{name}: acc " in ran.stdout, ran.output
+    query = ["results", "query", "tests-faults", "--format", "json", "--columns"]
+    shown = runner.invoke(app, [*query, f"trial_id,eval_{name}_acc"])
+    assert shown.exit_code == 0, shown.output
+    rows = {r["trial_id"]: r for r in json.loads(shown.stdout)}
+    assert 0.0 <= rows[trial_id][f"eval_{name}_acc"] <= 1.0
