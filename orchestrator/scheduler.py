@@ -32,7 +32,7 @@ from scalelab.contract import workdir
 from scalelab.contract.runs import Status, Tag
 from scalelab.contract.trial_time import timestamp_text
 from scalelab.jobs.launch import DEFAULT_JOB, JobRef
-from scalelab.jobs.tracking.outbox import Outbox
+from scalelab.jobs.tracking.outbox import ENDED_BY_DRIVER, Outbox
 from scalelab.orchestrator import branching, delivery
 from scalelab.orchestrator.backends import make_backend
 from scalelab.orchestrator.expand import Trial
@@ -319,6 +319,13 @@ def _launch(ledger: Ledger, backend: Any, claimed: list[_Live], inflight: dict) 
     started = ledger.start_runs([live.rec for live, _ in first], [tags for _, tags in first])
     for (live, _), rec in zip(first, started, strict=True):
         live.rec = rec  # its run from now on, created as it starts (Ledger.start_runs)
+    # a run its driver ended (cancelled, failed) that trains again is opened again first, as
+    # a first launch's is: the spool of its job never opens such a run (jobs/tracking/outbox.py)
+    again = [live for live in claimed if live.rec.launched and not live.trained
+             and live.rec.status in ENDED_BY_DRIVER]  # fmt: skip
+    ledger.map(lambda live: ledger.set_status(live.rec.run_id, Status.SCHEDULED), again)
+    for live in again:
+        live.rec.status = Status.SCHEDULED
     items = [(live.trial, live.rec, tags.get(Tag.JOB_REF))
              for live, tags in zip(claimed, planned, strict=True)]  # fmt: skip
     writes = []

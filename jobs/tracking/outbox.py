@@ -9,11 +9,14 @@ trials/<trial_id>/outbox/<run_id>/
   rejected.jsonl   batches MLflow refused (invalid values), set aside
 
 A job's last write is its run's final status, so a run is FINISHED in MLflow only once
-every point spooled before it has arrived. Every metric write carries its position in
-training (`tokens`); `positions()` says how far a spool got for each metric, which is how
-a resumed job avoids spooling the steps it replays after its checkpoint a second time.
-One spool per run (not per trial): two sweeps sharing a trial have two runs, and each
-gets the trial's whole curve (`copy_curve`).
+every point spooled before it has arrived. A spooled status is not sent to a run that is
+FAILED or KILLED in MLflow: its driver ended it after the job spooled that status (a cancel,
+a job that died), and a spool sent later must not open it again (docs/reliability.md,
+"Metrics are never lost"). Every metric write carries its position in training (`tokens`);
+`positions()` says how far a spool got for each metric, which is how a resumed job avoids
+spooling the steps it replays after its checkpoint a second time. One spool per run (not
+per trial): two sweeps sharing a trial have two runs, and each gets the trial's whole curve
+(`copy_curve`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,12 @@ MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100  # log_batch limits per call
 # MLflow error codes meaning "the store answered and refused this batch" (retrying cannot
 # help); anything else (connection refused, timeouts, 5xx) means "try again later".
 REJECTED_CODES = {"INVALID_PARAMETER_VALUE", "BAD_REQUEST", "RESOURCE_DOES_NOT_EXIST"}
+# A run its driver ended (cancelled: KILLED; failed out of its attempts: FAILED) keeps its
+# status and end time: a spool sent late (`scalelab results sync`, `status`, a resubmit, or
+# the sender of a job killed by a cancel) brings its points, params and tags, never a status.
+# Only a new attempt opens such a run again, and its driver sets it SCHEDULED first
+# (orchestrator/scheduler.py, `_launch`).
+ENDED_BY_DRIVER = frozenset({Status.FAILED, Status.KILLED})
 
 
 class Busy(RuntimeError):
@@ -217,7 +226,9 @@ class Outbox:
             elif kind == "status":
                 send()
                 try:
-                    if item["status"] == Status.RUNNING:
+                    if client.get_run(run_id).info.status in ENDED_BY_DRIVER:
+                        pass  # history: its driver ended the run after this was spooled
+                    elif item["status"] == Status.RUNNING:
                         tracking_store.set_open_status(client, run_id, Status.RUNNING)
                     else:
                         tracking_store.set_terminal(client, run_id, item["status"])

@@ -248,3 +248,14 @@ def training_on_node(job: JobConfig, run_id: str | None = None) -> dict:
         return train.run(job, run_id)
     finally:
         train.lr_at = lr_at
+
+
+def status_at_start(job: JobConfig, run_id: str | None = None) -> dict:
+    """Records the status MLflow shows for its run as it starts (`status-<STATUS>`), then
+    finishes."""
+    from mlflow import MlflowClient
+
+    from scalelab.contract.workdir import tracking_uri
+
+    _record(job, run_id, f"status-{MlflowClient(tracking_uri()).get_run(run_id).info.status}")
+    return {"status": "FINISHED"}
