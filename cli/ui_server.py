@@ -13,16 +13,25 @@ alone (the address's `workflowType`, else the browser's local storage
 read only when the switch is off, and 3.17 builds it on. So the page sets the stored choice
 to model training where the browser has none; a choice made with the switch stays.
 Every request goes to MLflow's app unchanged but the index page's body and cache headers.
+
+The login (on unless `--no-login`): MLflow's own basic-auth app (`mlflow server --app-name
+basic-auth`), so another user of the machine, who reaches 127.0.0.1 as well as its owner
+does, can neither read nor change a run through the UI (docs/reliability.md, Security). Its
+files live in the work directory's `ui/` folder (0700), each 0600: `password` (the `admin`
+login, made on the first start), `auth.ini` (MLflow's auth configuration) and `auth.db`
+(MLflow's sqlite store of logins and permissions). See `login`.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import secrets
+import stat
 import uuid
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 WORKFLOW_KEY = "mlflow.workflowType_v1"  # MLflow's useLocalStorage key: `${key}_v${version}`
 DEFAULT_SCRIPT = (
@@ -43,6 +52,82 @@ def with_default(html: bytes) -> bytes:
     return html[:at] + DEFAULT_SCRIPT + html[at:]
 
 
+LOGIN_ENV = "_SCALELAB_UI_LOGIN"  # "1": the app is MLflow's basic-auth one
+LOGIN_USER = "admin"
+_AUTH_INI = """[mlflow]
+default_permission = READ
+database_uri = sqlite:///{db}
+admin_username = {user}
+authorization_function = mlflow.server.auth:authenticate_request_basic_auth
+"""
+
+
+class Login(NamedTuple):
+    user: str
+    password: str
+    password_file: Path
+    config: Path
+    new: bool  # the password was made by this start
+
+
+def _private(path: Path, mode: int) -> None:
+    """`path` is ours and no one else's: owned by this user, its mode set to `mode`."""
+    st = path.lstat()
+    if st.st_uid != os.geteuid() or stat.S_ISLNK(st.st_mode):
+        raise PermissionError(
+            f"{path} is not this user's own {'folder' if mode & 0o100 else 'file'}"
+        )
+    if stat.S_IMODE(st.st_mode) != mode:
+        path.chmod(mode)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write `text` to `path` through a 0600 file made for it (never readable by others)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def login(home: Path) -> Login:
+    """The UI's login in `home`/ui: the password kept from an earlier start, else a new one
+    (and a new login store: a deleted `password` file is how to get a new password)."""
+    folder = home / "ui"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _private(folder, 0o700)
+    password_file, db, config = folder / "password", folder / "auth.db", folder / "auth.ini"
+    password = password_file.read_text().strip() if password_file.exists() else ""
+    new = not password
+    if new:
+        for old in (db, *(db.with_name(db.name + end) for end in ("-journal", "-wal", "-shm"))):
+            old.unlink(missing_ok=True)
+        password = secrets.token_urlsafe(18)
+        _write_private(password_file, password + "\n")
+    _private(password_file, 0o600)
+    if not db.exists():  # sqlite keeps a file's mode, and gives its journal the same
+        os.close(os.open(db, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    _private(db, 0o600)
+    _write_private(config, _AUTH_INI.format(db=db, user=LOGIN_USER))
+    return Login(LOGIN_USER, password, password_file, config, new)
+
+
+def login_environment(found: Login | None) -> dict[str, str]:
+    """What the server needs for `found` (None: no login). The admin password goes in the
+    environment, which only this user can read, and MLflow uses it only to make the admin
+    of an empty login store; the secret key signs MLflow's sign-up form (CSRF), one per start."""
+    if found is None:
+        return {LOGIN_ENV: "0"}
+    return {
+        LOGIN_ENV: "1",
+        "MLFLOW_AUTH_CONFIG_PATH": str(found.config),
+        "MLFLOW_AUTH_ADMIN_USERNAME": found.user,
+        "MLFLOW_AUTH_ADMIN_PASSWORD": found.password,
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(32),
+    }
+
+
 class ScalelabUI:
     """An ASGI app: MLflow's (imported on first use, in each server worker) with the index
     page changed by `with_default`."""
@@ -54,9 +139,14 @@ class ScalelabUI:
         if self._mlflow is None:
             # starlette's deprecation of the WSGI bridge MLflow uses: nothing a user can act on
             warnings.filterwarnings("ignore", message="starlette.middleware.wsgi is deprecated")
-            from mlflow.server.fastapi_app import app
+            if os.environ.get(LOGIN_ENV) == "1":
+                from mlflow.server.auth import create_app
 
-            self._mlflow = app
+                self._mlflow = create_app()  # MLflow's app behind its basic-auth checks
+            else:
+                from mlflow.server.fastapi_app import app
+
+                self._mlflow = app
         return self._mlflow
 
     @staticmethod

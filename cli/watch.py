@@ -161,8 +161,12 @@ def ui(
     workers: int = typer.Option(
         1, "--workers", min=1, help="Server processes (MLflow's default, 4, starts slowly)."
     ),
+    no_login: bool = typer.Option(
+        False, "--no-login", help="No login: every user of this machine can change your runs."
+    ),
 ) -> None:
-    """Start the MLflow UI on this machine's tracking store."""
+    """Start the MLflow UI on this machine's tracking store, behind a login (user admin, the
+    password printed on the first start and kept in the work directory's ui/password)."""
     import ipaddress
     import socket
 
@@ -187,20 +191,50 @@ def ui(
         raise fail(
             f"cannot serve the MLflow UI on {host}:{port}: {why}; pick another --port"
         ) from None
-    if not ipaddress.ip_address(address[0]).is_loopback:
+    loopback = ipaddress.ip_address(address[0]).is_loopback
+    if no_login:
+        who = "anyone on this machine" if loopback else f"anyone who can reach {host}:{port}"
         err.print(
-            f"warning: the MLflow UI has no login: anyone who can reach {host}:{port} can read, "
+            f"warning: the MLflow UI has no login: {who} can read, "
             "change and delete every run (docs/reliability.md, Security)",
             highlight=False,
         )
-    from scalelab.cli.ui_server import server_environment, uvicorn_command
-    from scalelab.contract.workdir import artifact_root
+    elif not loopback:
+        err.print(
+            f"warning: the MLflow UI on {host}:{port} is plain HTTP: its password and your runs "
+            "cross the network unencrypted (docs/reliability.md, Security)",
+            highlight=False,
+        )
+    from scalelab.cli import ui_server
+    from scalelab.contract.workdir import artifact_root, scalelab_home
 
-    env = {**os.environ, **server_environment(uri, artifact_root())}
+    found = None
+    if not no_login:
+        try:
+            found = ui_server.login(scalelab_home())
+        except OSError as e:
+            raise fail(f"cannot keep the UI's login in {scalelab_home() / 'ui'}: {e}") from None
+    env = {
+        **os.environ,
+        **ui_server.server_environment(uri, artifact_root()),
+        **ui_server.login_environment(found),
+    }
     # the server's own libraries warn of their deprecations: nothing the user can act on
     env.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
-    cmd = uvicorn_command(sys.executable, host, port, workers)
+    cmd = ui_server.uvicorn_command(sys.executable, host, port, workers)
     out.print(f"MLflow UI on http://{host}:{port}/{runs_view} for {uri} (Ctrl-C to stop)")
+    if found is not None and found.new:
+        out.print(
+            f"log in as {found.user}, password {found.password} "
+            f"(kept in {found.password_file}, readable by you only)",
+            highlight=False, soft_wrap=True,
+        )  # fmt: skip
+    elif found is not None:
+        out.print(
+            f"log in as {found.user}; the password: cat {found.password_file}",
+            highlight=False, soft_wrap=True,
+        )  # fmt: skip
+    sys.stdout.flush()
     os.execve(sys.executable, cmd, env)
 
 

@@ -4,6 +4,7 @@ readers for what MLflow and curves.jsonl hold."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -43,6 +44,22 @@ class MlflowServer:
             return [sys.executable, "-m", "scalelab.cli.main", "ui", "--port", str(self.port)]
         return [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1",
                 "--port", str(self.port), "--workers", "1", "--backend-store-uri", self.store_uri]  # fmt: skip
+
+    def login(self) -> tuple[str, str]:
+        """`scalelab ui`'s login (user, password), read from the work directory as its owner
+        reads it (docs/monitoring.md)."""
+        from scalelab.cli.ui_server import LOGIN_USER
+        from scalelab.contract.workdir import scalelab_home
+
+        assert self.scalelab_ui, "`mlflow server` has no login"
+        return LOGIN_USER, (scalelab_home() / "ui" / "password").read_text().strip()
+
+    def headers(self) -> dict[str, str]:
+        """What a request to the server carries: the login for `scalelab ui`, else nothing."""
+        if not self.scalelab_ui:
+            return {}
+        login = base64.b64encode(":".join(self.login()).encode()).decode()
+        return {"Authorization": f"Basic {login}"}
 
     def _store_env(self) -> dict[str, str]:
         return {"MLFLOW_TRACKING_URI": self.store_uri} if self.scalelab_ui else {}

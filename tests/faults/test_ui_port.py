@@ -4,6 +4,7 @@ comes up, in one process: no second start of MLflow (docs/monitoring.md)."""
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import socket
@@ -58,13 +59,18 @@ def test_ui_on_a_free_port_serves(tmp_path: Path):
         while True:
             assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
-                    assert r.status == 200
-                    page = r.read()
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5):
                     break
             except OSError:
                 assert time.monotonic() < deadline, "the MLflow UI did not answer"
                 time.sleep(0.5)
+        password = (tmp_path / "ui" / "password").read_text().strip()  # the owner's login
+        login = base64.b64encode(f"admin:{password}".encode()).decode()
+        page_request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/", headers={"Authorization": f"Basic {login}"}
+        )
+        with urllib.request.urlopen(page_request, timeout=30) as r:
+            page = r.read()
         assert b'"mlflow.workflowType_v1"' in page  # scalelab's page: model training first
         # the command became the server: no `mlflow server` parent, no worker below it
         children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()

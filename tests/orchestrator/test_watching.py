@@ -5,10 +5,8 @@ REST API)."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -17,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import calls, sweep_yaml
+from faults import browser
 from faults.mlflow_kit import MlflowServer
 from typer.testing import CliRunner
 
@@ -159,41 +158,37 @@ def test_follow_stops_at_its_bound_while_the_trial_runs(tmp_path):
     assert "".join(written) == "new ✓\n"
 
 
-def _get(uri: str, route: str, **query: str) -> dict:
+def _get(uri: str, route: str, login: dict | None = None, **query: str) -> dict:
     url = f"{uri}/api/2.0/mlflow/{route}?{urllib.parse.urlencode(query)}"
-    with urllib.request.urlopen(url, timeout=30) as r:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=login or {}), timeout=30) as r:
         return json.loads(r.read())
 
 
-def _post(uri: str, route: str, body: dict) -> dict:
+def _post(uri: str, route: str, body: dict, login: dict | None = None) -> dict:
     request = urllib.request.Request(
         f"{uri}/api/2.0/mlflow/{route}",
         data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **(login or {})},
     )
     with urllib.request.urlopen(request, timeout=30) as r:
         return json.loads(r.read())
 
 
-def _in_a_browser(uri: str, experiment_id: str, sweep: str) -> None:
-    """What a first visit shows, through headless Chromium where the machine has one: the
-    saved view of the trials, in model training mode, with no workflowType in the address
-    (as from the experiments list). Without Chromium, only the page and tags are checked."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
+def _in_a_browser(server: MlflowServer, experiment_id: str) -> None:
+    """What a first visit shows, through headless Chromium where the machine has one, logged
+    in as the owner answers the login prompt: the saved view of the trials, in model training
+    mode, with no workflowType in the address (as from the experiments list). Without
+    Chromium, only the page and tags are checked."""
+    if browser.chromium() is None:
         warnings.warn(
             "no Chromium (apt-get install chromium): the UI is not opened in a browser",
             stacklevel=2,
         )
         return
-    url = f"{uri}/#/experiments/{experiment_id}/runs?viewStateShareKey=scalelab-trials"
-    with tempfile.TemporaryDirectory() as profile:
-        dom = subprocess.run(
-            [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
-             "--virtual-time-budget=15000", "--dump-dom", url],
-            capture_output=True, text=True, timeout=60,
-        ).stdout  # fmt: skip
-    found = {text: text in dom for text in ("dense-nano-lr0.001", "Group: dense")}
+    url = f"{server.uri}/#/experiments/{experiment_id}/runs?viewStateShareKey=scalelab-trials"
+    showing = ("dense-nano-lr0.001", "Group: dense")
+    dom = browser.page_after_login(url, *server.login(), showing=showing)
+    found = {text: text in dom for text in showing}
     assert all(found.values()), found  # the trials' table, grouped by variant
     assert "Detect issues" not in dom  # not the GenAI overview
 
@@ -208,16 +203,20 @@ def test_what_the_mlflow_ui_shows(tmp_path, ray_session, work_home, sweep_name):
     assert result.exit_code == 0, result.output
     server = MlflowServer(tracking_uri(), scalelab_ui=True).start()
     try:
-        exp = _get(server.uri, "experiments/get-by-name", experiment_name=sweep_name)["experiment"]
+        login = server.headers()  # the owner's login: `scalelab ui` lets no one in without it
+        got = _get(server.uri, "experiments/get-by-name", login, experiment_name=sweep_name)
+        exp = got["experiment"]
         tags = {t["key"]: t["value"] for t in exp["tags"]}
         assert tags["mlflow.experimentKind"] == "custom_model_development"  # opens on runs
         assert tags["mlflow.note.content"] == "lr sweep of the nano model"
         view = json.loads(json.loads(tags["mlflow.sharedViewState.scalelab-trials"])["state"])
         assert {"params.`train.lr`", "metrics.`val/loss`"} <= set(view["selectedColumns"])
-        with urllib.request.urlopen(f"{server.uri}/", timeout=30) as page:
+        page_request = urllib.request.Request(f"{server.uri}/", headers=login)
+        with urllib.request.urlopen(page_request, timeout=30) as page:
             assert b'"mlflow.workflowType_v1"' in page.read()  # model training by default
-        _in_a_browser(server.uri, exp["experiment_id"], sweep_name)
-        runs = _post(server.uri, "runs/search", {"experiment_ids": [exp["experiment_id"]]})["runs"]
+        _in_a_browser(server, exp["experiment_id"])
+        search = {"experiment_ids": [exp["experiment_id"]]}
+        runs = _post(server.uri, "runs/search", search, login)["runs"]
         children = [r for r in runs if r["info"]["run_name"] != f"sweep:{sweep_name}"]
         names = sorted(r["info"]["run_name"] for r in children)
         assert names == ["dense-nano-lr0.001", "dense-nano-lr0.003"]
@@ -230,7 +229,7 @@ def test_what_the_mlflow_ui_shows(tmp_path, ray_session, work_home, sweep_name):
                 parse_timestamp(run_tags["scalelab.started"]) >= launched
             )  # when it really started
             assert run_tags["mlflow.runColor"].startswith("#")  # its variant's colour
-            listed = _get(server.uri, "artifacts/list", run_id=run["info"]["run_id"])
+            listed = _get(server.uri, "artifacts/list", login, run_id=run["info"]["run_id"])
             assert {"job.json", "logs"} <= {f["path"] for f in listed["files"]}
     finally:
         server.stop()
