@@ -61,10 +61,8 @@ def evaluate(
     its own, skipping tasks a run holds); trials not trained yet are left to `submit`."""
     from scalelab.orchestrator import door
 
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    given_device = device != "auto"
+    device = _device(device)
     names = [t.strip() for t in tasks.split(",") if t.strip()]
     if not names:
         raise fail("--tasks: give at least one task name")
@@ -83,6 +81,11 @@ def evaluate(
             raise fail(f"{e}; no sweep is named {target!r} either") from None
         if force:
             raise fail("--force evaluates one trial again; give its run name or id") from None
+        if given_device:
+            from scalelab.cli.console import err
+
+            err.print(f"note: --device {device} is not used: a sweep's trials are evaluated "
+                      "on their own devices", highlight=False, markup=False)  # fmt: skip
         _evaluate_sweep(target, names, options)
         return
     except door.LedgerUnavailable as e:
@@ -100,6 +103,24 @@ def evaluate(
             f"scores written to run {answer.run_name} ({answer.run_id}) of trial {answer.trial_id}"
         )
         _resync(answer.sweep)
+
+
+def _device(device: str) -> str:
+    """cpu, cuda or cuda:N (auto: cuda when present); one line for anything else."""
+    import re
+
+    if not re.fullmatch(r"auto|cpu|cuda(:\d{1,3})?", device):
+        raise fail(f"--device {device!r}: give cpu, cuda, cuda:N or auto")
+    if device == "cpu":
+        return device
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    index = int(device.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        raise fail(f"--device {device}: {torch.cuda.device_count()} CUDA device(s) here")
+    return device
 
 
 def _resync(sweep: str) -> None:
@@ -145,8 +166,9 @@ def _evaluate_sweep(name: str, tasks: list[str], options: object) -> None:
     ]
     if options.limit is not None:
         more.append(f"eval.downstream.limit={options.limit}")
-    try:
+    try:  # every task loads here, with its data, before Ray or any job starts
         scored = door.scored_names(tasks)
+        door.check_tasks(tasks)
     except door.EvalError as e:
         raise fail(str(e)) from None
     loaded = _expanded(lambda bar: door.recorded(name, progress=bar, more_overrides=tuple(more)))

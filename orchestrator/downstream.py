@@ -107,6 +107,18 @@ def scored_names(tasks: list[str]) -> list[str]:
         raise EvalError(str(e)) from None
 
 
+def check_tasks(tasks: list[str]) -> None:
+    """Every task loads here, with its data (EvalError, one line, for the first that does
+    not): what a sweep's evaluation checks before any job starts."""
+    from scalelab.jobs.downstream import tasks as task_loading
+
+    for name in tasks:
+        try:
+            task_loading.load([name])
+        except task_loading.TaskError as e:
+            raise EvalError(str(e)) from None
+
+
 def score_text(task: str, metrics: dict[str, float]) -> str:
     """'acc 0.3750, acc_norm 0.2500': the task's scores among `metrics` (a run's, or an
     evaluation's eval/<task>/<metric>), without their stderr, what ran or the time."""

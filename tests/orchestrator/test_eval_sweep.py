@@ -84,3 +84,26 @@ def test_results_read_a_sweeps_new_scores_without_another_sync(evaluated):
     assert shown.exit_code == 0, shown.output
     (row,) = json.loads(shown.stdout)
     assert row["eval_scalelab_zen_acc"] == _record(name).metrics[ACC]
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--tasks", "0"], "unknown task"),
+        (["--tasks", "scalelab_zen", "--device", "1e30"], "--device '1e30'"),
+        (["--tasks", "scalelab_zen,no_such_task_anywhere"], "no_such_task_anywhere"),
+    ],
+)
+def test_eval_of_a_sweep_checks_its_arguments_before_anything_starts(evaluated, args, says):
+    """As `eval TRIAL` does: one line, exit 2, no job started and the runs untouched (was:
+    a Ray cluster and a failing job per finished trial, still running after 300 s)."""
+    name, *_ = evaluated
+    before = _record(name)
+    refused = runner.invoke(app, ["eval", name, *args])
+    assert refused.exit_code == 2, refused.output
+    assert len(refused.stderr.strip().splitlines()) == 1 and says in refused.stderr
+    assert "Traceback" not in refused.output and "finished" not in refused.stdout
+    after = _record(name)
+    assert (after.status, after.end_time, after.metrics) == (
+        before.status, before.end_time, before.metrics
+    )  # fmt: skip
