@@ -20,11 +20,14 @@ Each run's spool (jobs/tracking/outbox.py: the writes and how far MLflow has rec
 them) goes up beside the checkpoints, at every checkpoint and at the trial's end, and comes
 down where the trial folder has none, so what MLflow had not received when the node went
 is sent from the next one; the spool's positions keep the resumed job from spooling a
-replayed step again.
+replayed step again. A remote spool that is not whole lines of spool writes, or a `sent`
+that is not an offset at a line's end of it, is skipped with one warning line like a bad
+checkpoint, never failing the attempt: the spool is left out, a bad `sent` counts as 0.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shutil
@@ -173,21 +176,44 @@ class Storage(Objects):
                         self.uri, type(e).__name__, e)  # fmt: skip
 
     def fetch_spools(self, trial_dir: Path) -> None:
-        """Rank 0, before tracking starts: each run's spool this folder lacks."""
-        found = self.fs.get_file_info(
-            pafs.FileSelector(f"{self.root}/{OUTBOX_DIR}", allow_not_found=True)
-        )
+        """Rank 0, before tracking starts: each run's spool this folder lacks. Never raises:
+        a remote object that is not what it should be is skipped with one warning line and
+        the trial goes on without it. A spool that is not whole lines of spool writes is
+        left out (the resumed job spools from its checkpoint on, as without storage); a
+        `sent` that is not an offset at the end of one of the spool's lines is taken as 0:
+        the whole spool is sent again, and MLflow's database stores keep a point sent twice
+        (same metric, step, time and value) once."""
+        try:
+            found = self.fs.get_file_info(
+                pafs.FileSelector(f"{self.root}/{OUTBOX_DIR}", allow_not_found=True)
+            )
+        except Exception as e:
+            log.warning("fetching the metric spools from %s failed (the trial goes on without "
+                        "them): %s: %s", self.uri, type(e).__name__, e)  # fmt: skip
+            return
         for info in found:
             box = trial_dir / OUTBOX_DIR / info.base_name
             if not RUN_ID.match(info.base_name) or (box / "spool.jsonl").exists():
                 continue
             src = f"{self.root}/{OUTBOX_DIR}/{info.base_name}"
-            spool = self._get_bytes(f"{src}/spool.jsonl")
+            try:
+                spool, sent = self._get_bytes(f"{src}/spool.jsonl"), self._get_bytes(f"{src}/sent")
+            except Exception as e:
+                log.warning("metric spool %s/%s/%s skipped: %s: %s",
+                            self.uri, OUTBOX_DIR, info.base_name, type(e).__name__, e)  # fmt: skip
+                continue
             if spool is None:
                 continue
-            sent = min(int((self._get_bytes(f"{src}/sent") or b"0").decode() or 0), len(spool))
+            if problem := _spool_problem(spool):
+                log.warning("metric spool %s/%s/%s/spool.jsonl skipped: %s",
+                            self.uri, OUTBOX_DIR, info.base_name, problem)  # fmt: skip
+                continue
+            offset, problem = _sent_offset(sent, spool)
+            if problem:
+                log.warning("metric spool %s/%s/%s/sent skipped: %s; the whole spool is sent "
+                            "again", self.uri, OUTBOX_DIR, info.base_name, problem)  # fmt: skip
             box.mkdir(parents=True, exist_ok=True)
-            (box / "sent").write_text(str(sent))
+            (box / "sent").write_text(str(offset))
             (box / "spool.jsonl").write_bytes(spool)
 
 
@@ -201,3 +227,43 @@ def _read(path: Path) -> bytes:
 
 def _complete_lines(data: bytes) -> bytes:
     return data[: data.rfind(b"\n") + 1]
+
+
+# the fields each kind of spool write needs (jobs/tracking/outbox.py), and their types
+_SPOOL_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "metric": {"key": str, "value": (int, float), "step": int, "tokens": int, "ts": int},
+    "param": {"key": str, "value": str},
+    "tag": {"key": str, "value": str},
+    "status": {"status": str},
+}
+
+
+def _spool_problem(spool: bytes) -> str:
+    """Why the bytes of a remote spool are not a spool ('' when they are): each complete
+    line one spool write (a last line without its end is left for later, as locally)."""
+    for number, raw in enumerate(spool.split(b"\n")[:-1], 1):
+        try:
+            item = json.loads(raw.decode("utf-8"))
+        except ValueError:  # UnicodeDecodeError too
+            return f"line {number} is not JSON"
+        fields = _SPOOL_FIELDS.get(item.get("kind")) if isinstance(item, dict) else None
+        if fields is None or not all(
+            isinstance(item.get(k), t) and not isinstance(item.get(k), bool)
+            for k, t in fields.items()
+        ):
+            return f"line {number} is not a spool write"
+    return ""
+
+
+def _sent_offset(sent: bytes | None, spool: bytes) -> tuple[int, str]:
+    """How far the spool reached MLflow, from the remote `sent` (absent: 0), and why that
+    object was not taken ('' when it was)."""
+    if not sent:
+        return 0, ""
+    try:
+        offset = int(sent.decode("ascii").strip())
+    except ValueError:  # UnicodeDecodeError too
+        return 0, f"{sent[:40]!r} is not a byte offset"
+    if offset < 0 or offset > len(spool) or (offset and spool[offset - 1 : offset] != b"\n"):
+        return 0, f"{offset} is not the end of a line of the {len(spool)}-byte spool"
+    return offset, ""

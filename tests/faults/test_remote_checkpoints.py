@@ -185,3 +185,65 @@ def test_the_storage_setting_is_checked_and_reaches_every_trial(tmp_path):
     for bad in ("bucket/prefix", "s3://b/p?secret_key=x", "s3:///p"):
         with pytest.raises(ValidationError):
             SweepSpec.model_validate({"name": "s", "base": base, "storage": bad})
+
+
+def _spooled_remotely(trial, s3: S3) -> tuple[Storage, str, str]:
+    """A run whose whole curve waits in the trial's spool (nothing sent), uploaded by the
+    product's own upload; then the node goes with the trial's spool and result, keeping its
+    checkpoints (the resume trains nothing: step 8 is the last). Returns (storage, its URI,
+    run id)."""
+    from mlflow import MlflowClient
+
+    from scalelab.jobs.tracking.outbox import Outbox
+    from scalelab.jobs.tracking.tracker import read_curve
+
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    experiment = client.get_experiment_by_name("tests-faults")
+    run_id = client.create_run(experiment.experiment_id).info.run_id
+    Outbox(trial.dir, run_id).copy_curve(read_curve(trial.dir))
+    uri = s3.uri()
+    storage = Storage(uri, trial.job.trial_id)
+    storage.upload_spools(trial.dir)
+    assert {f"{run_id}/sent", f"{run_id}/spool.jsonl"} <= set(s3.objects(f"{storage.root}/outbox"))
+    shutil.rmtree(trial.dir / "outbox")
+    (trial.dir / RESULT_FILE).unlink()
+    return storage, uri, run_id
+
+
+def test_a_corrupt_remote_sent_object_is_skipped_and_the_trial_finishes(
+    trial_copy, s3, aws, caplog
+):
+    """The `sent` object of a remote spool is garbage: before, every attempt of the trial
+    failed on it (ValueError); now it is one warning line and the whole spool is sent."""
+    from mlflow import MlflowClient
+
+    from scalelab.jobs.training.train import run
+
+    storage, uri, run_id = _spooled_remotely(trial_copy, s3)
+    with s3.fs.open_output_stream(f"{storage.root}/outbox/{run_id}/sent") as f:
+        f.write(b"\x00\xffnot an offset")
+    job = trial_copy.job.model_copy(update={"storage": uri})
+
+    result = run(job, run_id)
+
+    assert result.status == "FINISHED" and result.metrics_pending == 0
+    warned = [r.getMessage() for r in caplog.records if "outbox" in r.getMessage()]
+    assert len(warned) == 1 and f"{run_id}/sent skipped" in warned[0], warned
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    sent = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "train/loss"))
+    assert sent == trial_copy.losses  # every point, once
+
+
+def test_a_corrupt_remote_spool_is_skipped_and_the_trial_finishes(trial_copy, s3, aws, caplog):
+    from scalelab.jobs.training.train import run
+
+    storage, uri, run_id = _spooled_remotely(trial_copy, s3)
+    with s3.fs.open_output_stream(f"{storage.root}/outbox/{run_id}/spool.jsonl") as f:
+        f.write(b'{"kind": "metric", "key": "train/loss"}\n')  # a write without its point
+    job = trial_copy.job.model_copy(update={"storage": uri})
+
+    result = run(job, run_id)
+
+    assert result.status == "FINISHED"
+    warned = [r.getMessage() for r in caplog.records if "outbox" in r.getMessage()]
+    assert len(warned) == 1 and "spool.jsonl skipped: line 1 is not a spool write" in warned[0]
