@@ -291,6 +291,12 @@ def _reach_notes(fitted: ForecastLaw, predictions: list[Prediction], seen: np.nd
                 f"+ log D outside the fitted runs), the {fitted.law.level:.0%} quantile of the "
                 f"errors of {reach.n_folds} forward backtests ({reach.distance.size} runs "
                 "predicted from the smaller sizes only)"
+                + (
+                    f"; the folds on {fitted.law.calibrated_on:,} of the {fitted.law.stack.y.shape[1]:,} "
+                    "rows, every size's token range kept"
+                    if fitted.law.calibrated_on
+                    else ""
+                )
             )
     width = max((p.high - p.low for p in predictions), default=0.0)
     if seen.size and width > float(seen.max() - seen.min()):

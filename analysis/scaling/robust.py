@@ -35,6 +35,18 @@ q takes the run's whole error, not only what the fold's own interval leaves over
 real ladder (Hoffmann et al.'s, docs/scaling.md) the law's errors grow with the distance
 faster than its own interval does, and the excess alone covered 10 of 18 held-out runs.
 
+At scale: the folds refit the law on (nearly) every row, one fold per size and one per
+cut, O((sizes + cuts) x rows): on 100,000 curve points of 250 runs, ~150 CPU s and ~4.6
+GB. Beyond CALIBRATION_ROWS rows the folds (misfit and forward chaining) therefore see a
+thinned copy of the rows (`calibration_rows`): every distinct N keeps an equal share,
+evenly spread in log D and always with its smallest and largest token count, so the
+folds are the same, each keeps its data box and the distances are those of all the
+rows; only the rows fitted and scored are fewer. The fit itself, its covariance and scale stay those of every row, and
+up to CALIBRATION_ROWS rows nothing changes. What changes beyond is the sample m and q
+are read from (and the folds' own fits, on fewer rows, are a little noisier): measured
+on ladders both can afford, q and m within ~10% of the folds on every row
+(tests/orchestrator/test_fit_scale.py).
+
 Everything is batched over B problems of n rows (a ladder is B = 1; a coverage test
 stacks its ladders), rows switched off by a mask.
 """
@@ -50,7 +62,7 @@ from .bootstrap import Interval
 from .chinchilla import ChinchillaFit, fit_chinchilla
 from .data import clean
 from .objective import _ALPHA_BOUNDS, HUBER_DELTA
-from .refine import predict_and_jacobian, refine
+from .refine import BATCH_ROWS, predict_and_jacobian, refine
 
 _NAMES = ("E", "A", "B", "alpha", "beta")
 MAD_TO_SD = 1.4826  # a normal's standard deviation per median absolute deviation
@@ -58,6 +70,7 @@ OUTLIER_Z = 4.0  # |standardised residual| beyond which a point is flagged (chec
 
 
 MAX_CUTS = 24  # forward-chaining folds at most (spread evenly over the cuts)
+CALIBRATION_ROWS = 10_000  # beyond, the folds see this many rows (module doc, "At scale")
 SIZE_GAP = 0.02  # runs whose log N differ by less are one size (2%: digitised ladders)
 
 
@@ -107,9 +120,17 @@ class LawStack:
     def predict_log(self, n_params: np.ndarray, tokens: np.ndarray):  # noqa: ANN201
         """(log L_hat, its standard error), each (B, m), at (N, D) (B, m)."""
         X = np.stack([np.log(n_params), np.log(tokens)], axis=-1) - self.shift[:, None, :]
-        value, jac = predict_and_jacobian(X, self.theta, self.has_E)
-        var = np.einsum("bip,bpq,biq->bi", jac, self.cov, jac)
+        value, var = np.empty(X.shape[:2]), np.empty(X.shape[:2])
+        for part in _batches(*X.shape[:2]):  # a (B, m, p) Jacobian at a time is GBs
+            value[part], jac = predict_and_jacobian(X[part], self.theta[part], self.has_E)
+            var[part] = np.einsum("bip,bpq,biq->bi", jac, self.cov[part], jac)
         return value, np.sqrt(np.maximum(var, 0.0))
+
+
+def _batches(B: int, n: int) -> list[slice]:
+    """Slices of B problems of n rows, BATCH_ROWS rows in all at a time (refine.py)."""
+    per = max(1, BATCH_ROWS // max(n, 1))
+    return [slice(lo, lo + per) for lo in range(0, B, per)]
 
 
 def stack_fit(
@@ -130,20 +151,23 @@ def stack_fit(
     y = np.log(loss)
     if refit:
         theta = refine(X, y, mask, theta, has_E=has_E)
-    pred, jac = predict_and_jacobian(X, theta, has_E)
-    r = np.where(mask, pred - y, np.nan)
     p = theta.shape[1]
-    scale = _robust_scale(r, p)
-    # again without the outliers it shows (the checks' |z| > OUTLIER_Z): a few off-law runs
-    # would otherwise widen every interval (a 12% contamination moves a MAD by ~30%)
-    scale = _robust_scale(np.where(np.abs(r) > OUTLIER_Z * scale[:, None], np.nan, r), p)
+    scale, jtj = np.empty(theta.shape[0]), np.empty((theta.shape[0], p, p))
+    for part in _batches(*y.shape):  # B at once held (B, n, p) arrays: GBs in the folds
+        pred, jac = predict_and_jacobian(X[part], theta[part], has_E)
+        r = np.where(mask[part], pred - y[part], np.nan)
+        first = _robust_scale(r, p)
+        # again without the outliers it shows (the checks' |z| > OUTLIER_Z): a few off-law
+        # runs would otherwise widen every interval (a 12% contamination moves a MAD ~30%)
+        scale[part] = _robust_scale(np.where(np.abs(r) > OUTLIER_Z * first[:, None], np.nan, r), p)
+        jm = jac * mask[part][..., None]
+        jtj[part] = np.einsum("bnp,bnq->bpq", jm, jm)
     n = mask.sum(axis=1)
     dof = n - p
     kappa = np.array([huber_kappa(max(s, 1e-12)) for s in scale])
-    jm = jac * mask[..., None]
     with np.errstate(divide="ignore", invalid="ignore"):
         inflate = np.where(dof > 0, kappa * n / dof, np.nan)
-    cov = inflate[:, None, None] * np.linalg.pinv(np.einsum("bnp,bnq->bpq", jm, jm))
+    cov = inflate[:, None, None] * np.linalg.pinv(jtj)
     return LawStack(X, y, mask, shift, theta, cov, scale, has_E)
 
 
@@ -328,6 +352,7 @@ class RobustLaw:
     level: float = 0.95
     covariates: tuple[str, ...] = ("N", "D")
     reach: Reach | None = None  # the forward-chaining folds (None: not measured)
+    calibrated_on: int = 0  # rows the folds saw, when thinned (calibration_rows); 0: all
 
     @property
     def per_distance(self) -> float:
@@ -428,7 +453,36 @@ def robust_law(
     stack = stack_fit(n[None], d[None], y[None], raw_theta(fit)[None], has_E=fit.has_E,
                       refit=False)  # fmt: skip
     ex = None if exclude is None else np.asarray(exclude, bool)[None]
-    m, folds, scored = misfit(stack, n[None], d[None], level=level, exclude=ex)
-    reach = forward_folds(stack, n[None], d[None], exclude=ex)[0]
+    rows = calibration_rows(np.log(n), np.log(d))
+    cal, cn, cd = stack, n, d
+    if rows is not None:  # the folds on a thinned copy (module doc, "At scale")
+        ex = (outliers(stack) if ex is None else ex)[:, rows]
+        cn, cd = n[rows], d[rows]
+        cal = stack_fit(cn[None], cd[None], y[rows][None], raw_theta(fit)[None],
+                        has_E=fit.has_E, shift=stack.shift, refit=False)  # fmt: skip
+    m, folds, scored = misfit(cal, cn[None], cd[None], level=level, exclude=ex)
+    reach = forward_folds(cal, cn[None], cd[None], exclude=ex)[0]
     return RobustLaw(fit, stack, int(folds[0]), int(scored[0]), float(m[0]), level,
-                     reach=reach if reach.n_folds else None)  # fmt: skip
+                     reach=reach if reach.n_folds else None,
+                     calibrated_on=0 if rows is None else int(rows.size))  # fmt: skip
+
+
+def calibration_rows(log_n: np.ndarray, log_d: np.ndarray,
+                     cap: int | None = None) -> np.ndarray | None:  # fmt: skip
+    """None up to `cap` (default CALIBRATION_ROWS) rows: the folds see them all; beyond,
+    the sorted indices of the rows they see: every distinct N (a run's curve, or the
+    runs of one size) keeps ceil(cap / sizes) of its rows, at least 2 (all of them when
+    it has fewer), evenly spread in log D from its smallest to its largest token count,
+    so the folds have every size and each size's token range of all the rows (module
+    doc, "At scale")."""
+    cap = CALIBRATION_ROWS if cap is None else cap
+    if log_n.size <= cap:
+        return None
+    groups = np.unique(log_n, return_inverse=True)[1].ravel()
+    order = np.lexsort((log_d, groups))
+    counts = np.bincount(groups)
+    per = max(2, -(-cap // counts.size))
+    first = np.r_[0, np.cumsum(counts)[:-1]]
+    picks = [order[lo + np.linspace(0, c - 1, min(c, per)).round().astype(int)]
+             for lo, c in zip(first, counts, strict=True)]  # fmt: skip
+    return np.sort(np.concatenate(picks))
