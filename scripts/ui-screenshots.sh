@@ -22,7 +22,9 @@ mkdir -p "$OUT"
 
 PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 BASE="http://127.0.0.1:$PORT"
-setsid "$PY" -m scalelab.cli.main ui "$SWEEP" --port "$PORT" >"$OUT/.ui.log" 2>&1 &
+# --no-login: headless Chromium's --screenshot cannot answer a login prompt, so while this
+# runs (a minute or so) the UI is open to every user of the machine, as it warns
+setsid "$PY" -m scalelab.cli.main ui "$SWEEP" --port "$PORT" --no-login >"$OUT/.ui.log" 2>&1 &
 UI=$!
 trap 'kill -TERM -- -$UI 2>/dev/null || true; rm -f "$OUT/.ui.log"' EXIT
 "$PY" - "$BASE" <<'EOF' || { cat "$OUT/.ui.log" >&2; exit 1; }
