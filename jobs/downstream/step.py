@@ -39,7 +39,9 @@ def evaluate_trained(job: Any, run_id: str | None) -> None:
             mode=wanted.mode, batch_size=wanted.batch_size,
         ):  # fmt: skip
             shown = {k.rsplit("/", 1)[1]: v for k, v in result.metrics.items()}
-            print(f"[scalelab] eval {result.task}: {shown}", flush=True)
+            on = result.executed.get("split")  # a packaged task's split (packaged.py)
+            split = f" ({on}, {result.executed.get('items')} items)" if on else ""
+            print(f"[scalelab] eval {result.task}{split}: {shown}", flush=True)
         if Tag.EVAL_ERROR in run.data.tags:  # an earlier attempt's reason, now stale
             client.delete_tag(run_id, Tag.EVAL_ERROR)
     except Exception as e:  # the training stands; the next submit evaluates again

