@@ -240,6 +240,7 @@ class SweepPlan:
     prepare: tuple[str, ...]  # `scalelab data prepare` commands the plan's text needs
     unmigrated: int  # trials recorded under an older identity rule
     tracking: str | None = None  # why the trials may not write this tracking store
+    storage: str | None = None  # why the trials could not use the sweep's `storage:`
     blockers: tuple[str, ...] = ()  # data that is not here, a located line each
     branching: str | None = None  # wsd cooldown branches: compute spent vs independent runs
     saving: dict[str, Any] | None = None  # the same in numbers (orchestrator/branching.py)
@@ -259,10 +260,13 @@ class SweepPlan:
     ) -> str | None:
         """Why a submit of this plan would submit nothing; None when it would run. A dry-run
         shows the trials that do not fit, the tracking store's refusal and the blockers as
-        lines of the plan (`ignore_fit`, `ignore_tracking`, `ignore_blockers`)."""
+        lines of the plan (`ignore_fit`, `ignore_tracking`, `ignore_blockers`); storage the
+        trials could not use is refused by both."""
         name = self.sweep.name
         if self.tracking and not ignore_tracking:
             return f"sweep {name}: {self.tracking} (nothing submitted)"
+        if self.storage:  # a dry-run too: nothing of the plan could be kept there
+            return f"sweep {name}: {self.storage} (nothing submitted)"
         if self.blockers and not ignore_blockers:
             return _missing_refusal(name, self.blockers)
         if self.unmigrated:
@@ -280,7 +284,8 @@ class SweepPlan:
     def as_dict(self) -> dict[str, Any]:
         trials = [p.as_dict() for p in self.trials]
         return {"sweep": self.sweep.name, "placement": self.placement, "trials": trials,
-                "tracking_refused": self.tracking, "blockers": list(self.blockers),
+                "tracking_refused": self.tracking, "storage_refused": self.storage,
+                "blockers": list(self.blockers),
                 "branching": self.saving}  # fmt: skip
 
 
@@ -290,6 +295,7 @@ def plan(sweep: Sweep) -> SweepPlan:
     from scalelab.contract.workdir import tracking_uri
     from scalelab.orchestrator.cpu_rate import cpu_rate
     from scalelab.orchestrator.data_plan import data_plan
+    from scalelab.orchestrator.storage_check import storage_refusal
     from scalelab.orchestrator.tracking_store import tracking_refusal
     from scalelab.orchestrator.trial_names import run_names, swept_settings
 
@@ -317,11 +323,12 @@ def plan(sweep: Sweep) -> SweepPlan:
     )
     unfit = tuple(unfit_lines(trials, plans))
     tracking = tracking_refusal(spec.backend, tracking_uri())
+    storage = storage_refusal(spec.storage)  # a write, a read and a delete of a marker
     blockers = tuple(m.line for m in sweep.missing)
     line, numbers = plan_line(trials, gpu_hours(1.0, mfu, rate), "CPU" if cpu else "GPU")
     return SweepPlan(
         sweep, planned, placement_summary(spec, Placement.of(spec, cpu)), unfit, tuple(prepare), unmigrated,
-        tracking, blockers, line, numbers,
+        tracking, storage, blockers, line, numbers,
     )  # fmt: skip
 
 
@@ -347,8 +354,14 @@ def _missing_refusal(name: str, blockers: tuple[str, ...]) -> str:
 
 
 def refuse_missing(sweep: Sweep) -> None:
-    """SweepRefused when data the sweep reads is not here: what `plan` refuses first,
-    known without planning (a submit says it before showing any progress)."""
+    """SweepRefused when the sweep's `storage:` cannot be used or data it reads is not
+    here: what `plan` refuses first, known without planning (a submit says it before
+    showing any progress)."""
+    from scalelab.orchestrator.storage_check import storage_refusal
+
+    storage = storage_refusal(sweep.spec.storage)
+    if storage:
+        raise SweepRefused(f"sweep {sweep.name}: {storage} (nothing submitted)")
     if sweep.missing:
         raise SweepRefused(_missing_refusal(sweep.name, tuple(m.line for m in sweep.missing)))
 
