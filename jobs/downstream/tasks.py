@@ -38,8 +38,14 @@ def local_config(path: Path) -> dict[str, Any]:
     """A local task YAML as a config dict, its data files made absolute."""
     try:
         cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise TaskError(
+            f"task file {path}: byte {e.start} is not UTF-8: save it as UTF-8"
+        ) from None
     except (OSError, yaml.YAMLError) as e:
-        raise TaskError(f"task file {path}: {str(e).splitlines()[0]}") from None
+        raise TaskError(
+            f"task file {path}: {(str(e) or type(e).__name__).splitlines()[0]}"
+        ) from None
     if not isinstance(cfg, dict) or not isinstance(cfg.get("task"), str):
         raise TaskError(f"task file {path}: a task YAML needs a top-level 'task: NAME'")
     task_safety.check_config(cfg, f"task file {path}")

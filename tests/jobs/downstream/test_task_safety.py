@@ -103,3 +103,58 @@ def test_the_shipped_and_packaged_tasks_still_load_and_render(in_tmp: Path):
     arc = tasks.load(["arc_easy"])["tasks"]["arc_easy"]
     arc.build_all_requests(limit=1, rank=0, world_size=1)
     assert arc.instances[0].args[0].startswith("Question: ")
+
+
+FRAGMENTS = [
+    "{{", "}}", "{%", "%}", " ", "context", "choices[0]", "label", "cycler", "joiner",
+    "lipsum", "namespace()", "self", ".__init__", ".__globals__", ".__class__", ".__mro__",
+    "[1]", ".__subclasses__()", ".os.system('touch MARK')", "['os']", "|attr('__class__')",
+    "['__class__']", "._TemplateReference__context", "|upper", "|join(',')", "range(3)",
+    "''", "for c in", "endfor", "if", "endif", "\n", "\t", "\\x00", "é", "{#", "#}", "|e",
+    "~", "(", ")", ".popen('touch MARK').read()", "config", "request",
+]  # fmt: skip
+
+
+def test_fuzzed_task_files_never_run_code_and_fail_in_one_line(in_tmp: Path):
+    """300 seeded task files: templates drawn from the fragments above, some with a metric,
+    some not YAML or not UTF-8. Each is read as `--tasks FILE` reads it (the file checks),
+    and, where they pass, its template is rendered as lm-eval renders it (in the sandbox):
+    a TaskError of one line or a template error, never another exception, never the mark."""
+    import random
+
+    from jinja2 import TemplateError
+    from lm_eval import utils
+
+    from scalelab.jobs.downstream.task_safety import sandbox_templates
+
+    sandbox_templates()
+    rng = random.Random(44)
+    base = _task(in_tmp, name="zen_fuzz").read_text()
+    outcomes = {"refused": 0, "rendered": 0, "template error": 0}
+    for case in range(300):
+        template = "".join(rng.choices(FRAGMENTS, k=rng.randint(1, 12)))
+        path = in_tmp / f"case{case}.yaml"
+        kind = rng.random()
+        if kind < 0.1:
+            path.write_bytes(bytes(rng.randrange(256) for _ in range(rng.randint(0, 200))))
+        elif kind < 0.2:
+            metric = rng.choice(["acc", "bleu", "./m", "exact_match", "../x.py", ""])
+            path.write_text(base + f"metric_list: [{{metric: {metric!r}}}]\n")
+        else:
+            cfg = yaml.safe_load(base) | {"doc_to_text": template}
+            path.write_text(yaml.safe_dump(cfg, allow_unicode=True))
+        try:
+            tasks.local_config(path)
+        except TaskError as e:
+            assert "\n" not in str(e), (case, str(e))
+            outcomes["refused"] += 1
+            continue
+        if kind >= 0.2:
+            try:
+                utils.apply_template(template, {"context": "c", "choices": ["a"], "label": 0})
+                outcomes["rendered"] += 1
+            except (TemplateError, TypeError, ValueError):
+                outcomes["template error"] += 1
+        assert not (in_tmp / "MARK").exists(), (case, template)
+    assert not (in_tmp / "MARK").exists()
+    assert min(outcomes.values()) > 0, outcomes  # the fuzz reaches every outcome
