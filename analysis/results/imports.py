@@ -92,11 +92,12 @@ class ImportResult:
 
 def import_file(
     path: Path | str, sweep: str, *, root: Path | None = None,
-    duplicates: Duplicates | str = Duplicates.REFUSE,
+    duplicates: Duplicates | str = Duplicates.REFUSE, wait_s: float | None = None,
 ) -> ImportResult:  # fmt: skip
     """Check every row of `path` and write them as the sweep's imported trials (module doc);
     ResultsError listing each bad line, and nothing written, when any row is wrong.
-    `duplicates`: what rows identical in every field read are (import_checks.Duplicates)."""
+    `duplicates`: what rows identical in every field read are (import_checks.Duplicates);
+    `wait_s`: how long to wait for another writer of the sweep's tables (store.tables_lock)."""
     path, policy = Path(path), Duplicates(duplicates)
     store.sweep_dir(sweep, root)  # a name no sweep can have fails here, before reading
     table, where = read_points(path)
@@ -116,7 +117,8 @@ def import_file(
     )
     _label_sizes(rows)
     _number_duplicates(rows)
-    return _write(sweep, path, rows, tuple(ignored), root, tuple(n for n in notes if n))
+    with store.tables_lock(sweep, root, wait_s):  # the sweep's tables: read, then rewritten
+        return _write(sweep, path, rows, tuple(ignored), root, tuple(n for n in notes if n))
 
 
 def _check_rows(

@@ -5,15 +5,24 @@ results/                         (jobs.workdir.results_dir())
   curves/sweep=<name>/part-0.parquet   one row per (trial, metric, step)
   <name>/sync_state.json               which trials are synced, at what status
   <name>/plots/*.png, <name>/report.md
+  .locks/<name>.lock                   held by whoever rewrites the sweep's tables
 
-Both tables are hive-partitioned by `sweep` and compressed with zstd; a sync rewrites only
-its own sweep's partition (`existing_data_behavior="delete_matching"`).
+Both tables are hive-partitioned by `sweep` and compressed with zstd; a sync or an import
+rewrites only its own sweep's partition. Each partition is one file, written whole under a
+hidden name and renamed into place: a reader sees the old table or the new one. Whoever
+rewrites a sweep's tables (`results sync`, `results import`, `scalelab eval`'s re-sync)
+holds the sweep's lock (`tables_lock`) from reading them to writing them, so that neither
+writes back rows the other has just replaced (docs/architecture.md, "Data flow of one
+sweep", step 6).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,10 +33,12 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 TRIALS, CURVES = "trials", "curves"
+PART_FILE = "part-0.parquet"  # a partition's one file
 STATE_FILE = "sync_state.json"
-# Row groups of 1M rows: pyarrow's defaults cut 10M rows into ~7k tiny groups.
-MIN_ROWS_PER_GROUP = 1 << 20
-MAX_ROWS_PER_GROUP = 1 << 20
+# Row groups of 1M rows: pyarrow's dataset writer cut 10M rows into ~7k tiny groups.
+ROWS_PER_GROUP = 1 << 20
+LOCKS = ".locks"  # hidden: pyarrow's dataset discovery skips it
+LOCK_WAIT_S = 600.0  # how long a writer waits for another writer of the same sweep
 
 
 class ResultsError(ValueError):
@@ -70,32 +81,60 @@ def curves_schema() -> pa.Schema:
 
 
 def write_table(kind: str, sweep: str, table: pa.Table, root: Path | None = None) -> Path:
-    """Replace the sweep's partition of `kind` with `table` (which has no sweep column)."""
-    import pyarrow as pa
-    import pyarrow.dataset as ds
+    """Replace the sweep's partition of `kind` with `table` (which has no sweep column): one
+    file written under a hidden name beside it and renamed over it (atomic for a reader),
+    then any other file of the partition removed. Call it under `tables_lock`."""
+    import pyarrow.parquet as pq
 
-    table = table.append_column("sweep", pa.array([sweep] * table.num_rows, pa.string()))
-    base = table_dir(kind, root)
-    ds.write_dataset(
-        table,
-        base,
-        format="parquet",
-        partitioning=ds.partitioning(pa.schema([("sweep", pa.string())]), flavor="hive"),
-        existing_data_behavior="delete_matching",
-        basename_template="part-{i}.parquet",
-        file_options=ds.ParquetFileFormat().make_write_options(compression="zstd"),
-        min_rows_per_group=min(MIN_ROWS_PER_GROUP, max(table.num_rows, 1)),
-        max_rows_per_group=MAX_ROWS_PER_GROUP,
-    )
-    if table.num_rows == 0:  # write_dataset writes no file for an empty table
-        part = partition_dir(kind, sweep, root)
-        part.mkdir(parents=True, exist_ok=True)
-        for old in part.glob("*.parquet"):
-            old.unlink()
-        import pyarrow.parquet as pq
+    part = partition_dir(kind, sweep, root)
+    part.mkdir(parents=True, exist_ok=True)
+    target = part / PART_FILE
+    tmp = part / f".{PART_FILE}.{os.getpid()}.tmp"  # hidden: no reader lists it
+    try:
+        pq.write_table(table, tmp, compression="zstd", row_group_size=ROWS_PER_GROUP)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    for old in part.glob("*.parquet"):
+        if old.name != PART_FILE:
+            old.unlink(missing_ok=True)
+    return part
 
-        pq.write_table(table.drop_columns(["sweep"]), part / "part-0.parquet", compression="zstd")
-    return partition_dir(kind, sweep, root)
+
+@contextmanager
+def tables_lock(
+    sweep: str, root: Path | None = None, wait_s: float | None = None
+) -> Iterator[None]:
+    """Hold the sweep's lock for a read-modify-write of its tables (module doc). Another
+    process holding it is waited for, `wait_s` seconds at most (LOCK_WAIT_S), with one line
+    on stderr saying so; past that, ResultsError in one line. A process that dies lets go
+    of it (an OS lock on the file, not the file's existence)."""
+    from filelock import FileLock, Timeout
+
+    wait_s = LOCK_WAIT_S if wait_s is None else wait_s
+    locks = results_root(root) / LOCKS
+    locks.mkdir(parents=True, exist_ok=True)
+    path = locks / f"{_named(sweep)}.lock"
+    lock = FileLock(str(path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(
+            f"waiting for another process writing sweep {sweep!r}'s results tables "
+            f"(at most {wait_s:g} s) ...", file=sys.stderr, flush=True,
+        )  # fmt: skip
+        try:
+            lock.acquire(timeout=wait_s)
+        except Timeout:
+            raise ResultsError(
+                f"sweep {sweep!r}: another process (a results sync or import) has been "
+                f"writing its results tables for more than {wait_s:g} s ({path}); nothing "
+                "written: run this again once it has finished"
+            ) from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def partition_dir(kind: str, sweep: str, root: Path | None = None) -> Path:

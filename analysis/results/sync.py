@@ -95,69 +95,72 @@ def sync(
     if send_owed(runs.trials, runs.uri)[0]:  # finished trials' spooled points, first
         runs = find_sweep_runs(sweep, tracking_uri)
     derivation = row_derivation()
-    state = store.load_state(sweep, root, derivation)
-    old_trials = store.read_table(store.TRIALS, sweep, root)
-    old_ids = set(old_trials.column("trial_id").to_pylist()) if old_trials is not None else set()
-
-    def unchanged(t: TrialRun) -> bool:
-        prev = state.get(t.trial_id, {})
-        return (
-            prev.get("status") == FINISHED
-            and t.status == FINISHED
-            and prev.get("run_id") == t.run_id
-            and prev.get("eval", {}) == _eval_scores(t)  # `scalelab eval` after it finished
-            and t.trial_id in old_ids
+    with store.tables_lock(sweep, root):  # from reading the tables to writing them
+        state = store.load_state(sweep, root, derivation)
+        old_trials = store.read_table(store.TRIALS, sweep, root)
+        old_ids = (
+            set(old_trials.column("trial_id").to_pylist()) if old_trials is not None else set()
         )
 
-    keep = [t for t in runs.trials if unchanged(t)]
-    fresh = [t for t in runs.trials if not unchanged(t)]
-    client = None
-    if any(not (workdir.trial_dir(t.trial_id) / workdir.CURVES_FILE).exists() for t in fresh):
-        from mlflow import MlflowClient
-
-        client = MlflowClient(runs.uri)
-    with ThreadPoolExecutor(max(1, workers)) as pool:  # pyarrow's JSON reader drops the GIL
-        read = list(pool.map(lambda t: _read_trial(t, client), fresh))
-
-    rows = [row for row, _ in read]
-    curve_parts = [curves for _, curves in read]
-    keep_ids = pa.array([t.trial_id for t in keep], pa.string())
-    if keep and old_trials is not None:
-        rows += old_trials.filter(pc.is_in(old_trials["trial_id"], keep_ids)).to_pylist()
-        old_curves = store.read_table(store.CURVES, sweep, root)
-        if old_curves is not None:
-            old_curves = old_curves.filter(
-                pc.is_in(old_curves["trial_id"].cast(pa.string()), keep_ids)
+        def unchanged(t: TrialRun) -> bool:
+            prev = state.get(t.trial_id, {})
+            return (
+                prev.get("status") == FINISHED
+                and t.status == FINISHED
+                and prev.get("run_id") == t.run_id
+                and prev.get("eval", {}) == _eval_scores(t)  # `scalelab eval` after it finished
+                and t.trial_id in old_ids
             )
-            curve_parts.append(_strings(old_curves))
-    if old_trials is not None:  # rows `results import` wrote: no run stands behind them
-        from .imports import IMPORTED
 
-        rows += old_trials.filter(pc.equal(old_trials["curves_source"], IMPORTED)).to_pylist()
-    extra = sorted(
-        {
-            k
-            for r in rows
-            for k in r
-            if k.startswith(tuple(summary_column(p) for p in (*summary_prefixes(), EVAL)))
-        }
-        - {f.name for f in trials_schema([])}
-    )
-    schema = trials_schema(extra)
-    rows.sort(key=lambda r: (r["variant"] or "", r["n_params"] or 0, r["trial_id"]))
-    trials = pa.Table.from_pylist([{k: r.get(k) for k in schema.names} for r in rows], schema)
-    curves = tidy_curves(curve_parts)
-    trials_path = store.write_table(store.TRIALS, sweep, trials, root)
-    curves_path = store.write_table(store.CURVES, sweep, curves, root)
-    state_path = store.save_state(
-        sweep,
-        {
-            t.trial_id: {"run_id": t.run_id, "status": t.status, "eval": _eval_scores(t)}
-            for t in runs.trials
-        },
-        root,
-        derivation,
-    )  # fmt: skip
+        keep = [t for t in runs.trials if unchanged(t)]
+        fresh = [t for t in runs.trials if not unchanged(t)]
+        client = None
+        if any(not (workdir.trial_dir(t.trial_id) / workdir.CURVES_FILE).exists() for t in fresh):
+            from mlflow import MlflowClient
+
+            client = MlflowClient(runs.uri)
+        with ThreadPoolExecutor(max(1, workers)) as pool:  # pyarrow's JSON reader drops the GIL
+            read = list(pool.map(lambda t: _read_trial(t, client), fresh))
+
+        rows = [row for row, _ in read]
+        curve_parts = [curves for _, curves in read]
+        keep_ids = pa.array([t.trial_id for t in keep], pa.string())
+        if keep and old_trials is not None:
+            rows += old_trials.filter(pc.is_in(old_trials["trial_id"], keep_ids)).to_pylist()
+            old_curves = store.read_table(store.CURVES, sweep, root)
+            if old_curves is not None:
+                old_curves = old_curves.filter(
+                    pc.is_in(old_curves["trial_id"].cast(pa.string()), keep_ids)
+                )
+                curve_parts.append(_strings(old_curves))
+        if old_trials is not None:  # rows `results import` wrote: no run stands behind them
+            from .imports import IMPORTED
+
+            rows += old_trials.filter(pc.equal(old_trials["curves_source"], IMPORTED)).to_pylist()
+        extra = sorted(
+            {
+                k
+                for r in rows
+                for k in r
+                if k.startswith(tuple(summary_column(p) for p in (*summary_prefixes(), EVAL)))
+            }
+            - {f.name for f in trials_schema([])}
+        )
+        schema = trials_schema(extra)
+        rows.sort(key=lambda r: (r["variant"] or "", r["n_params"] or 0, r["trial_id"]))
+        trials = pa.Table.from_pylist([{k: r.get(k) for k in schema.names} for r in rows], schema)
+        curves = tidy_curves(curve_parts)
+        trials_path = store.write_table(store.TRIALS, sweep, trials, root)
+        curves_path = store.write_table(store.CURVES, sweep, curves, root)
+        state_path = store.save_state(
+            sweep,
+            {
+                t.trial_id: {"run_id": t.run_id, "status": t.status, "eval": _eval_scores(t)}
+                for t in runs.trials
+            },
+            root,
+            derivation,
+        )  # fmt: skip
     return SyncResult(
         sweep=sweep,
         trials_path=trials_path,
