@@ -1,4 +1,4 @@
-"""`results fit` on tables of many rows (issue 42, item 5): every curve point of a ladder
+"""`results fit` and the forecast on tables of many rows: every curve point of a ladder
 imported as a row. What is computed differently beyond a size (docs/scaling.md, "At
 scale") gives what the exact computation gives, in memory that does not grow with the
 square of the rows or with the number of resamples. Memory is measured with tracemalloc
