@@ -11,19 +11,27 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from scalelab.cli.console import fail, stdout_console
+from scalelab.cli.help_format import HelpGroup, install, version_option
 from scalelab.contract.config import format_config_error
 from scalelab.models import catalog
 from scalelab.models.config import ModelConfig
 from scalelab.models.sizes import SIZES
 from scalelab.orchestrator.spec import DEFAULT_MAX_TRIALS
 
+install()  # readable placeholders in every --help (cli/help_format.py)
 app = typer.Typer(
+    cls=HelpGroup,
     help="scalelab: scaling experiments for efficient Transformers "
     "(dense GPT, Hadamard output projection, BudgetFormer, Token-Selective Attention).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
 console = stdout_console(160)
+
+
+@app.callback()
+def _root(version: bool = version_option()) -> None:  # the commands below are the app
+    pass
 
 
 @app.command()
