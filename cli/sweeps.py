@@ -31,6 +31,10 @@ MAX_TRIALS = typer.Option(
     min=1,
     help="Refuse a sweep with more axis combinations than this (checked before expanding).",
 )
+# a developer's hook (tests run stand-in jobs through it): works, but not in --help
+JOB = typer.Option(
+    door.DEFAULT_JOB, "--job", hidden=True, help="The job function, module:function."
+)
 PROGRESS_FROM = 20_000  # combinations: from here on, expanding shows its progress
 
 
@@ -161,10 +165,15 @@ def _data_tokens(p: door.PlannedTrial) -> str:
 
 def submit(
     sweep: Path = typer.Argument(
-        ..., help="Sweep YAML file.", exists=False, autocompletion=sweep_files
+        ...,
+        help="Sweep YAML file.",
+        exists=False,
+        autocompletion=sweep_files,
+        metavar="SWEEP_FILE",
     ),
     overrides: list[str] = typer.Argument(
         None,
+        metavar="KEY=VALUE",
         help="KEY=VALUE settings over the file's, validated like it, e.g. train.lr=3.0e-4 "
         "backend.concurrency=4 (a key outside the sweep's sections is under base).",
         show_default=False,
@@ -176,7 +185,7 @@ def submit(
     detach: bool = typer.Option(
         False, "--detach", help="Run the driver as a Ray job (a local head if none) and return."
     ),
-    job: str = typer.Option(door.DEFAULT_JOB, "--job", help="The job function, module:function."),
+    job: str = JOB,
     summary: bool = typer.Option(
         True,
         "--summary/--no-summary",
@@ -346,7 +355,9 @@ def cancel(
         ..., help="Sweep name (or its YAML file).", autocompletion=sweep_files
     ),
     trials: list[str] = typer.Argument(
-        None, help="Run names or trial ids (a prefix will do); default: every live trial."
+        None,
+        help="Run names or trial ids (a prefix will do); default: every live trial.",
+        metavar="TRIAL",
     ),
 ) -> None:
     """Cancel a sweep's live trials (or the given ones); the driver stops them within seconds."""
@@ -357,7 +368,7 @@ def cancel(
 
 def resume(
     sweep: str = typer.Argument(..., help="Sweep name."),
-    job: str = typer.Option(door.DEFAULT_JOB, "--job", help="The job function, module:function."),
+    job: str = JOB,
     max_trials: int = MAX_TRIALS,
 ) -> None:
     """Drive a sweep again from its YAML and overrides recorded in MLflow (unfinished trials)."""

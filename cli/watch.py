@@ -51,7 +51,7 @@ def status(
         ..., help="Sweep name (or its YAML file).", autocompletion=sweep_files
     ),
     trials: list[str] = typer.Argument(
-        None, help="Only these trials: run names or trial ids (a prefix will do)."
+        None, help="Only these trials: run names or trial ids (a prefix will do).", metavar="TRIAL"
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     watch: bool = typer.Option(
