@@ -18,6 +18,9 @@ import numpy as np
 
 from scalelab.analysis.results.render import markdown_table, sections
 
+# Part of the summary cache's key: a summary cached by an older layout is made again.
+SUMMARY_FORMAT = 2
+
 if TYPE_CHECKING:
     from scalelab.analysis.results.fit import SweepFit
     from scalelab.analysis.scaling import Interval
@@ -27,6 +30,8 @@ def write_report(
     fit: SweepFit, plots: dict[str, Path], out_dir: Path, tracking_uri: str = ""
 ) -> Path:
     """Write out_dir/report.md (plots linked relative to it); return its path."""
+    from scalelab.analysis.results.verdict import verdict_lines
+
     out_dir.mkdir(parents=True, exist_ok=True)
     md = [f"# Scaling results: sweep `{fit.sweep}`", ""]
     md.append(
@@ -39,6 +44,11 @@ def write_report(
         + (f"Trials filtered by `{fit.where}`. " if fit.where else "")
         + f"Generated {dt.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}."
     )
+    verdict = verdict_lines(fit)
+    if verdict:
+        head = verdict[0].removeprefix("verdict: ")
+        md += ["", f"**Verdict: {head}.**", ""]
+        md += [f"- {line.strip()}" for line in verdict[1:]]
     headline = headline_lines(fit)
     if headline:
         md += ["", "**Headline.**", ""] + [f"- {line}" for line in headline]
@@ -197,7 +207,10 @@ def summarise_sweep(
     width: int = 120,
 ) -> str:
     """Sync, fit, plot (files + MLflow artifacts) and report; return the printed summary:
-    the gains with intervals, the plot and report paths, and how to open the MLflow UI.
+    first the verdict in words (analysis/results/verdict.py), then the gains table, the fit
+    checks in one line, the forecast backtest in one line, the sync, the plot and report
+    paths, how to open the MLflow UI, and last one `next:` line per variant, priced on the
+    sweep's recorded hardware.
 
     An unknown sweep raises ResultsError; a sweep the fits cannot support still returns a
     summary that says why."""
@@ -206,11 +219,17 @@ def summarise_sweep(
     from scalelab.analysis import plots as plotting
     from scalelab.analysis.parent_record import record_on_parent
     from scalelab.analysis.results import sweep_dir, sync
-    from scalelab.analysis.results.advice import advice_lines, costing
+    from scalelab.analysis.results.advice import costing, recorded_spec
     from scalelab.analysis.results.fit import fit_sweep
     from scalelab.analysis.results.imports import curves_of, imported_only, parent_run
     from scalelab.analysis.results.render import rich_tables
     from scalelab.analysis.results.store import ResultsError
+    from scalelab.analysis.results.verdict import (
+        backtest_line,
+        fit_checks_line,
+        next_line,
+        verdict_lines,
+    )
     from scalelab.contract import workdir
 
     uri = tracking_uri or workdir.tracking_uri()
@@ -220,45 +239,54 @@ def summarise_sweep(
     else:
         synced = str(sync(sweep, uri, root=root))
     cache = sweep_dir(sweep, root) / "summary.cache.json"
-    key = _summary_key(sweep, root, baseline, n_resamples, width)
+    key = _summary_key(sweep, root, baseline, n_resamples, width, SUMMARY_FORMAT)
     if cache.exists() and (cache.parent / "report.md").exists():
         cached = json.loads(cache.read_text())
-        if cached.get("key") == key:  # same trials, same options: the same fits and files
-            return f"{synced}\n{cached['text']}"
+        if cached.get("key") == key and "head" in cached:  # same trials, same options
+            return f"{cached['head']}{synced}\n{cached['tail']}"  # the same fits and files
     console = Console(record=True, width=width, file=io.StringIO())
+
+    def say(line: str) -> None:
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
+
     try:
         fit = fit_sweep(sweep, baseline=baseline, n_resamples=n_resamples, root=root)
     except ResultsError as e:
-        console.print(f"no fit: {e}")
+        say(f"no fit: {e}")
         _print_ranked(sweep, root, console)
-        console.print(f"MLflow UI: {mlflow_ui_hint(uri, sweep)}")
-        return f"{synced}\n{console.export_text()}"
+        head = console.export_text()  # export_text clears what it exports
+        say(f"MLflow UI: {mlflow_ui_hint(uri, sweep)}")
+        return f"{head}{synced}\n{console.export_text()}"
     out = sweep_dir(sweep, root)
     files = plotting.make_plots(fit, curves_of(sweep, root), out / "plots")
     parent_run_id = parent_run(sweep, uri, root)
     plotting.log_plots(parent_run_id, files, uri)
     report = write_report(fit, files, out, "" if imported else uri)
     record_on_parent(parent_run_id, fit, report, uri)
+    # the verdict first, in words; then the table it comes from; the checks in one line
+    for line in verdict_lines(fit):
+        say(line)
     tables = rich_tables(fit)
     for table in tables[:1] if fit.gains or fit.paired else tables[:2]:
         console.print(table)
-    for line in check_lines(fit):
-        console.print(f"check: {line}", highlight=False, soft_wrap=True)
+    checks = fit_checks_line(fit, report.name)
+    if checks:
+        say(checks)
     for note in fit.notes:
-        console.print(f"note: {note}", highlight=False, soft_wrap=True)
+        say(f"note: {note}")
     if fit.backtest is not None:
-        console.print(fit.backtest.summary(), highlight=False, soft_wrap=True)
-    console.print(f"plots: {out / 'plots'} ({', '.join(files)})", highlight=False, soft_wrap=True)
-    console.print(f"report: {report}", highlight=False, soft_wrap=True)
+        say(backtest_line(fit.backtest))
+    head = console.export_text()
+    say(f"plots: {out / 'plots'} ({', '.join(files)})")
+    say(f"report: {report}")
     if not imported:
-        console.print(f"MLflow UI: {mlflow_ui_hint(uri, sweep)}", highlight=False, soft_wrap=True)
-    cost = costing(fit.table)
-    for advice in fit.advice:  # the summary ends with what to run next
-        for line in advice_lines(advice, cost):
-            console.print(f"next: {line}", highlight=False, soft_wrap=True)
-    text = console.export_text()
-    cache.write_text(json.dumps({"key": key, "text": text}))
-    return f"{synced}\n{text}"
+        say(f"MLflow UI: {mlflow_ui_hint(uri, sweep)}")
+    cost = costing(fit.table, None if imported else recorded_spec(parent_run_id, uri))
+    for advice in fit.advice:  # the summary ends with what to run next, one per variant
+        say(f"next: {next_line(advice, cost)}")
+    tail = console.export_text()
+    cache.write_text(json.dumps({"key": key, "head": head, "tail": tail}))
+    return f"{head}{synced}\n{tail}"
 
 
 def _summary_key(sweep: str, root: Path | None, *options: object) -> str:

@@ -1,6 +1,7 @@
 """What to run next, for a synced sweep: the options (more seeds per cell, the next size
-preset at every budget, one more token budget at every size) priced in FLOPs, GPU-hours and
-this machine's measured trial time, projected by analysis.scaling.advice."""
+preset at every budget, one more token budget at every size) priced in FLOPs and in hours of
+the hardware the sweep runs on (CPU-hours on a sweep without GPUs, GPU-hours on one that asks
+for them), projected by analysis.scaling.advice."""
 
 from __future__ import annotations
 
@@ -16,30 +17,45 @@ if TYPE_CHECKING:
     from scalelab.analysis.scaling import PairedGain
     from scalelab.analysis.scaling.advice import Advice, Option
     from scalelab.analysis.scaling.lsq import LsqFit
+    from scalelab.orchestrator.spec import SweepSpec
 
 MAX_SEEDS = 32  # more seeds per cell than this is not advice worth giving
 
 
 @dataclass(frozen=True)
 class Costing:
-    """Turns FLOPs into GPU-hours (the plan's assumptions, orchestrator.spec) and into
-    trial time as measured by this sweep's trials."""
+    """Turns FLOPs into hours of the sweep's hardware. `hardware` is "cpu" (the sweep asks
+    for no GPUs: CPU-hours, one core per rank, at the pace its trials ran, else at the
+    plan's CPU rate), "gpu" (GPU-hours at the plan's MFU on backend.gpu, and the hours its
+    trials took) or "" (hardware not recorded, e.g. an imported sweep: the plan's default
+    GPU, said to be an assumption)."""
 
     seconds_per_flop: float  # median wall time per training FLOP of the sweep's trials
-    gpu_hours_per_flop: float
+    gpu_hours_per_flop: float  # the plan's rule: 1 / (MFU x peak) / 3600, GPU or CPU rank
     assumption: str  # e.g. "40% MFU on an H100 SXM"
+    hardware: str = ""  # "cpu", "gpu" or "" (not recorded)
+    ranks: int = 1  # CPU cores or GPUs per trial
 
     def describe(self, flops: float) -> str:
+        measured = np.isfinite(self.seconds_per_flop)
+        as_ran = flops * self.seconds_per_flop * self.ranks / 3600
+        if self.hardware == "cpu":
+            cores = f"{self.ranks} core{'s' if self.ranks > 1 else ''} per trial"
+            if measured:
+                return f"≈ {as_ran:.2g} CPU-hours ({cores}, at the pace this sweep's trials ran)"
+            return f"≈ {flops * self.gpu_hours_per_flop:.2g} CPU-hours ({cores}, {self.assumption})"
         text = f"≈ {flops * self.gpu_hours_per_flop:.2g} GPU-hours at {self.assumption}"
-        if np.isfinite(self.seconds_per_flop):
-            text += f", ≈ {flops * self.seconds_per_flop / 3600:.2g} h of trial time as run here"
+        if self.hardware != "gpu":
+            text += " (assumed: the sweep's hardware is not recorded)"
+        elif measured:
+            text += f", ≈ {as_ran:.2g} GPU-hours at the pace this sweep's trials ran"
         return text
 
 
 def advice_lines(advice: Advice, cost: Costing) -> list[str]:
-    """The advice as printed (`results advise`, the end of a sweep's summary): the measured
-    gain first (told from none, or the smallest addition that would tell it), then the
-    target effect's, each addition priced."""
+    """The advice as `results advise` prints it: the measured gain first (told from none, or
+    the smallest addition that would tell it), then the target effect's, each addition
+    priced. The end of a sweep's summary gives one of the two (verdict.next_line)."""
     lines = []
     for line, chosen, needed in (
         (advice.measured_line(), advice.for_measured, not advice.resolved),
@@ -51,21 +67,64 @@ def advice_lines(advice: Advice, cost: Costing) -> list[str]:
     return lines
 
 
-def costing(table: pa.Table) -> Costing:
-    """The plan's default assumptions (the trials do not record their sweep's backend.gpu):
-    EstimateConfig's MFU on the default GPU's peak."""
+def costing(table: pa.Table, spec: SweepSpec | None = None) -> Costing:
+    """The pricing of `spec`'s hardware (the sweep as recorded on its parent run,
+    `recorded_spec`): CPU-hours when it asks for no GPUs, else GPU-hours at its estimate's
+    MFU on its GPU's peak; without it, the plan's defaults on the default GPU."""
     from scalelab.jobs.gpus import gpu_spec
     from scalelab.orchestrator.expand import gpu_hours
     from scalelab.orchestrator.spec import DEFAULT_GPU, EstimateConfig
 
-    est = EstimateConfig()
-    gpu = gpu_spec(DEFAULT_GPU)
     wall = _col(table, "wall_time_s")
     flops = _col(table, "flops")
     ok = np.isfinite(wall) & (wall > 0) & (flops > 0)
     per_flop = float(np.median(wall[ok] / flops[ok])) if ok.any() else float("nan")
-    peak = est.peak_flops or gpu.bf16_flops
-    return Costing(per_flop, gpu_hours(1.0, est.mfu, peak), f"{est.mfu:.0%} MFU on an {gpu.name}")
+    if spec is None:
+        est, gpu = EstimateConfig(), gpu_spec(DEFAULT_GPU)
+        peak = est.peak_flops or gpu.bf16_flops
+        return Costing(
+            per_flop, gpu_hours(1.0, est.mfu, peak), f"{est.mfu:.0%} MFU on an {gpu.name}"
+        )
+    b = spec.backend
+    ranks = max(1, b.world_size)
+    gpus = b.slurm.gpus_per_node if b.kind == "slurm" and b.slurm else b.gpus_per_trial
+    if not gpus:  # the plan's rule for a CPU rank (orchestrator/cpu_rate.py), measured only
+        rate = _cpu_rate(spec) if not np.isfinite(per_flop) else None  # when no trial timed
+        per_hour = gpu_hours(1.0, rate.mfu, rate.flops) if rate else float("nan")
+        return Costing(per_flop, per_hour, rate.describe() if rate else "", "cpu", ranks)
+    name = b.gpu or DEFAULT_GPU
+    what = f"{spec.estimate.mfu:.0%} MFU on {name} GPUs" + ("" if b.gpu else " (no backend.gpu)")
+    return Costing(per_flop, gpu_hours(1.0, spec.estimate.mfu, spec.peak_flops), what, "gpu", ranks)
+
+
+def _cpu_rate(spec: SweepSpec) -> Any:
+    from scalelab.orchestrator.cpu_rate import cpu_rate
+
+    return cpu_rate(spec)
+
+
+def recorded_spec(parent_run_id: str | None, tracking_uri: str) -> SweepSpec | None:
+    """The sweep as its parent run recorded it at its last submit (its YAML and overrides,
+    orchestrator/ledger/parent.py); None when there is none to read (an imported sweep, a
+    parent without its YAML, a YAML this scalelab no longer accepts)."""
+    if not parent_run_id:
+        return None
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from scalelab.contract.runs import Tag
+    from scalelab.orchestrator.ledger.parent import read_long_tag
+    from scalelab.orchestrator.spec import SpecError, parse_spec
+
+    try:
+        tags = MlflowClient(tracking_uri).get_run(parent_run_id).data.tags
+        text = read_long_tag(tags, Tag.SPEC_YAML)
+        if text is None:
+            return None
+        overrides = [str(o) for o in json.loads(read_long_tag(tags, Tag.OVERRIDES) or "[]")]
+        return parse_spec(text, tags.get(Tag.SPEC_PATH) or "<recorded sweep>", overrides)[0]
+    except (MlflowException, SpecError, ValueError, LookupError, OSError):
+        return None
 
 
 def advise_gain(

@@ -12,6 +12,20 @@ from synthetic_sweep import write_sweep
 from scalelab.analysis.report import summarise_sweep
 from scalelab.analysis.results import sweep_dir
 
+DEMO = Path(__file__).resolve().parents[2] / "sweeps" / "demo.yaml"
+
+
+def record_spec(sweep: str, text: str) -> None:
+    """Record a sweep file on the parent run, as a submit does (what the summary prices on)."""
+    from mlflow import MlflowClient
+
+    from scalelab.analysis.results.sources import find_sweep_runs
+    from scalelab.contract.runs import Tag
+    from scalelab.contract.workdir import tracking_uri
+
+    parent = find_sweep_runs(sweep, tracking_uri()).parent_run_id
+    MlflowClient(tracking_uri()).set_tag(parent, Tag.SPEC_YAML, text)
+
 
 @pytest.fixture(scope="module")
 def summary(tmp_path_factory):
@@ -19,21 +33,46 @@ def summary(tmp_path_factory):
         mp.setenv("SCALELAB_HOME", str(tmp_path_factory.mktemp("scalelab")))
         mp.delenv("MLFLOW_TRACKING_URI", raising=False)
         write_sweep("rep", sizes=("nano", "micro", "mini", "124M"), steps=4,
-                    multipliers={"dense": 1.0, "hadamard": 0.8})  # fmt: skip
+                    multipliers={"dense": 1.0, "hadamard": 0.8, "budget": 1.0})  # fmt: skip
+        record_spec("rep", DEMO.read_text().replace("name: demo", "name: rep"))  # on CPU
         write_sweep("tiny", sizes=("nano",), tokens_per_param=(20,), seeds=(5,))
         yield summarise_sweep("rep", n_resamples=40), summarise_sweep("tiny", n_resamples=10)
 
 
 def test_summary_prints_gains_with_intervals_plots_and_the_mlflow_ui(summary):
     text, _ = summary
-    row = next(line for line in text.splitlines() if "hadamard" in line)
+    row = next(line for line in text.splitlines() if line.startswith("│ hadamard"))
     low, high = map(float, re.search(r"\[([\d.]+)×, ([\d.]+)×\]", row).groups())
     assert low <= 0.8 <= high  # the known multiplier, through sync -> fit -> summary
     assert "plots:" in text and "loss_vs_flops" in text and "gains" in text
     assert "report:" in text and "scalelab ui " in text
     assert "backtest of dense on held-out 124M" in text  # the forecast, checked in the demo
-    last = text.strip().splitlines()[-1]
-    assert last.startswith("next: hadamard: ") and "GPU-hours" in last  # ends with advice
+    assert text.strip().splitlines()[-1].startswith("next: ")  # ends with what to run next
+
+
+def test_the_summary_opens_with_the_verdict_and_folds_the_checks(summary):
+    text, _ = summary
+    lines = text.splitlines()
+    # first the verdict in words, one line per variant, saying what it holds fixed
+    assert (
+        lines[0]
+        == "verdict: hadamard beats dense at equal compute; no clear gain yet: budget (95% intervals)"
+    )
+    assert (
+        lines[1].startswith("  budget: ") and "at equal size and tokens per parameter" in lines[1]
+    )
+    assert "more FLOPs: at equal compute, no clear gain" in lines[1]  # budget costs more per token
+    assert lines[2].startswith("  hadamard: ") and "fewer FLOPs: at equal compute, 2" in lines[2]
+    assert lines[3].startswith("Compute-equivalent gain vs dense")  # then the table
+    # the fit checks in one line that points at the report, no `check:` lines
+    assert not [line for line in lines if line.startswith("check:")]
+    folded = [line for line in lines if line.startswith("fit checks: ")]
+    assert len(folded) == 1 and "report.md" in folded[0]
+    # one recommendation per variant, priced on the hardware the sweep runs on (CPU)
+    advice = [line for line in lines if line.startswith("next: ")]
+    assert [line.split(":")[1].strip() for line in advice] == ["budget", "hadamard"]
+    assert "CPU-hours (1 core per trial" in advice[0] and "GPU" not in text.split("MLflow UI")[1]
+    assert advice[1].startswith("next: hadamard: nothing to add")  # its CI excludes 1
 
 
 def test_report_has_the_tables_and_links_existing_plots(summary):
@@ -48,7 +87,8 @@ def test_report_has_the_tables_and_links_existing_plots(summary):
     assert "## What to run next" in report and "paired" in report and "unpaired" in report
     links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", report)
     assert links and all((sweep_dir("rep") / link).is_file() for link in links)
-    assert report.count("| `") == 24  # one row per trial
+    assert report.count("| `") == 36  # one row per trial
+    assert "**Verdict: hadamard beats dense at equal compute" in report
 
 
 def test_summary_of_a_sweep_that_cannot_be_fitted_says_why(summary):
@@ -65,9 +105,13 @@ def test_a_summary_of_unchanged_trials_comes_from_its_cache(summary):
     first, _ = summary
     cache = sweep_dir("rep") / "summary.cache.json"
     again = summarise_sweep("rep", n_resamples=40)
-    assert again.split("\n", 1)[1] == first.split("\n", 1)[1]  # below the sync line
+
+    def unsynced(text: str) -> list[str]:
+        return [line for line in text.splitlines() if not line.startswith("synced sweep")]
+
+    assert unsynced(again) == unsynced(first)  # all but the sync's line
     stored = json.loads(cache.read_text())
-    cache.write_text(json.dumps({**stored, "text": stored["text"].replace("hadamard", "HAD")}))
+    cache.write_text(json.dumps({**stored, "head": stored["head"].replace("hadamard", "HAD")}))
     assert "HAD" in summarise_sweep("rep", n_resamples=40)  # served from the cache
     assert "HAD" not in summarise_sweep("rep", n_resamples=41)  # other options: fitted again
 
