@@ -1,4 +1,4 @@
-"""CLI commands that watch a sweep: status, logs, ui (docs/monitoring.md).
+"""CLI commands that watch sweeps: sweeps, status, logs, ui (docs/monitoring.md).
 
 Registered onto `cli.main.app` after `cli.sweeps`, whose console and
 error printer they share; ray and mlflow are imported inside the commands.
@@ -37,13 +37,52 @@ def _status_table(state: door.SweepStatus) -> Table:
             table.add_column(col, overflow="fold", ratio=3 if col == "error" else None)
     for r in rows:
         table.add_row(*status_cells(r)[: len(table.columns)])
-    counts = {s: sum(r["status"] == s for r in rows) for s in STATUSES}
-    caption = f"{sum(counts[s] for s in TERMINAL)}/{len(rows)} done: " + ", ".join(
-        f"{n} {s.lower()}" for s, n in counts.items() if n
-    )
+    caption = done_text({s: sum(r["status"] == s for r in rows) for s in STATUSES}, len(rows))
     shared = shared_settings(rows)
     table.caption = f"{caption}; {shared}" if shared else caption
     return table
+
+
+def done_text(counts: dict[str, int], total: int) -> str:
+    """'3/24 done: 2 running, 3 finished': a sweep's trials by status (`counts`)."""
+    done = sum(counts.get(s, 0) for s in TERMINAL)
+    return f"{done}/{total} done: " + ", ".join(
+        f"{counts[s]} {s.lower()}" for s in STATUSES if counts.get(s)
+    )
+
+
+def sweeps(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """List the sweeps recorded in the tracking store, each with its trials by status."""
+    from scalelab.contract.workdir import tracking_uri
+
+    with door_errors():
+        found = door.sweeps()
+    if as_json:
+        rows = [
+            {"sweep": f.sweep, "experiment": f.experiment, "trials": sum(f.counts.values())}
+            | {"counts": f.counts}
+            for f in found
+        ]
+        print(json.dumps(rows))
+        return
+    if not found:
+        out.print(f"no sweeps recorded in {tracking_uri()} yet; start one with: "
+                  "scalelab submit sweeps/demo.yaml", highlight=False, soft_wrap=True)  # fmt: skip
+        return
+    table = Table(title=f"sweeps in {tracking_uri()}")
+    table.add_column("sweep")
+    table.add_column("trials", justify="right")
+    for s in STATUSES:
+        table.add_column(s.lower(), justify="right")
+    table.add_column("state")
+    for f in found:
+        total = sum(f.counts.values())
+        counts = [str(f.counts.get(s, 0)) for s in STATUSES]
+        table.add_row(f.sweep, str(total), *counts, done_text(f.counts, total).split(":")[0])
+    table.caption = "a sweep's trials: scalelab status SWEEP"
+    print_table(out, table)
 
 
 def status(
@@ -239,5 +278,5 @@ def ui(
 
 
 def register(app: typer.Typer) -> None:
-    for fn in (status, logs, ui):
+    for fn in (sweeps, status, logs, ui):
         app.command()(fn)

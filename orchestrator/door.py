@@ -8,6 +8,7 @@
     status / cancel / migrate / find / read / trial
                                            a recorded sweep, by name or YAML file
                                            (orchestrator/recorded_sweep.py)
+    sweeps()                -> [SweepSummary]  every recorded sweep, its trials by status
     evaluate(trial, tasks, ...) -> EvalAnswer  a trained trial on lm-eval tasks, scores on
                                            its run (orchestrator/downstream.py; score_text
                                            and ran_text write a run's scores as it prints)
@@ -54,11 +55,13 @@ from scalelab.orchestrator.recorded_sweep import (
     Cancelled,
     Migrated,
     SweepStatus,
+    SweepSummary,
     cancel,
     find,
     migrate,
     read,
     status,
+    sweeps,
     trial,
 )
 from scalelab.orchestrator.spec import (
@@ -86,6 +89,8 @@ __all__ = [
     "Cancelled",
     "Migrated",
     "SweepStatus",
+    "SweepSummary",
+    "sweeps",
     "trial",
     "DEFAULT_JOB",
     "DEFAULT_MAX_TRIALS",

@@ -1,13 +1,15 @@
 """A recorded sweep, by name or YAML file, after its submit: find its ledger, read its state
 without building MLflow's client, each trial's status, one trial by run name or id, cancel,
-migrate. Re-exported by the door (orchestrator/door.py), which callers use."""
+migrate; and the list of recorded sweeps. Re-exported by the door (orchestrator/door.py), which callers use."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from scalelab.contract import workdir
 from scalelab.contract.runs import TERMINAL
 from scalelab.orchestrator.ledger import Ledger, TrialRecord, find_sweep
 from scalelab.orchestrator.spec import load_spec
@@ -23,7 +25,14 @@ def find(sweep: str) -> Ledger:
     if sweep.endswith((".yaml", ".yml")) and Path(sweep).exists():
         spec, _ = load_spec(sweep)
         sweep = spec.name
-    return find_sweep(sweep)
+    try:
+        return find_sweep(sweep)
+    except LookupError as e:
+        if not str(e).startswith("no sweep named"):
+            raise
+        from scalelab.orchestrator.ledger.view import unknown_sweep
+
+        raise LookupError(unknown_sweep(sweep, workdir.tracking_uri())) from None
 
 
 def read(sweep: str) -> SweepReads:
@@ -57,6 +66,27 @@ def status(sweep: str, trials: list[str] | None = None) -> SweepStatus:
         chosen = set(select_all({r["trial_id"]: r["name"] for r in rows}, trials, ledger.sweep))
         rows = [r for r in rows if r["trial_id"] in chosen]
     return SweepStatus(ledger.sweep, ledger.experiment, rows)
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    sweep: str
+    experiment: str
+    counts: dict[str, int]  # its trials by status (FINISHED, FAILED, RUNNING, ...)
+
+
+def sweeps() -> list[SweepSummary]:
+    """Every sweep recorded in the tracking store, by name, with its trials counted by
+    status (each trial's latest run, as `status` shows it); read only, on the default sqlite
+    store without building MLflow's client."""
+    from scalelab.orchestrator.ledger.view import read_sweep, sweep_names
+
+    found = []
+    for name in sweep_names():
+        view = read_sweep(name)
+        counts = Counter(r.status for r in view.records().values())
+        found.append(SweepSummary(name, view.experiment, dict(counts)))
+    return found
 
 
 def trial(ledger: Ledger | SweepReads, selector: str) -> TrialRecord:

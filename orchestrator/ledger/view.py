@@ -119,6 +119,21 @@ class SqliteRuns:
             ).fetchone()
         return None if row is None else (str(row[0]), row[1])
 
+    def sweep_names(self) -> list[str]:
+        """The sweeps whose parent run is in an active experiment, sorted."""
+        with closing(self._connect()) as con:
+            rows = con.execute(
+                "SELECT DISTINCT sw.value FROM experiments e "
+                "JOIN runs r ON r.experiment_id = e.experiment_id "
+                "JOIN tags role ON role.run_uuid = r.run_uuid AND role.key = ? AND role.value = ? "
+                "JOIN tags sw ON sw.run_uuid = r.run_uuid AND sw.key = ? "
+                "WHERE e.lifecycle_stage = ? AND r.lifecycle_stage = ? "
+                "AND COALESCE(e.workspace, ?) = ?",
+                (Tag.ROLE, Role.SWEEP, Tag.SWEEP, ACTIVE, ACTIVE)
+                + (DEFAULT_WORKSPACE, DEFAULT_WORKSPACE),
+            ).fetchall()
+        return sorted(row[0] for row in rows)
+
     def trial_runs(self, experiment_id: str, sweep: str) -> list[Run]:
         """The active runs of the experiment tagged as `sweep`'s trials (`trials_filter`)."""
         where = (
@@ -222,10 +237,41 @@ def read_sweep(name: str, tracking_uri: str | None = None) -> SweepReads:
     check_reachable(uri)
     found = runs.sweep_experiment(name) if runs.db.exists() else None
     if found is None:
-        raise LookupError(f"no sweep named {name!r} in {uri}")
+        raise LookupError(unknown_sweep(name, uri))
     view = SweepView(runs, name, found[1], uri)
     view._experiment_id = found[0]
     return view
+
+
+def sweep_names(tracking_uri: str | None = None) -> list[str]:
+    """The names of the sweeps recorded in the tracking store, sorted (none: an empty list);
+    on the default sqlite store without building MLflow's client."""
+    uri = tracking_uri or workdir.tracking_uri()
+    runs = sqlite_runs(uri)
+    if runs is not None:
+        return runs.sweep_names() if runs.db.exists() else []
+    from scalelab.contract.runs import tag_filter
+    from scalelab.orchestrator.ledger.store import guarded_client
+
+    check_reachable(uri)
+    client = guarded_client(uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    if not experiments:
+        return []
+    parents = client.search_runs(experiments, tag_filter(Tag.ROLE, Role.SWEEP), max_results=5000)
+    return sorted({r.data.tags[Tag.SWEEP] for r in parents if Tag.SWEEP in r.data.tags})
+
+
+def unknown_sweep(name: str, uri: str) -> str:
+    """What to say of a sweep name the store does not hold: the closest recorded name, or
+    where the recorded ones are listed."""
+    from scalelab.contract.config import did_you_mean
+
+    known = sweep_names(uri)
+    hint = did_you_mean(name, known)
+    if not hint:
+        hint = "; `scalelab sweeps` lists the recorded ones" if known else " (none recorded yet)"
+    return f"no sweep named {name!r} in {uri}{hint}"
 
 
 def open_sweep(sweep: str, experiment: str, tracking_uri: str | None = None) -> SweepReads:

@@ -1,6 +1,6 @@
 """The read-only view of a recorded sweep (orchestrator/ledger/view.py): on the sqlite store
 it reads what MLflow's client reads, and the commands that only read a sweep (`status`,
-`logs`, `--help`) or plan one (`submit --dry-run`) never start MLflow or torch (issue 27:
+`logs`, `sweeps`, `--help`) or plan one (`submit --dry-run`) never start MLflow or torch (issue 27:
 each paid ~2 s of CPU for them), nor numpy where they can help it. Structural, not timed: a
 busy machine cannot make these fail."""
 
@@ -70,7 +70,7 @@ def test_the_view_reads_what_mlflows_client_reads(work_home, sweep_name):
 
 def test_reading_or_planning_a_sweep_starts_neither_mlflow_nor_torch(work_home, sweep_name):
     _recorded(sweep_name)
-    commands = [["status", sweep_name, "--json"], ["logs", sweep_name], ["--help"]]
+    commands = [["status", sweep_name, "--json"], ["logs", sweep_name], ["--help"], ["sweeps"]]
     dry_run = ["submit", str(DEMO), "--dry-run"]  # validates every built-in variant
     commands.append(dry_run)
     probe = subprocess.run(
