@@ -92,7 +92,11 @@ def canonical_variant(name: str) -> str:
         return DENSE
     chosen = [get(p) for p in parts]
     if not parts or None in chosen or len({m.seam for m in chosen}) != len(parts):
-        raise ValueError(f"unknown variant {name!r}; allowed: {', '.join(variants())}")
+        from scalelab.contract.config import did_you_mean
+
+        known = variants()
+        close = did_you_mean(name, known)
+        raise ValueError(f"unknown variant {name!r}{close}; allowed: {', '.join(known)}")
     return "+".join(m.name for m in sorted(chosen, key=lambda m: m.order))
 
 
