@@ -51,6 +51,7 @@ class Tag:
     SPEC_PATH = "scalelab.spec_path"
     OVERRIDES = "scalelab.overrides"  # on the parent: the submit's KEY=VALUE list, JSON
     DRIVER_PREFIX = "scalelab.driver."  # on the parent: one heartbeat per driver
+    SHARD = "scalelab.shard"  # on a trial-claims run: the first hex digits of its trial ids
     RUN_NAME = "mlflow.runName"
     PARENT_RUN_ID = "mlflow.parentRunId"
     RUN_COLOR = "mlflow.runColor"  # the run's colour in the UI's table and charts: its variant's
@@ -76,6 +77,10 @@ VARIANT_COLOURS = (
 
 class Param:
     CLAIM_PREFIX = "scalelab.claim."  # + epoch: the driver that owns the trial (write-once)
+    # on a trial-claims run, + "<trial id>.<epoch>": the driver (of any sweep) that trains the
+    # trial (write-once), and the same key under TRIAL_RELEASE_PREFIX once it let it go
+    TRIAL_CLAIM_PREFIX = "scalelab.trial_claim."
+    TRIAL_RELEASE_PREFIX = "scalelab.trial_release."
     IDENTITY = "scalelab.identity"  # the canonical identity tree the trial id hashes
     N_PARAMS = "n_params"
     TOKENS = "tokens"
@@ -85,6 +90,7 @@ class Role:
     SWEEP = "sweep"
     TRIAL = "trial"
     SUPERSEDED = "superseded"  # a trial run whose science another run of the sweep holds
+    TRIAL_CLAIMS = "trial-claims"  # the runs of TRIAL_CLAIMS_EXPERIMENT (one per Tag.SHARD)
 
 
 class Status:
@@ -112,6 +118,8 @@ class Metric:
 
 
 STANDALONE_EXPERIMENT = "scalelab-train"  # a job started without a sweep
+# which driver trains a trial, whatever sweeps list it (orchestrator/ledger/trial_claims.py)
+TRIAL_CLAIMS_EXPERIMENT = "scalelab-trial-claims"
 EXPERIMENT_ENV = "SCALELAB_EXPERIMENT"
 
 

@@ -1,9 +1,11 @@
 """Drive a sweep: claim each live trial, run it on the backend, record the outcome in MLflow.
 
 Smallest training compute first, so the scaling picture fills in early; at most
-`backend.concurrency` trials at once; a FAILED attempt is retried after
-`retry_backoff_s * 2**(attempt-1)` seconds up to `max_retries` times, then the trial is
-FAILED with the error as the `scalelab.error` tag; a trial whose loss diverged is FAILED at
+`backend.concurrency` trials at once; a trial that another sweep's driver is training
+(sweeps listing the same trial share its folder) waits for it, then copies its curve: it
+is never trained twice at once (orchestrator/ledger/trial_claims.py); a FAILED attempt is
+retried after `retry_backoff_s * 2**(attempt-1)` seconds up to `max_retries` times, then
+the trial is FAILED with the error as the `scalelab.error` tag; a trial whose loss diverged is FAILED at
 once and tagged `scalelab.diverged` (the same trial diverges again: retrying only burns
 compute), and a later submit skips it like one out of retries; a trial its node refused
 (no CUDA, too few GPUs: jobs/training/devices.py) is FAILED at once too, tagged
@@ -64,6 +66,7 @@ class SweepOutcome:
 
 
 LOOKS_PER_LEASE = 4  # how often a trial claimed by a driver not known to live is looked at
+TRIAL_LOOK_S = 5.0  # how often a trial another sweep's driver trains is looked at (at most)
 
 
 @dataclass
@@ -181,7 +184,7 @@ def run_sweep(
             ready = [live for live in pending if live.not_before <= now
                      and _unheld(live, holds, waiting)][: max(free, 0)]  # fmt: skip
             if ready:
-                to_train = _adopt_trained(_claim(ledger, ready, pending, out), sends)
+                to_train = _adopt_trained(ledger, _claim(ledger, ready, pending, out), sends)
                 if to_train:
                     if not started:
                         backend.start()
@@ -204,6 +207,8 @@ def run_sweep(
                     live = inflight.pop(handle)
                     retries = -1 if handle in killing else cfg.max_retries
                     _settle(ledger, live, handle, pending, out, retries, cfg.retry_backoff_s, sends)
+                    if live not in pending:  # ended here: another sweep may have the trial
+                        ledger.release_trial(live.trial.trial_id)
             finished = out.finished + out.reused + out.undelivered
             if on_trial:
                 _report_ended(out, finished, reported, on_trial)
@@ -264,6 +269,7 @@ def _claim(
             out.skipped.append(live.trial.trial_id)
         elif live.rec.cancelled:
             ledger.set_status(live.rec.run_id, Status.KILLED)
+            ledger.release_trial(live.trial.trial_id)
             out.killed.append(live.trial.trial_id)
         else:
             candidates.append(live)
@@ -278,10 +284,32 @@ def _claim(
         else:  # an owner not watched for a lease yet, or a claim race: look again soon
             live.not_before = time.monotonic() + ledger.lease_s / LOOKS_PER_LEASE
             pending.append(live)
-    return [live for live, ok in zip(candidates, won, strict=True) if ok]
+    return _claim_trials(ledger, [live for live, ok in zip(candidates, won, strict=True) if ok],
+                         pending)  # fmt: skip
 
 
-def _adopt_trained(claimed: list[_Live], sends: delivery.Deliveries) -> list[_Live]:
+def _claim_trials(ledger: Ledger, claimed: list[_Live], pending: list[_Live]) -> list[_Live]:
+    """Of the trials this driver owns in its sweep, those it may launch now: the trained
+    ones (copied or evaluated, never trained again: `_adopt_trained`) and those whose
+    training it claims across sweeps. A trial another sweep's live driver is training
+    waits, and is looked at again until that driver lets it go (trained: its curve is
+    copied) or is gone (its claim lapses: trained here, resumed from its checkpoint)."""
+    untrained = [
+        live.trial.trial_id for live in claimed if not delivery.trained(live.trial.trial_id)
+    ]
+    holders = ledger.claim_trials(untrained)
+    look = min(TRIAL_LOOK_S, ledger.lease_s / LOOKS_PER_LEASE)
+    free = []
+    for live in claimed:
+        if holders.get(live.trial.trial_id) is None:
+            free.append(live)
+        else:
+            live.not_before = time.monotonic() + look
+            pending.append(live)
+    return free
+
+
+def _adopt_trained(ledger: Ledger, claimed: list[_Live], sends: delivery.Deliveries) -> list[_Live]:
     """The claimed trials to launch. Those whose training is done (their result.json) are
     never trained again: their runs are only sent what they lack, or, when their
     `eval.downstream` scores are owed, they are launched for that step alone (jobs/launch.py),
@@ -290,7 +318,9 @@ def _adopt_trained(claimed: list[_Live], sends: delivery.Deliveries) -> list[_Li
     for live in claimed:
         if not delivery.trained(live.trial.trial_id):
             to_train.append(live)
-        elif owes_eval(live.trial, live.rec):
+            continue
+        ledger.release_trial(live.trial.trial_id)  # trained since this driver claimed it
+        if owes_eval(live.trial, live.rec):
             live.requeued = live.trained = True
             to_train.append(live)
         else:
@@ -444,6 +474,7 @@ def _apply_cancels(
     for live in [p for p in pending if p.rec.run_id in cancelled]:
         pending.remove(live)
         ledger.set_status(live.rec.run_id, Status.KILLED)
+        ledger.release_trial(live.trial.trial_id)
         out.killed.append(live.trial.trial_id)
     for handle, live in list(inflight.items()):
         if live.rec.run_id in cancelled and handle not in killing:

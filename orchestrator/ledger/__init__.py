@@ -5,6 +5,7 @@
     parent.py   the parent run `sweep:<name>` and what `resume` reads from it
     records.py  one run per trial: placeholders, the run of a first launch, cancels
     claims.py   which driver owns a trial: claims and heartbeats
+    trial_claims.py  which driver trains a trial, across the sweeps that list it
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from scalelab.contract import workdir
 from scalelab.contract.runs import sweep_experiment
-from scalelab.orchestrator.ledger.claims import Claims, Liveness, new_driver_id
+from scalelab.orchestrator.ledger.claims import Liveness, new_driver_id
 from scalelab.orchestrator.ledger.parent import ParentRun
 from scalelab.orchestrator.ledger.records import Records, TrialRecord
 from scalelab.orchestrator.ledger.store import (
@@ -22,6 +23,7 @@ from scalelab.orchestrator.ledger.store import (
     check_reachable,
     guarded_client,
 )
+from scalelab.orchestrator.ledger.trial_claims import TrialClaims
 
 if TYPE_CHECKING:
     from scalelab.orchestrator.expand import Trial
@@ -39,7 +41,7 @@ __all__ = [
 ]
 
 
-class Ledger(ParentRun, Records, Claims):
+class Ledger(ParentRun, Records, TrialClaims):
     """One sweep's runs in MLflow, as seen by one driver (`driver_id`)."""
 
     def __init__(

@@ -250,6 +250,33 @@ def training_on_node(job: JobConfig, run_id: str | None = None) -> dict:
         train.lr_at = lr_at
 
 
+HOLD_FILE = "test_hold"  # under $SCALELAB_HOME: `held_training` waits while it exists
+
+
+def held_training(job: JobConfig, run_id: str | None = None) -> dict:
+    """The training job, recorded (`train-*` under calls/), that waits before its third step
+    while the work dir's HOLD_FILE exists (120 s at most), so a test can act while it trains
+    with two steps already in its curves.jsonl (the wait is at the learning rate's look-up:
+    the losses stay those of the plain job)."""
+    from scalelab.jobs.training import train
+
+    _record(job, run_id, "train")
+    knob = scalelab_home() / HOLD_FILE
+    lr_at = train.lr_at
+
+    def held(step: int, *args, **kwargs):
+        deadline = time.monotonic() + 120
+        while step >= 2 and knob.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return lr_at(step, *args, **kwargs)
+
+    train.lr_at = held
+    try:
+        return train.run(job, run_id)
+    finally:
+        train.lr_at = lr_at
+
+
 def status_at_start(job: JobConfig, run_id: str | None = None) -> dict:
     """Records the status MLflow shows for its run as it starts (`status-<STATUS>`), then
     finishes."""
