@@ -29,3 +29,39 @@ def test_every_help_page_renders():
         shown = " ".join(("scalelab", *path))
         assert result.exit_code == 0, f"{shown} --help: {result.output}{result.exception!r}"
         assert "Usage:" in result.output and len(result.output.splitlines()) > 3, shown
+
+
+PYTHON_TYPES = ("<bool>", "<str>", "<int>", "<float>", "<path>", "<list[", " range>")
+
+
+def test_every_help_page_shows_examples_and_placeholders_a_user_types():
+    runner = CliRunner()
+    for path in _paths(typer.main.get_command(app)):
+        shown = " ".join(("scalelab", *path))
+        page = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "100"}).output
+        examples = page.partition("Examples:")[2]
+        assert shown + " " in examples or (not path and "scalelab " in examples), shown
+        for label in PYTHON_TYPES:
+            assert label not in page, f"{shown} --help shows {label}"
+        usage = next(line for line in page.splitlines() if "Usage:" in line)
+        arguments = usage.partition("[OPTIONS]")[2]  # SWEEP [TRIAL]..., not {sweep} [trials]
+        assert "{" not in usage and arguments == arguments.upper(), usage
+    page = runner.invoke(app, ["status", "--help"], env={"COLUMNS": "100"}).output
+    assert "status [OPTIONS] SWEEP [TRIAL]..." in page
+    rows = {line.split()[1]: line.split()[2] for line in page.splitlines() if "│ --" in line}
+    assert rows["--interval"] == "NUMBER" and rows["--json"] == "Print"  # a flag: no placeholder
+
+
+def test_internal_options_are_hidden_but_work():
+    runner = CliRunner()
+    assert "--job" not in runner.invoke(app, ["submit", "--help"]).output
+    result = runner.invoke(app, ["submit", "missing.yaml", "--job", "x:y", "--dry-run"])
+    assert "No such option" not in result.output and result.exit_code == 2
+
+
+def test_version_prints_the_package_version():
+    from importlib.metadata import version
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output == f"scalelab {version('scalelab')}\n"
