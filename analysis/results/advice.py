@@ -47,6 +47,8 @@ class Costing:
         text = f"≈ {flops * self.gpu_hours_per_flop:.2g} GPU-hours at {self.assumption}"
         if self.hardware != "gpu":
             text += " (assumed: the sweep's hardware is not recorded)"
+            if measured:
+                text += f", ≈ {as_ran:.2g} h of trial time at the pace its trials ran"
         elif measured:
             text += f", ≈ {as_ran:.2g} GPU-hours at the pace this sweep's trials ran"
         return text

@@ -73,13 +73,13 @@ def paired_verdict(p: PairedGain, axes: tuple[str, ...] | list[str]) -> str:
     together as the compute multiplier m (the gains table's reading)."""
     b, r = p.baseline, p.loss_ratio
     held = _held(axes)
-    interval = f"[{r.low - 1:+.1%}, {r.high - 1:+.1%}]"
+    interval = f"[{_pct(r.low - 1, '+')}, {_pct(r.high - 1, '+')}]"
     if r.high < 1:
-        loss, sign = f"{1 - r.estimate:.1%} lower loss than {b} at {held} {interval}", -1
+        loss, sign = f"{_pct(1 - r.estimate)} lower loss than {b} at {held} {interval}", -1
     elif r.low > 1:
-        loss, sign = f"{r.estimate - 1:.1%} higher loss than {b} at {held} {interval}", 1
+        loss, sign = f"{_pct(r.estimate - 1)} higher loss than {b} at {held} {interval}", 1
     else:
-        loss = f"no measurable difference from {b} at {held} (loss {r.estimate - 1:+.1%} "
+        loss = f"no measurable difference from {b} at {held} (loss {_pct(r.estimate - 1, '+')} "
         loss += f"{interval})"
         sign = 0
     ratio = p.pairs.flops / p.pairs.baseline_flops
@@ -89,6 +89,12 @@ def paired_verdict(p: PairedGain, axes: tuple[str, ...] | list[str]) -> str:
         return f"{p.variant}: {loss}, on the same FLOPs: {compute}"
     joint = "; it" if 0 in (sign, more) else (", and" if sign == more else ", but")
     return f"{p.variant}: {loss}{joint} {spend}: {compute}"
+
+
+def _pct(x: float, sign: str = "") -> str:
+    """A share with one decimal, two where one would print 0.0% (a loss Δ of -0.04%)."""
+    digits = 1 if abs(x) >= 0.0005 or x == 0 else 2
+    return f"{x:{sign}.{digits}%}"
 
 
 def _held(axes: tuple[str, ...] | list[str]) -> str:
@@ -117,7 +123,9 @@ def _flops_words(low: float, high: float) -> tuple[str, int]:
 
 def _span(a: float, b: float) -> str:
     lo, hi = f"{max(a, 0):.0%}", f"{b:.0%}"
-    return hi if lo == hi else f"{lo[:-1]}–{hi}"
+    if lo == hi:
+        return hi
+    return f"up to {hi}" if lo == "0%" else f"{lo[:-1]}–{hi}"
 
 
 def _compute_reading(m: Interval, baseline: str) -> str:
