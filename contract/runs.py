@@ -51,7 +51,7 @@ class Tag:
     SPEC_PATH = "scalelab.spec_path"
     OVERRIDES = "scalelab.overrides"  # on the parent: the submit's KEY=VALUE list, JSON
     DRIVER_PREFIX = "scalelab.driver."  # on the parent: one heartbeat per driver
-    SHARD = "scalelab.shard"  # on a trial-claims run: the first hex digits of its trial ids
+    SHARD = "scalelab.shard"  # on a trial-claims run: its trial ids' first two hex digits mod 64
     RUN_NAME = "mlflow.runName"
     PARENT_RUN_ID = "mlflow.parentRunId"
     RUN_COLOR = "mlflow.runColor"  # the run's colour in the UI's table and charts: its variant's

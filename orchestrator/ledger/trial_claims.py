@@ -4,8 +4,8 @@ docs/reliability.md, 'Metrics are never lost'). Within a sweep a driver claims t
 run of the trial (claims.py); before it trains the trial it also claims the trial itself,
 whatever sweeps list it: the param
 `scalelab.trial_claim.<trial id>.<n>` = this driver and its sweep's parent run, in the same
-tracking store, on a run of the experiment `scalelab-trial-claims` (one run per first two
-hex digits of the trial id, so that reading a trial's claims reads 1/256 of them). Params
+tracking store, on a run of the experiment `scalelab-trial-claims` (one of SHARDS runs,
+picked by the trial id, so that reading a trial's claims reads a 64th of them). Params
 are write-once, so exactly one driver wins epoch n. It lets the trial go when the trial ends
 there (the param `scalelab.trial_release.<trial id>.<n>`), and its claim lapses when it is
 gone, judged as a sweep claim is, by its heartbeat on its own parent run (claims.py: its pid
@@ -42,11 +42,11 @@ from scalelab.contract.runs import (
 from scalelab.orchestrator.ledger.claims import Claims
 
 SETTLE_S = 0.5  # as parent.py: from creating a run to seeing it in a search, with margin
-SHARD = 2  # hex digits of the trial id that pick its claims' run
+SHARDS = 64  # runs holding the claims: the first two hex digits of a trial id, mod 64
 NOTE = (
     "Which scalelab driver trains each trial, whatever sweeps list it: the write-once params "
     "scalelab.trial_claim.<trial id>.<n> and scalelab.trial_release.<trial id>.<n>, on one run "
-    "per first two hex digits of the trial id. Kept by scalelab; not a sweep."
+    "per trial id's first two hex digits mod 64. Kept by scalelab; not a sweep."
 )
 
 
@@ -59,12 +59,12 @@ class TrialClaims(Claims):
         trial_ids = list(trial_ids)
         if not trial_ids:
             return {}
-        runs = self._claims_runs({tid[:SHARD] for tid in trial_ids})
+        runs = self._claims_runs({_shard(tid) for tid in trial_ids})
         params: dict[str, dict[str, str]] = {}  # by run, read once per call
         beats: dict[str, dict[str, str] | None] = {}  # parent run tags, by run
         out: dict[str, str | None] = {}
         for tid in trial_ids:
-            run_id = runs[tid[:SHARD]]
+            run_id = runs[_shard(tid)]
             fresh = tid not in self._contended and tid not in self._trial_holds
             if fresh and self._write_claim(run_id, tid, 0):
                 out[tid] = None  # the first claim on it ever
@@ -89,7 +89,7 @@ class TrialClaims(Claims):
                 if f"{Param.TRIAL_CLAIM_PREFIX}{tid}.{epoch + 1}" not in (
                     self.client.get_run(run_id).data.params
                 ):  # the write was refused for another reason: the run was deleted
-                    self._claims_run_ids.pop(tid[:SHARD], None)
+                    self._claims_run_ids.pop(_shard(tid), None)
         return out
 
     def release_trial(self, trial_id: str) -> None:
@@ -106,7 +106,7 @@ class TrialClaims(Claims):
         self._contended.add(trial_id)  # claimed again only after a read (its epoch is spent)
         key = f"{Param.TRIAL_RELEASE_PREFIX}{trial_id}.{epoch}"
         try:
-            run_id = self._claims_runs({trial_id[:SHARD]})[trial_id[:SHARD]]
+            run_id = self._claims_runs({_shard(trial_id)})[_shard(trial_id)]
             self.client.log_param(run_id, key, self.driver_id)
         except (LedgerUnavailable, MlflowException):
             pass
@@ -148,11 +148,12 @@ class TrialClaims(Claims):
 
     @cached_property
     def _claims_run_ids(self) -> dict[str, str]:
-        """Shard (the trial id's first hex digits) -> its claims' run, as found."""
+        """Shard (`_shard`) -> its claims' run, as found."""
         return {}
 
     def _claims_runs(self, shards: set[str]) -> dict[str, str]:
-        """The claims' run of each shard, created where missing: all at once, then one
+        """The claims' run of each shard. Where one is missing, every missing shard's run is
+        made at once (once per tracking store: a second sweep finds them all), then one
         settle, the oldest kept where two drivers made one (as the parent run: parent.py)."""
         from mlflow.exceptions import MlflowException
 
@@ -162,8 +163,8 @@ class TrialClaims(Claims):
         eid = self._claims_experiment
         found = tag_filter(Tag.ROLE, Role.TRIAL_CLAIMS)
         known.update(_oldest(search_all(self.client, [eid], found)))
-        missing = shards - known.keys()
-        if missing:
+        if shards - known.keys():
+            missing = {f"{i:02d}" for i in range(SHARDS)} - known.keys()
             mine = {
                 self.client.create_run(
                     eid,
@@ -194,6 +195,11 @@ class TrialClaims(Claims):
                                                  tags={ExperimentTag.NOTE: NOTE})  # fmt: skip
         except MlflowException:  # another driver created it just now
             return self.client.get_experiment_by_name(TRIAL_CLAIMS_EXPERIMENT).experiment_id
+
+
+def _shard(trial_id: str) -> str:
+    """The label of the run that holds the trial's claims."""
+    return f"{int(trial_id[:2], 16) % SHARDS:02d}"
 
 
 def _oldest(runs: list[Any]) -> dict[str, str]:
