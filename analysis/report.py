@@ -239,7 +239,8 @@ def summarise_sweep(
     else:
         synced = str(sync(sweep, uri, root=root))
     cache = sweep_dir(sweep, root) / "summary.cache.json"
-    key = _summary_key(sweep, root, baseline, n_resamples, width, SUMMARY_FORMAT)
+    # the folder is part of the key: a copied runs folder prints its own paths
+    key = _summary_key(sweep, root, baseline, n_resamples, width, SUMMARY_FORMAT, str(cache))
     if cache.exists() and (cache.parent / "report.md").exists():
         cached = json.loads(cache.read_text())
         if cached.get("key") == key and "head" in cached:  # same trials, same options

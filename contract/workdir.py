@@ -1,6 +1,8 @@
 """The work directory layout (docs/architecture.md, 'Work directory'); one place knows it.
 
 $SCALELAB_HOME (default ./scalelab-runs)
+  home.path               where the folder is: opened elsewhere, the store follows
+                          (contract/relocation.py)
   mlflow.db               sqlite tracking store (absolute URI)
   artifacts/              MLflow artifacts
   trials/<trial_id>/      job.json, identity.json, ckpt/, curves.jsonl, result.json,
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from scalelab.contract.relocation import follow_moved_home
 
 JOB_FILE = "job.json"  # the resolved JobConfig
 CURVES_FILE = "curves.jsonl"  # one JSON object per point: step, tokens, flops, metric, value
@@ -38,6 +42,7 @@ def tracking_uri() -> str:
         return uri
     home = scalelab_home()
     home.mkdir(parents=True, exist_ok=True)
+    follow_moved_home(home, home / "mlflow.db")  # a copied runs folder writes into itself
     return f"sqlite:///{home / 'mlflow.db'}"  # absolute path: four slashes in all
 
 
