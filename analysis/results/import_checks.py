@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import codecs
 import enum
+import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .store import ResultsError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
 
 FLOPS_PER_PARAM_TOKEN = 6.0  # C = 6 N D when the file gives only one of D and C
 # A given C is refused when it is more than FLOPS_FACTOR times off 6ND either way. Honest
@@ -25,6 +30,13 @@ FLOPS_FACTOR = 2.0
 FLOPS_NOTED = 1.1  # a ratio further from 1 than this is said in the import's summary
 WIDE_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
              (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"))  # fmt: skip
+
+
+# C0 and C1 controls, DEL, and the bidirectional marks and overrides ("Trojan source")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+CONTROL_RE2 = (
+    "[\\x00-\\x1f\\x7f-\\x{9f}\\x{61c}\\x{200e}\\x{200f}\\x{202a}-\\x{202e}\\x{2066}-\\x{2069}]"
+)
 
 
 class Duplicates(enum.StrEnum):
@@ -47,10 +59,9 @@ def check_path(path: Path) -> None:
         raise ResultsError(f"{path}: not a regular file")
 
 
-def check_utf8(path: Path) -> None:
-    """ResultsError in one line unless the file is UTF-8 text (with or without its BOM):
-    UTF-16 and UTF-32 named, an undecodable or NUL byte placed by line and byte."""
-    data = path.read_bytes()
+def check_utf8_bytes(path: Path, data: bytes) -> None:
+    """ResultsError in one line unless the file's bytes are UTF-8 text (with or without its
+    BOM): UTF-16 and UTF-32 named, an undecodable or NUL byte placed by line and byte."""
     for bom, name in WIDE_BOMS:
         if data.startswith(bom):
             raise ResultsError(f"{path}: {name} text: save it as UTF-8")
@@ -86,30 +97,36 @@ def _line_and_byte(data: bytes, at: int) -> str:
     return f"{line}: byte 0x{data[at]:02x} at byte {column} of the line"
 
 
-def text(value: Any, field: str) -> str | None:
-    """A text field's value, stripped; None when empty. Bytes (a Parquet binary column)
-    are decoded as UTF-8, never shown as b'...' (ValueError when they are not UTF-8)."""
-    if isinstance(value, bytes):
-        try:
-            value = value.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ValueError(f"{field} {value!r} is not UTF-8 text") from None
-    if value is None:
-        return None
-    return str(value).strip() or None
+def visible(text: str, keep: str = "") -> str:
+    """`text` safe to print on a terminal and to store: each control character (an escape
+    sequence's ESC, a BEL, a carriage return) and each bidirectional override written as
+    its escape (`\\x1b`, `\\u202e`), except those in `keep`."""
+    return _CONTROL.sub(lambda m: m[0] if m[0] in keep else ascii(m[0])[1:-1], text)
 
 
-def repeats(rows: list[dict[str, Any]]) -> dict[int, int]:
-    """Each row identical to an earlier one in every field read -> the first such row."""
-    first: dict[str, int] = {}
-    found: dict[int, int] = {}
-    for i, row in enumerate(rows):
-        key = repr(sorted(row.items()))
-        if key in first:
-            found[i] = first[key]
-        else:
-            first[key] = i
-    return found
+def first_copies(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of `keys` (one row of integers per row read) equal to an earlier row, and
+    for each the first row it equals."""
+    import numpy as np
+
+    order, starts = groups(keys)
+    firsts = np.empty(len(keys), np.int64)
+    firsts[order] = order[np.repeat(starts, np.diff(np.r_[starts, len(keys)]))]
+    copies = np.flatnonzero(firsts != np.arange(len(keys)))
+    return copies, firsts[copies]
+
+
+def groups(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of `keys` sorted (stably: equal rows in their order) and where each run of
+    equal rows starts in that order."""
+    import numpy as np
+
+    if not len(keys):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.lexsort(keys.T[::-1]) if keys.shape[1] else np.arange(len(keys))
+    ranked = keys[order]
+    new = np.r_[True, (ranked[1:] != ranked[:-1]).any(axis=1)]
+    return order, np.flatnonzero(new)
 
 
 def flops_ratio(n: float, d: float, c: float) -> float:
@@ -125,25 +142,43 @@ def flops_ratio(n: float, d: float, c: float) -> float:
     return ratio
 
 
-def flops_note(ratios: list[float]) -> str | None:
-    """The import summary's words on C against 6ND when some row is over 10% off."""
-    if not ratios or all(1 / FLOPS_NOTED <= r <= FLOPS_NOTED for r in ratios):
+def flops_note(ratios: np.ndarray) -> str | None:
+    """The import summary's words on C against 6ND when some row is over 10% off (`ratios`:
+    C / 6ND of each row that gives both, NaN for the others)."""
+    import numpy as np
+
+    ratios = ratios[~np.isnan(ratios)]
+    if not len(ratios) or ((ratios >= 1 / FLOPS_NOTED) & (ratios <= FLOPS_NOTED)).all():
         return None
-    return f"flops are {times(min(ratios))}x to {times(max(ratios))}x 6·N·D (kept as given)"
+    return f"flops are {times(ratios.min())}x to {times(ratios.max())}x 6·N·D (kept as given)"
 
 
-def rival_note(trials: list[dict[str, Any]]) -> str | None:
+def rival_note(trials: pa.Table) -> str | None:
     """The import summary's words on runs that share variant, N, D, seed and size but
     report different losses: replicates whose seeds the file does not give, or one run
     entered twice with a typo. Kept (the fit averages them as it does seeds)."""
-    losses: dict[tuple[Any, ...], set[float]] = {}
-    for t in trials:
-        key = (t["variant"], t["n_params"], t["tokens"], t["seed"], t.get("size"))
-        losses.setdefault(key, set()).add(t["final_val_loss"])
-    rivals = [k for k, v in losses.items() if len(v) > 1]
-    if not rivals:
+    import numpy as np
+    import pyarrow.compute as pc
+
+    if not trials.num_rows:
         return None
-    variant, n, d, seed, _ = rivals[0]
+    key = ("variant", "n_params", "tokens", "seed", "size")
+    codes = [
+        pc.fill_null(pc.dictionary_encode(trials[c]).combine_chunks().indices, -1).to_numpy()
+        if c in ("variant", "size") else trials[c].to_numpy()
+        for c in key
+    ]  # fmt: skip
+    loss = trials["final_val_loss"].to_numpy() + 0.0
+    cells = np.stack(codes, axis=1)
+    order, starts = groups(np.column_stack([cells, loss.view(np.int64)]))
+    distinct = cells[order[starts]]  # one row per (cell, loss), sorted by cell
+    split = np.r_[True, (distinct[1:] != distinct[:-1]).any(axis=1)]
+    counts = np.diff(np.r_[np.flatnonzero(split), len(distinct)])
+    rivals = distinct[split][counts > 1]
+    if not len(rivals):
+        return None
+    at = int(np.flatnonzero((cells == rivals[0]).all(axis=1))[0])
+    variant, n, d, seed = (trials[c][at].as_py() for c in key[:4])
     return (
         f"{len(rivals)} run(s) appear more than once with different losses (same variant, "
         f"N, D and seed; e.g. {variant} N={n:.4g} D={d:.4g} seed {seed}): kept as trials "

@@ -14,7 +14,13 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .import_checks import visible
+
+if TYPE_CHECKING:
+    import numpy as np
 
 METRICS = ("acc_norm_stderr", "acc_stderr", "acc_norm", "acc", "bpb", "nll", "loss",
            "perplexity")  # longest first: eval_x_acc_norm is acc_norm, never task x_acc  # fmt: skip
@@ -23,28 +29,35 @@ _SHORT = re.compile(r"^(?P<metric>acc_norm|acc|bpb|nll)_(?P<task>.+)$")
 
 
 def score_column(name: str) -> str | None:
-    """The trials-table column a file's column becomes, or None when it is no score."""
+    """The trials-table column a file's column becomes, or None when it is no score (nor is a
+    name with a control character: it would reach the terminal in every table)."""
     key = name.strip().lower()
+    if visible(key) != key:
+        return None
     m = _EVAL.match(key) or _SHORT.match(key)
     return f"eval_{m['task']}_{m['metric']}" if m else None
 
 
-def score_value(column: str, value: Any) -> float | None:  # noqa: ANN401
-    """A score's value as a float, None when empty; ValueError naming what is wrong."""
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{column} {value!r} is not a number") from None
-    metric = _EVAL.match(column)["metric"]  # type: ignore[index]
-    ok, expected = {
-        "acc": (0 <= x <= 1, "an accuracy in [0, 1]"),
-        "acc_norm": (0 <= x <= 1, "an accuracy in [0, 1]"),
-        "acc_stderr": (x >= 0, "a standard error >= 0"),
-        "acc_norm_stderr": (x >= 0, "a standard error >= 0"),
-        "perplexity": (x >= 1, "a perplexity >= 1"),
-    }.get(metric, (x > 0, "a loss > 0"))
-    if not math.isfinite(x) or not ok:
-        raise ValueError(f"{column} {value!r}: expected {expected}")
-    return x
+# metric -> (lowest, whether the lowest is allowed, highest, the words)
+_RANGES = {
+    "acc": (0.0, True, 1.0, "an accuracy in [0, 1]"),
+    "acc_norm": (0.0, True, 1.0, "an accuracy in [0, 1]"),
+    "acc_stderr": (0.0, True, math.inf, "a standard error >= 0"),
+    "acc_norm_stderr": (0.0, True, math.inf, "a standard error >= 0"),
+    "perplexity": (1.0, True, math.inf, "a perplexity >= 1"),
+}
+_LOSS = (0.0, False, math.inf, "a loss > 0")
+
+
+def score_range(column: str) -> tuple[Callable[[np.ndarray], np.ndarray], str]:
+    """Which values a score's column may take (finite ones in its range: a function of an
+    array), and the words for them."""
+    import numpy as np
+
+    low, low_ok, high, expected = _RANGES.get(_EVAL.match(column)["metric"], _LOSS)  # type: ignore[index]
+
+    def ok(x: np.ndarray) -> np.ndarray:
+        above = x >= low if low_ok else x > low
+        return np.isfinite(x) & above & (x <= high)
+
+    return ok, expected

@@ -6,46 +6,39 @@ ladder, another framework's runs) as rows of the sweep's `trials` table, so that
 A file is CSV, Parquet or JSON Lines (by its suffix) with one row per trial: the parameter
 count (N), the training tokens (D) or compute (C), and the final loss or a downstream
 score (import_scores.py: `eval_<task>_acc`, `acc_<task>`, a correct-answer loss); optionally the
-variant, the seed, a size label and a nominal IsoFLOP budget. The file is questioned first
-(import_checks.py: a file, UTF-8 text, no row repeated, C near 6ND), then every row is
-checked before anything is written; the problems come back as `FILE:LINE: what is wrong`
-(Parquet: `FILE:row R`). A row without a size label gets one from N to 3 significant
-figures, nearly equal N sharing it. Imported rows are marked `curves_source = "imported"`:
-importing again replaces the sweep's imported rows (never its synced ones), and `sync`
-keeps them.
+variant, the seed, a size label and a nominal IsoFLOP budget. The file is read within
+limits (import_read.py: rows, bytes, columns, JSON depth, all before parsing) and
+questioned (import_checks.py: a file, UTF-8 text, no row repeated, C near 6ND), then every
+row is checked, a column at a time (import_columns.py), before anything is written; the
+problems come back as `FILE:LINE: what is wrong` (Parquet: `FILE:row R`). Text is stored
+with its control characters escaped. A row without a size label gets one from N to 3
+significant figures, nearly equal N sharing it. Imported rows are marked
+`curves_source = "imported"`: importing again replaces the sweep's imported rows (never its
+synced ones), and `sync` keeps them. A sweep with trained (synced) trials takes imported
+rows only when asked (`join_trained`): they would join its fits.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scalelab.contract.runs import Status
 
 from . import store
-from .import_checks import (
-    FLOPS_PER_PARAM_TOKEN,
-    Duplicates,
-    check_path,
-    check_utf8,
-    flops_note,
-    flops_ratio,
-    repeats,
-    rival_note,
-    text,
-)
-from .import_scores import score_column, score_value
+from .import_checks import Duplicates, first_copies, flops_note, rival_note, visible
+from .import_columns import Checked, check_rows
+from .import_read import MAX_LISTED, ImportLimits, Points, read_points
+from .import_scores import score_column
 from .store import ResultsError
 
 if TYPE_CHECKING:
+    import numpy as np
     import pyarrow as pa
 
 IMPORTED = "imported"  # the trials' curves_source: rows no MLflow run stands behind
-MAX_LISTED = 20  # problems listed in one error
 SIGNIFICANT = 3  # a size label's figures: 73.8M
 CLOSE = 1e-3  # N this close (relative) share a size label even across a rounding boundary
 
@@ -61,8 +54,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "budget": ("budget", "budget_flops"),
     "name": ("name",),
 }
-SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".jsonl": "json",
-            ".ndjson": "json", ".json": "json"}  # fmt: skip
+_NAMES = {a for aliases in ALIASES.values() for a in aliases}
 DEFAULT_VARIANT = "dense"  # the commands' default baseline and forecast variant
 
 
@@ -84,67 +76,94 @@ class ImportResult:
         if self.n_kept:
             text += f"; {self.n_kept} synced trials kept"
         if self.ignored:
-            text += f"; ignored columns: {', '.join(self.ignored)}"
+            shown = ", ".join(self.ignored[:MAX_LISTED])
+            more = len(self.ignored) - MAX_LISTED
+            text += f"; ignored columns: {shown}" + (f" and {more} more" if more > 0 else "")
         for note in self.notes:
             text += f"; {note}"
-        return f"{text} -> {self.trials_path}"
+        return visible(f"{text} -> {self.trials_path}")
 
 
 def import_file(
     path: Path | str, sweep: str, *, root: Path | None = None,
     duplicates: Duplicates | str = Duplicates.REFUSE, wait_s: float | None = None,
+    limits: ImportLimits | None = None, join_trained: bool = False,
 ) -> ImportResult:  # fmt: skip
     """Check every row of `path` and write them as the sweep's imported trials (module doc);
     ResultsError listing each bad line, and nothing written, when any row is wrong.
     `duplicates`: what rows identical in every field read are (import_checks.Duplicates);
-    `wait_s`: how long to wait for another writer of the sweep's tables (store.tables_lock)."""
+    `wait_s`: how long to wait for another writer of the sweep's tables (store.tables_lock);
+    `limits`: what a file may hold (import_read.ImportLimits); `join_trained`: import into
+    a sweep that has trained (synced) trials too."""
+    import numpy as np
+
     path, policy = Path(path), Duplicates(duplicates)
     store.sweep_dir(sweep, root)  # a name no sweep can have fails here, before reading
-    table, where = read_points(path)
-    fields, ignored = _fields(table.column_names, path)
-    columns = {f: table[c].to_pylist() for f, c in fields.items()}
-    raw = [{f: values[i] for f, values in columns.items()} for i in range(table.num_rows)]
-    checked, copies = _check_rows(raw, path, where, policy)
+    points = read_points(path, _wanted, limits or ImportLimits())
+    fields, ignored = _fields(list(points.names), path)
+    scores = [f for f in fields if f.startswith("eval_")]
+    n = points.table.num_rows
+    checked = check_rows({f: points.table[c] for f, c in fields.items()}, n, scores)
+    good = np.flatnonzero(checked.problem < 0)
+    copies, firsts = first_copies(_keys(checked, fields, good))
+    copies, firsts = good[copies], good[firsts]
+    _refuse_problems(path, points, checked, copies, firsts, policy, n)
     if policy is Duplicates.MERGE:
-        checked = {i: t for i, t in checked.items() if i not in copies}
-    ratios = [t["flops"] / (FLOPS_PER_PARAM_TOKEN * t["n_params"] * t["tokens"])
-              for i, t in checked.items() if _given(raw[i], "D", "C")]  # fmt: skip
-    rows = list(checked.values())
+        good = np.setdiff1d(good, copies)
+    rows = _rows(path, points, checked, scores, good)
     notes = (
-        _copies_note(len(copies), policy) if copies else None,
-        flops_note(ratios),
+        _copies_note(len(copies), policy) if len(copies) else None,
+        flops_note(checked.ratios[good]),
         rival_note(rows),
     )
-    _label_sizes(rows)
-    _number_duplicates(rows)
     with store.tables_lock(sweep, root, wait_s):  # the sweep's tables: read, then rewritten
-        return _write(sweep, path, rows, tuple(ignored), root, tuple(n for n in notes if n))
+        return _write(sweep, path, rows, tuple(ignored), root,
+                      tuple(x for x in notes if x), join_trained)  # fmt: skip
 
 
-def _check_rows(
-    raw: list[dict[str, Any]], path: Path, where: Any, policy: Duplicates
-) -> tuple[dict[int, dict[str, Any]], dict[int, int]]:
-    """Each row's trial by its index, and each row that repeats an earlier one in every
-    field read -> that row; ResultsError listing every problem (a repeat is one unless
-    `policy` says what repeats are)."""
-    checked: dict[int, dict[str, Any]] = {}
-    problems: list[tuple[int, str]] = []
-    for i, row in enumerate(raw):
-        try:
-            checked[i] = _trial(row, path, where(i))
-        except ValueError as e:
-            problems.append((i, f"{path}:{where(i)}: {e}"))
-    copies = {j: i for j, i in repeats(raw).items() if j in checked}
-    if policy is Duplicates.REFUSE:
-        problems += [(j, f"{path}:{where(j)}: the same as {_place(where(i))} in every field "
-                         "read") for j, i in copies.items()]  # fmt: skip
-    if not raw:
-        problems.append((0, f"{path}: no rows"))
-    if problems:
-        raise ResultsError(
-            _problems_text(path, problems, policy is Duplicates.REFUSE and bool(copies))
-        )
-    return checked, copies
+def _wanted(column: str) -> bool:
+    """Whether some field reads the column (the others are named, never parsed)."""
+    return column.strip().lower() in _NAMES or score_column(column) is not None
+
+
+def _keys(checked: Checked, fields: dict[str, str], rows: np.ndarray) -> np.ndarray:
+    """One row of integers per row in `rows`: its value in every field read (numbers by
+    their bits, text by its code), equal exactly when the rows are."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    keys = []
+    for f in fields:
+        if f in checked.numbers:
+            keys.append((checked.numbers[f].values[rows] + 0.0).view(np.int64))  # -0 is 0
+        else:
+            codes = pc.dictionary_encode(checked.texts[f].values.take(rows)).indices
+            keys.append(pc.fill_null(codes, -1).to_numpy(zero_copy_only=False).astype(np.int64))
+    return np.stack(keys, axis=1) if keys else np.zeros((len(rows), 0), np.int64)
+
+
+def _refuse_problems(
+    path: Path, points: Points, checked: Checked, copies: np.ndarray, firsts: np.ndarray,
+    policy: Duplicates, n: int,
+) -> None:  # fmt: skip
+    """ResultsError listing the rows' problems (the first MAX_LISTED of them, in the file's
+    order), the repeated rows among them unless `policy` says what repeats are."""
+    import numpy as np
+
+    bad = np.flatnonzero(checked.problem >= 0)
+    listed = [(int(i), f"{path}:{points.where(i)}: {checked.words(i)}") for i in bad[:MAX_LISTED]]
+    total = len(bad)
+    refused = policy is Duplicates.REFUSE and len(copies) > 0
+    if refused:
+        total += len(copies)
+        listed += [(int(j), f"{path}:{points.where(j)}: the same as {_place(points.where(i))} "
+                            "in every field read")
+                   for j, i in zip(copies[:MAX_LISTED], firsts[:MAX_LISTED], strict=True)]  # fmt: skip
+    if n == 0:
+        total += 1
+        listed.append((0, f"{path}: no rows"))
+    if total:
+        raise ResultsError(_problems_text(path, listed, total, refused))
 
 
 def _place(where: str) -> str:
@@ -152,125 +171,24 @@ def _place(where: str) -> str:
     return where if where.startswith("row") else f"line {where}"
 
 
-def _problems_text(path: Path, problems: list[tuple[int, str]], copies: bool) -> str:
-    """The error: each problem in the file's order (the first MAX_LISTED), and what to do
+def _problems_text(path: Path, problems: list[tuple[int, str]], total: int, copies: bool) -> str:
+    """The error: the problems in the file's order (the first MAX_LISTED), and what to do
     about rows that repeat another."""
-    listed = [p for _, p in sorted(problems, key=lambda p: p[0])]
-    more = len(listed) - MAX_LISTED
-    listed = listed[:MAX_LISTED] + ([f"... and {more} more"] if more > 0 else [])
+    listed = [p for _, p in sorted(problems, key=lambda p: p[0])][:MAX_LISTED]
+    more = total - len(listed)
+    listed += [f"... and {more} more"] if more > 0 else []
     if copies:
         listed.append(
             "identical rows: --duplicates merge imports each once, --duplicates keep "
             "imports every copy as a trial of its own"
         )
-    head = f"{path}: {len(problems)} bad row(s), nothing imported:\n" if len(problems) > 1 else ""
+    head = f"{path}: {total} bad row(s), nothing imported:\n" if total > 1 else ""
     return head + "\n".join(listed)
 
 
 def _copies_note(n: int, policy: Duplicates) -> str:
     done = "merged (each imported once)" if policy is Duplicates.MERGE else "kept as trials"
     return f"{n} repeated row(s) {done}"
-
-
-def _given(row: dict[str, Any], *fields: str) -> bool:
-    return all(text(row.get(f), f) is not None for f in fields)
-
-
-def read_points(path: Path) -> tuple[pa.Table, Any]:
-    """The file as a table, and `where(i)`: where row i is in the file ("12" for a line,
-    "row 12" for Parquet)."""
-    import pyarrow as pa
-
-    check_path(path)
-    kind = SUFFIXES.get(path.suffix.lower())
-    if kind is None:
-        raise ResultsError(
-            f"{path}: unknown format {path.suffix!r} (expected .csv, .parquet or .jsonl)"
-        )
-    try:
-        if kind == "parquet":
-            import pyarrow.parquet as pq
-
-            return pq.read_table(path), lambda i: f"row {i + 1}"
-        check_utf8(path)
-        lines = _content_lines(path)
-        if kind == "csv":
-            return _read_csv(path, lines), lambda i: str(lines[i + 1])
-        return _read_jsonl(path), lambda i: str(lines[i])
-    except (pa.ArrowInvalid, OSError) as e:
-        raise ResultsError(f"{path}: cannot read it ({e})") from None
-
-
-def _content_lines(path: Path) -> list[int]:
-    """The numbers of the lines that hold something (pyarrow skips empty ones)."""
-    with open(path, "rb") as f:
-        return [n for n, line in enumerate(f, 1) if line.strip(b"\r\n")]
-
-
-def _read_csv(path: Path, lines: list[int]) -> pa.Table:
-    import pyarrow.csv as pcsv
-
-    bad: list[str] = []
-    with open(path, "rb") as f:
-        texts = [line.rstrip(b"\r\n").decode("utf-8", "replace") for line in f]
-    searched = [0]  # rows come in order: look for the next one after the last found
-
-    def invalid(row: Any) -> str:  # pyarrow's InvalidRow: its text (its number is unknown)
-        line: int | str = row.number if row.number is not None else "?"
-        for k, n in enumerate(lines[searched[0] :], searched[0]):
-            if texts[n - 1] == row.text:
-                line, searched[0] = n, k + 1
-                break
-        bad.append(
-            f"{path}:{line}: {row.actual_columns} fields where the header has "
-            f"{row.expected_columns} ({row.text!r})"
-        )
-        return "skip"
-
-    table = pcsv.read_csv(
-        path,
-        parse_options=pcsv.ParseOptions(invalid_row_handler=invalid),
-        convert_options=pcsv.ConvertOptions(strings_can_be_null=True),
-    )
-    if bad:
-        raise ResultsError("\n".join(bad[:MAX_LISTED]))
-    return table
-
-
-def _read_jsonl(path: Path) -> pa.Table:
-    """pyarrow's reader; when it refuses the file, the first line json cannot read or that
-    is not an object says where."""
-    import pyarrow as pa
-    import pyarrow.json as pjson
-
-    try:
-        return pjson.read_json(path)
-    except pa.ArrowInvalid:
-        pass
-    # pyarrow refuses a column whose type changes from line to line ("3.1", then "x"), and
-    # says neither where nor why in words: read each line, every value as text, and let the
-    # row checks name the line
-    records = []
-    with open(path, "rb") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip(b"\r\n"):
-                continue
-            try:
-                value = json.loads(line.strip())
-            except json.JSONDecodeError as bad:
-                raise ResultsError(
-                    f"{path}:{n}: not JSON ({bad.msg} at column {bad.colno})"
-                ) from None
-            except ValueError as bad:  # not UTF-8
-                raise ResultsError(f"{path}:{n}: not JSON ({bad})") from None
-            if not isinstance(value, dict):
-                raise ResultsError(f"{path}:{n}: not a JSON object")
-            records.append(value)
-    names = list(dict.fromkeys(k for r in records for k in r))
-    return pa.table(
-        {k: pa.array([None if r.get(k) is None else str(r[k]) for r in records], pa.string())
-         for k in names}
-    )  # fmt: skip
 
 
 def _fields(names: list[str], path: Path) -> tuple[dict[str, str], list[str]]:
@@ -303,98 +221,85 @@ def _fields(names: list[str], path: Path) -> tuple[dict[str, str], list[str]]:
         if not ok
     ]
     if missing:
+        shown = ", ".join(names[:MAX_LISTED]) + (" ..." if len(names) > MAX_LISTED else "")
         raise ResultsError(
-            f"{path}: no column for {'; '.join(missing)} (columns: {', '.join(names) or 'none'})"
+            f"{path}: no column for {'; '.join(missing)} (columns: {shown or 'none'})"
         )
-    ignored = [c for c in names if c not in fields.values()]
+    ignored = [visible(c) for c in names if c not in fields.values()]
     return fields, ignored
 
 
-def _positive(row: dict[str, Any], field: str) -> float | None:
-    """The field's value as a positive finite number; None when it is missing."""
-    value = row.get(field)
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{field} {value!r} is not a number") from None
-    if not math.isfinite(x) or x <= 0:
-        raise ValueError(f"{field} {value!r}: expected a positive finite number")
-    return x
+def _rows(
+    path: Path, points: Points, checked: Checked, scores: list[str], rows: np.ndarray
+) -> pa.Table:
+    """The trials of the rows `rows` (checked), as the trials table's columns."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
+    def floats(values: np.ndarray) -> pa.Array:
+        return pa.array(values, pa.float64(), mask=np.isnan(values))
 
-def _trial(row: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
-    """One checked row of the trials table (ValueError saying what is wrong)."""
-    n = _positive(row, "N")
-    if n is None:
-        raise ValueError("N is missing")
-    d, c = _positive(row, "D"), _positive(row, "C")
-    if d is None and c is None:
-        raise ValueError("both D and C are missing")
-    loss = _positive(row, "loss")
-    scores = {f: score_value(f, v) for f, v in row.items() if f.startswith("eval_")}
-    if loss is None and not any(v is not None for v in scores.values()):
-        raise ValueError("loss is missing" + (" (and every score)" if scores else ""))
-    if d is not None and c is not None:
-        flops_ratio(n, d, c)  # ValueError when C contradicts 6ND
-    d = d if d is not None else c / (FLOPS_PER_PARAM_TOKEN * n)  # type: ignore[operator]
-    c = c if c is not None else FLOPS_PER_PARAM_TOKEN * n * d
-    seed = row.get("seed")
-    if seed is None or (isinstance(seed, str) and not seed.strip()):
-        seed = 0
-    else:
-        try:
-            f = float(seed)
-        except (TypeError, ValueError):
-            raise ValueError(f"seed {seed!r} is not an integer") from None
-        if not f.is_integer():
-            raise ValueError(f"seed {seed!r} is not an integer")
-        seed = int(f)
-    budget = _positive(row, "budget")
-    name = text(row.get("name"), "name")
-    return {
-        "name": name or f"{path.name}:{where}",
-        "variant": text(row.get("variant"), "variant") or DEFAULT_VARIANT,
-        "size": text(row.get("size"), "size"),
-        "status": Status.FINISHED,
-        "n_params": round(n),
-        "tokens": round(d),
-        "flops": c,
+    nums, texts = checked.numbers, checked.texts
+    n_params = np.rint(nums["N"].values[rows]).astype(np.int64)
+    loss = floats(nums["loss"].values[rows])
+    name = texts["name"].values.take(rows)
+    if name.null_count:  # FILE:LINE, so that every trial points at its line
+        name = pc.coalesce(name, points.places(rows, f"{visible(path.name)}:"))
+    size = texts["size"].values.take(rows)
+    if size.null_count:
+        unlabelled = np.asarray(pc.is_null(size))
+        distinct, inverse = np.unique(n_params[unlabelled], return_inverse=True)
+        named = np.full(len(rows), None, object)
+        named[unlabelled] = labelled(distinct)[inverse]
+        size = pc.coalesce(size, pa.array(named, pa.string()))
+    columns = {
+        "name": name,
+        "variant": pc.fill_null(texts["variant"].values.take(rows), DEFAULT_VARIANT),
+        "size": size,
+        "status": pa.array(np.full(len(rows), str(Status.FINISHED), object), pa.string()),
+        "n_params": pa.array(n_params),
+        "tokens": pa.array(np.rint(checked.tokens[rows]).astype(np.int64)),
+        "flops": pa.array(checked.flops[rows]),
         "final_val_loss": loss,
         "best_val_loss": loss,
-        "seed": seed,
-        "budget_flops": budget,
-        "curves_source": IMPORTED,
-        **scores,
+        "seed": pa.array(checked.seed[rows]),
+        "budget_flops": floats(nums["budget"].values[rows]),
+        "curves_source": pa.array(np.full(len(rows), IMPORTED, object), pa.string()),
+        **{s: floats(nums[s].values[rows]) for s in scores},
     }
-
-
-def _label_sizes(rows: list[dict[str, Any]]) -> None:
-    """A row without a size label gets its group's (size_labels)."""
-    labels = size_labels([r["n_params"] for r in rows if r["size"] is None])
-    for r in rows:
-        if r["size"] is None:
-            r["size"] = labels[r["n_params"]]
+    table = pa.table(columns)
+    return table.append_column("trial_id", _trial_ids(table))
 
 
 def size_labels(ns: list[int]) -> dict[int, str]:
-    """N -> its size label: N in increasing order form groups, each N joining the group of
-    the N before it when the two round to the same 3 significant figures or are within
-    CLOSE of each other (73.849999M and 73.850001M: one size); a group is labelled by its
-    middle N (73.8M). Two groups never share a label: N that round alike are one group."""
-    groups: list[list[int]] = []
-    for n in sorted(set(ns)):
-        if groups and _same_size(groups[-1][-1], n):
-            groups[-1].append(n)
-        else:
-            groups.append([n])
-    return {n: _short(g[len(g) // 2], SIGNIFICANT) for g in groups for n in g}
+    """N -> its size label (`labelled`)."""
+    import numpy as np
+
+    distinct = np.unique(np.asarray(ns, np.int64))
+    return dict(zip(distinct.tolist(), labelled(distinct).tolist(), strict=True))
 
 
-def _same_size(smaller: int, n: int) -> bool:
-    close = n - smaller <= CLOSE * smaller
-    return close or _short(smaller, SIGNIFICANT) == _short(n, SIGNIFICANT)
+def labelled(distinct: np.ndarray) -> np.ndarray:
+    """The size label of each N of `distinct` (increasing, each once): N in increasing order
+    form groups, each N joining the group of the N before it when the two round to the
+    same 3 significant figures or are within CLOSE of each other (73.849999M and 73.850001M:
+    one size); a group is labelled by its middle N (73.8M). Two groups never share a label:
+    N that round alike are one group."""
+    import numpy as np
+
+    if not len(distinct):
+        return np.zeros(0, object)
+    n = distinct.astype(np.float64)
+    figures = np.floor(np.log10(n)).astype(np.int64)
+    figures += (n >= 10.0 ** (figures + 1)).astype(np.int64) - (n < 10.0**figures)
+    unit = 10.0 ** (figures - (SIGNIFICANT - 1))
+    rounded = np.rint(n / unit) * unit  # half to even, as f"{n:.3g}"
+    joins = (np.diff(n) <= CLOSE * n[:-1]) | (rounded[1:] == rounded[:-1])
+    starts = np.flatnonzero(np.r_[True, ~joins])
+    middles = starts + np.diff(np.r_[starts, len(n)]) // 2
+    names = np.array([_short(int(distinct[m]), SIGNIFICANT) for m in middles], object)
+    return names[np.cumsum(np.r_[True, ~joins]) - 1]
 
 
 def _short(n: float, digits: int) -> str:
@@ -407,47 +312,106 @@ def _short(n: float, digits: int) -> str:
     return f"{rounded:.{digits}g}"
 
 
-def _number_duplicates(rows: list[dict[str, Any]]) -> None:
-    """trial_id: a hash of the row's values, and of its rank among equal rows."""
-    seen: dict[str, int] = {}
-    for r in rows:
-        key = json.dumps([r[k] for k in ("variant", "size", "n_params", "tokens", "flops",
-                                          "final_val_loss", "seed", "budget_flops")])  # fmt: skip
-        k = seen.get(key, 0)
-        seen[key] = k + 1
-        r["trial_id"] = hashlib.sha256(f"{key}#{k}".encode()).hexdigest()[:16]
+ID_FIELDS = ("variant", "size", "n_params", "tokens", "flops", "final_val_loss", "seed",
+             "budget_flops")  # fmt: skip
+
+
+def _trial_ids(table: pa.Table) -> pa.Array:
+    """trial_id: 16 hex digits of a 64-bit hash of the row's values (ID_FIELDS) and of its
+    rank among equal rows: numbers by their bits, text by its SHA-256 (each distinct value
+    once), mixed by SplitMix64."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    parts = []
+    for c in ID_FIELDS:
+        col = table[c].combine_chunks()
+        if pa.types.is_string(col.type):
+            encoded = pc.dictionary_encode(col)
+            digests = [_digest(v) for v in encoded.dictionary.to_pylist()] + [_digest(None)]
+            at = pc.fill_null(encoded.indices, len(digests) - 1).to_numpy(zero_copy_only=False)
+            parts.append(np.array(digests, np.uint64)[at])
+        elif pa.types.is_integer(col.type):  # counts and seeds: never null
+            parts.append(col.to_numpy().astype(np.int64).view(np.uint64))
+        else:
+            values = col.to_numpy(zero_copy_only=False)
+            parts.append(np.where(np.isnan(values), np.uint64(_digest(None)),
+                                  (values + 0.0).view(np.uint64)))  # fmt: skip
+    h = np.zeros(n, np.uint64)
+    for part in parts:
+        h = _mix(h ^ part)
+    from .import_checks import groups
+
+    order, starts = groups(h.view(np.int64)[:, None])
+    rank = np.empty(n, np.uint64)
+    rank[order] = (np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))).astype(np.uint64)
+    h = _mix(h ^ _mix(rank + np.uint64(1)))
+    return pa.array([f"{x:016x}" for x in h.tolist()], pa.string())
+
+
+def _digest(value: str | None) -> int:
+    return int.from_bytes(hashlib.sha256(repr(value).encode()).digest()[:8], "little")
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser, element-wise (uint64 arithmetic wraps)."""
+    import numpy as np
+
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
 
 
 def _write(
-    sweep: str, path: Path, rows: list[dict[str, Any]], ignored: tuple[str, ...],
-    root: Path | None, notes: tuple[str, ...],
+    sweep: str, path: Path, rows: pa.Table, ignored: tuple[str, ...], root: Path | None,
+    notes: tuple[str, ...], join_trained: bool,
 ) -> ImportResult:  # fmt: skip
+    """The sweep's trials: its trained rows as they were, then `rows` in place of the rows
+    imported before (under the sweep's lock: read, then rewritten)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     from .columns import trials_schema
 
     old = store.read_table(store.TRIALS, sweep, root)
     schema = old.schema if old is not None else trials_schema([])
-    extra = sorted({k for r in rows for k in r if k.startswith("eval_")} - set(schema.names))
+    extra = sorted({c for c in rows.column_names if c.startswith("eval_")} - set(schema.names))
     for name in extra:  # the file's downstream scores (import_scores.py): float columns
         schema = schema.insert(schema.get_field_index("config"), pa.field(name, pa.float64()))
-    kept: list[dict[str, Any]] = []
-    replaced = 0
+    kept, replaced = schema.empty_table(), 0
     if old is not None:
-        for r in old.to_pylist():
-            if r.get("curves_source") == IMPORTED:
-                replaced += 1
-            else:
-                kept.append(r)
-    rows.sort(key=lambda r: (r["variant"], r["n_params"], r["trial_id"]))
-    table = pa.Table.from_pylist([{k: r.get(k) for k in schema.names} for r in kept + rows],
-                                 schema)  # fmt: skip
+        was_imported = pc.fill_null(pc.equal(old["curves_source"], IMPORTED), False)
+        kept = old.filter(pc.invert(was_imported))
+        replaced = old.num_rows - kept.num_rows
+    if kept.num_rows and not join_trained:
+        raise ResultsError(
+            f"sweep {sweep!r} has {kept.num_rows} trained trial(s): imported rows would join "
+            "their fits, plots and comparisons; import into a sweep of its own (another "
+            "--sweep name), or pass --join-trained to mix them; nothing imported"
+        )
+    rows = rows.sort_by([("variant", "ascending"), ("n_params", "ascending"),
+                         ("trial_id", "ascending")])  # fmt: skip
+    table = pa.concat_tables([_as(kept, schema), _as(rows, schema)])
     trials_path = store.write_table(store.TRIALS, sweep, table, root)
     if store.read_table(store.CURVES, sweep, root) is None:  # plots read it: no curves
         empty = pa.Table.from_pylist([], store.curves_schema())
         store.write_table(store.CURVES, sweep, empty, root)
-    return ImportResult(sweep, path, len(rows), replaced, len(kept), ignored, trials_path,
-                        notes)  # fmt: skip
+    return ImportResult(sweep, path, rows.num_rows, replaced, kept.num_rows, ignored,
+                        trials_path, notes)  # fmt: skip
+
+
+def _as(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table`'s columns in `schema`'s order and types, null where it has none."""
+    import pyarrow as pa
+
+    return pa.table(
+        [table[f.name].cast(f.type) if f.name in table.column_names
+         else pa.nulls(table.num_rows, f.type) for f in schema],
+        schema=schema,
+    )  # fmt: skip
 
 
 def imported_only(sweep: str, root: Path | None = None) -> bool:

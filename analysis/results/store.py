@@ -120,7 +120,7 @@ def tables_lock(
         lock.acquire(timeout=0)
     except Timeout:
         print(
-            f"waiting for another process writing sweep {sweep!r}'s results tables "
+            f"waiting for another process writing the results tables of sweep {sweep!r} "
             f"(at most {wait_s:g} s) ...", file=sys.stderr, flush=True,
         )  # fmt: skip
         try:

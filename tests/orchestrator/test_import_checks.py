@@ -204,3 +204,32 @@ def test_flops_that_contradict_6nd_are_refused_at_their_line(home: Path, tmp_pat
     result = import_file(csv, "flops")
     assert "flops are 1x to 1.67x 6·N·D (kept as given)" in str(result)
     assert sorted(r["flops"] for r in _trials("flops")) == [1.2e18, 4.0e18]
+
+
+# -- a sweep with trained trials ---------------------------------------------------------
+
+
+def test_a_sweep_with_trained_trials_takes_imported_rows_only_when_asked(
+    home: Path, tmp_path: Path
+):
+    from synthetic_sweep import write_sweep
+
+    from scalelab.analysis.results import sync
+
+    write_sweep("trained", sizes=("nano",), tokens_per_param=(10, 20), steps=3)
+    trained = sync("trained").n_trials
+    csv = tmp_path / "pub.csv"
+    csv.write_text(HEADER + "1e8,2e9,3.1,dense\n")
+    code, out = _cli(str(csv), "--sweep", "trained")
+    assert code == 2 and f"sweep 'trained' has {trained} trained trial(s)" in out, out
+    assert "--join-trained" in out and "nothing imported" in out
+    assert [r["curves_source"] for r in _trials("trained")] == ["local"] * trained
+    code, out = _cli(str(csv), "--sweep", "trained", "--join-trained")
+    assert code == 0 and f"imported 1 trials from {csv}" in out, out
+    assert f"{trained} synced trials kept" in out
+    assert (
+        sorted(r["curves_source"] for r in _trials("trained")) == ["imported"] + ["local"] * trained
+    )
+    sync("trained")  # a sync keeps them; importing again replaces them, still only when asked
+    assert _cli(str(csv), "--sweep", "trained")[0] == 2
+    assert len(_trials("trained")) == trained + 1

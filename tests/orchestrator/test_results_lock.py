@@ -39,7 +39,9 @@ def _scalelab(*args: str, **kwargs) -> subprocess.Popen:
 
 
 def _csv(path: Path, names: list[str]) -> Path:
-    rows = "".join(f"{(i + 1) * 10**7},{2 * 10**9},{3.5 - i / 10},{n}\n" for i, n in enumerate(names))
+    rows = "".join(
+        f"{(i + 1) * 10**7},{2 * 10**9},{3.5 - i / 10},{n}\n" for i, n in enumerate(names)
+    )
     path.write_text("N,tokens,loss,name\n" + rows)
     return path
 
@@ -72,7 +74,7 @@ def test_an_import_during_a_sync_waits_and_both_keep_their_rows(home: Path, tmp_
     sync = _scalelab("results", "sync", "race")
     fd = _open_writer(curves, sync)  # the sync has read the tables and waits on this file
     try:
-        imp = _scalelab("results", "import", str(b), "--sweep", "race")
+        imp = _scalelab("results", "import", str(b), "--sweep", "race", "--join-trained")
         said: list[str] = []
         reader = threading.Thread(target=lambda: said.extend(imp.stderr), daemon=True)
         reader.start()
