@@ -140,7 +140,11 @@ def logs(
     ),
     trial: str = typer.Argument(None, help="Run name, or trial id (a prefix will do)."),
     follow: bool = typer.Option(
-        False, "--follow", "-f", help="Keep printing as it grows, until the trial ends."
+        False,
+        "--follow",
+        "-f",
+        help="Keep printing as it grows, until the trial ends (a trial not started yet is "
+        "waited for).",
     ),
     timeout: float = typer.Option(
         None, "--timeout", min=0, help="With --follow: stop after this many seconds."
@@ -167,13 +171,19 @@ def logs(
     with door_errors():
         rec = door.trial(ledger, trial)
     path = trial_log(rec.trial_id, rank)
-    if not path.exists():
+    waiting = follow and not path.exists() and rec.status not in TERMINAL
+    if not path.exists() and not waiting:
         others = sorted(p.name for p in path.parent.glob("*.log")) if path.parent.exists() else []
         where = f"; it has {', '.join(others)}" if rank and others else ""
         raise fail(f"no log at {path} (the trial has not run on this machine{where})")
-    offset = path.stat().st_size
-    sys.stdout.write(tail(rec.trial_id, lines, end=offset, rank=rank) + "\n")
-    sys.stdout.flush()
+    if waiting:  # as `tail -F`: its log is printed from its first line once it starts
+        err.print(f"trial {rec.trial_id} is {rec.status}: waiting for its log at {path}",
+                  highlight=False, markup=False)  # fmt: skip
+        offset = 0
+    else:
+        offset = path.stat().st_size
+        sys.stdout.write(tail(rec.trial_id, lines, end=offset, rank=rank) + "\n")
+        sys.stdout.flush()
     if not follow:
         return
     status = rec.status
@@ -188,7 +198,8 @@ def logs(
         sys.stdout.flush()
 
     if follow_log(path, offset, ended, write, timeout_s=timeout):
-        err.print(f"trial {rec.trial_id} ended: {status}")
+        here = "" if path.exists() else " (it wrote no log here: it ran on another machine)"
+        err.print(f"trial {rec.trial_id} ended: {status}{here}")
     else:
         err.print(f"stopped following after {timeout:g} s; trial {rec.trial_id} is {status}")
 

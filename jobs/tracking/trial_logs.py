@@ -153,15 +153,18 @@ def follow(
     timeout_s: float | None = None,
 ) -> bool:
     """`write` what is appended to the log at `path` after `offset`, until `ended()` says
-    the trial has ended (what it wrote last is still written) or `timeout_s` has passed.
-    True when the trial ended."""
+    the trial has ended (what it wrote last is still written) or `timeout_s` has passed;
+    a log not there yet is waited for, as `tail -F` does. True when the trial ended."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span reads
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
         done = ended()  # asked before reading: the last lines come before the end is seen
-        with open(path, "rb") as f:
-            f.seek(offset)
-            chunk = f.read()
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+        except FileNotFoundError:  # not started yet
+            chunk = b""
         offset += len(chunk)
         if text := decoder.decode(chunk, final=done):
             write(text)

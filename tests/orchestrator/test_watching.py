@@ -131,6 +131,36 @@ def test_logs_follow_prints_what_is_appended_and_exits_when_the_trial_ends(work_
     assert rest == "the last words\n" and f"{trial.trial_id} ended: FINISHED" in errors
 
 
+@pytest.mark.slow
+def test_logs_follow_waits_for_a_trial_that_has_not_started(work_home, sweep_name):
+    """As `tail -F`: a SCHEDULED trial with no log yet is waited for, its log printed from
+    its first line once it starts (was: exit 2, 'has not run on this machine')."""
+    spec, source = parse_spec(sweep_yaml(sweep_name, seeds=1, first_seed=7450))
+    (trial,) = expand(spec, source)
+    ledger = Ledger(spec.name)
+    rec = ledger.sync(spec, [trial])[trial.trial_id]
+    log = trial_log(trial.trial_id)
+    assert not log.exists()
+    command = [str(SCALELAB), "logs", sweep_name, trial.trial_id[:8], "--follow"]
+    follower = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2.0)
+        assert follower.poll() is None  # still waiting
+        ledger.set_status(rec.run_id, "RUNNING")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("first words\n")
+        assert follower.stdout.readline() == "first words\n"
+        with log.open("a") as f:
+            f.write("last words\n")
+        ledger.set_status(rec.run_id, "FINISHED")
+        rest, errors = follower.communicate(timeout=30)
+    finally:
+        follower.kill()
+    assert follower.returncode == 0, errors
+    assert rest == "last words\n"
+    assert "waiting for its log" in errors and f"{trial.trial_id} ended: FINISHED" in errors
+
+
 def test_logs_shows_rank_0s_log_and_another_ranks_on_request(work_home, sweep_name):
     """Issue 26, item 8: each rank of a trial of several has its own log; `logs` shows the
     trial's (rank 0's) and, with --rank, another rank's."""
