@@ -202,17 +202,18 @@ def submit(
     if dry_run:
         _show_plan(loaded, as_json)
         return
-    with door_errors(submitting=True):
-        door.refuse_missing(loaded)  # before the progress bar
-    if detach:
+    with door.submitting(loaded.name):  # `status` says so until the sweep is recorded
         with door_errors(submitting=True):
-            detached = door.detach(loaded, job=job, ignore_fit=ignore_fit)
-        out.print(
-            f"submitted sweep {loaded.name} as Ray job {detached.job_id} on {detached.address}"
-        )
-        out.print(f"watch it with: scalelab status {loaded.name}")
-        return
-    ran = _drive(loaded, job, ignore_fit)
+            door.refuse_missing(loaded)  # before the progress bar
+        if detach:
+            with door_errors(submitting=True):
+                detached = door.detach(loaded, job=job, ignore_fit=ignore_fit)
+            out.print(
+                f"submitted sweep {loaded.name} as Ray job {detached.job_id} on {detached.address}"
+            )
+            out.print(f"watch it with: scalelab status {loaded.name}")
+            return
+        ran = _drive(loaded, job, ignore_fit)
     if summary:  # also when some trials failed: the others' results are worth reading
         _summarise(loaded.name)
     if not ran.ok:

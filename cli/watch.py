@@ -105,7 +105,17 @@ def status(
     from rich.progress import BarColumn, Progress, TextColumn
 
     with door_errors():
-        state = door.status(sweep, trials or None)
+        try:
+            state = door.status(sweep, trials or None)
+        except LookupError:  # not recorded yet: a submit may be checking and planning it
+            busy = door.being_submitted(sweep)
+            if busy is None:
+                raise
+            if as_json:
+                print(json.dumps({"sweep": sweep, "submitting": busy.pid, "trials": []}))
+            else:
+                out.print(busy.line(), highlight=False, markup=False, soft_wrap=True)
+            return
     rows = state.trials
     if as_json:
         print(json.dumps({"sweep": state.sweep, "trials": rows}))

@@ -72,12 +72,15 @@ from scalelab.orchestrator.spec import (
     parse_spec,
     read_sweep,
 )
+from scalelab.orchestrator.submitting import being_submitted, submitting
 
 if TYPE_CHECKING:
     from scalelab.orchestrator.scheduler import SweepOutcome
     from scalelab.orchestrator.trial_status import Failure
 
 __all__ = [
+    "being_submitted",
+    "submitting",
     "EvalAnswer",
     "EvalError",
     "EvalOptions",
