@@ -2,13 +2,18 @@
 
 loss_vs_flops   every trial's val/loss curve against training FLOPs, coloured by variant,
                 with each variant's L(C) fitted on its frontier (saying when it fell back
-                to the law without E or failed a check) and the Pareto frontier
+                to the law without E; a failed fit check said once, in the title, with
+                the failing laws marked † when not all failed) and the Pareto frontier
 loss_vs_params  final loss against parameters, per variant, its best per size label
 isoflop         loss against N at each compute budget, with the fitted parabolas
 gains           compute-equivalent gain of each variant by both estimators, with intervals
 and one figure per plot a registered mechanism declares (models/catalog.py: BudgetFormer's
 budget_s_mean, TSA's tsa_alpha, ...), drawn by `metric_figure`: every point is a cell's mean
 over its seeds, never over budgets
+eval_<task>_<metric>_vs_flops   a downstream score against FLOPs, joined in FLOPs order
+                per variant and budget, with the task's chance level
+
+Long titles wrap to the figure's width; log axes are labelled at powers of ten, slanted.
 
 `make_plots` writes PNGs to results/<sweep>/plots; `log_plots` attaches them to the
 sweep's parent MLflow run (artifact folder `plots/`).
@@ -30,6 +35,43 @@ if TYPE_CHECKING:
     from scalelab.models.mechanism import MetricPlot
 
 DPI = 120
+
+
+def fit_title(ax: Axes, text: str) -> None:
+    """Set a title that fits the figure's width: wrapped at words onto more lines (an
+    average glyph is about 0.6 of the font size wide), never clipped at either side."""
+    import textwrap
+
+    title = ax.set_title(text)
+    size = title.get_fontsize()  # points
+    width_pt = ax.figure.get_figwidth() * 72
+    chars = max(int(width_pt / (0.6 * size)) - 4, 20)
+    title.set_text("\n".join(textwrap.wrap(text, chars, break_on_hyphens=False)))
+
+
+def log_x_axis(ax: Axes) -> None:
+    """A log x axis (FLOPs, parameters, tokens) labelled at powers of ten (1, 2 and 5
+    times them when the data span under two decades), at most 6 labels, slanted so that
+    neighbours never overlap; minor ticks unlabelled."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_xscale("log")
+    x = np.concatenate([np.asarray(line.get_xdata(), float) for line in ax.get_lines()] or [[]])
+    subs = (1.0,) if spans_decades(x, 2.0) else (1.0, 2.0, 5.0)
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs, numticks=6))
+    ax.xaxis.set_major_formatter(FuncFormatter(_power_of_ten))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.tick_params(axis="x", which="major", labelrotation=30)
+
+
+def _power_of_ten(value: float, _pos: object = None) -> str:
+    """2e13 as 2×10¹³ (mathtext), 1e13 as 10¹³."""
+    if not (np.isfinite(value) and value > 0):
+        return ""
+    exponent = int(np.floor(np.log10(value) + 1e-9))
+    mantissa = round(value / 10.0**exponent, 2)
+    head = "" if mantissa == 1 else f"{mantissa:g}\\times"
+    return f"${head}10^{{{exponent}}}$"
 
 
 def new_figure(width: float = 7.0, height: float = 4.6) -> tuple[Figure, Any]:
@@ -91,7 +133,12 @@ def loss_vs_flops(fit: SweepFit, curves: pa.Table | None, metric: str = "val/los
         ax.set_yscale("log")
     ax.set_xlabel("training compute C (FLOPs)")
     ax.set_ylabel(f"{metric} (nats/token)")
-    ax.set_title(f"{fit.sweep}: loss vs compute")
+    failed = [v for v in fit.laws if fit.law_checks[v].failed]
+    title = f"{fit.sweep}: loss vs compute"
+    if failed:
+        which = "every law" if len(failed) == len(fit.laws) else "†: the law"
+        title += f" ({which} failed a fit check: read it with care, see the report)"
+    fit_title(ax, title)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7, loc="upper right")
     return fig
@@ -99,7 +146,8 @@ def loss_vs_flops(fit: SweepFit, curves: pa.Table | None, metric: str = "val/los
 
 def law_label(fit: SweepFit, variant: str) -> str:
     """'dense: L = 2.53 + 2.6e+10·C^-0.988 (frontier)', saying when the law fell back to
-    one without E or failed a check."""
+    one without E; a law that failed a check ends in ' †' when only some did (the title
+    says which: all of them, or those marked)."""
     law, check = fit.laws[variant], fit.law_checks[variant]
     k = law.values()
     text = f"{variant}: L = "
@@ -107,9 +155,9 @@ def law_label(fit: SweepFit, variant: str) -> str:
     text += f"{k['A']:.3g}·C^-{k['alpha']:.3f} (frontier"
     if law.fallback:
         text += "; no E: fallback"
-    if check.failed:
-        text += "; check failed"
-    return text + ")"
+    text += ")"
+    some_failed = sum(fit.law_checks[v].failed for v in fit.laws) < len(fit.laws)
+    return text + " †" if check.failed and some_failed else text
 
 
 def loss_vs_params(fit: SweepFit) -> Figure:
@@ -177,7 +225,7 @@ def _loss_vs_params_axes(ax: Axes, fit: SweepFit, title: str, legend_size: int) 
     ax.set_xscale("log")
     ax.set_xlabel("parameters N")
     ax.set_ylabel(f"{fit.loss} (nats/token)")
-    ax.set_title(f"{fit.sweep}: {title}")
+    fit_title(ax, f"{fit.sweep}: {title}")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=legend_size)
 
@@ -210,7 +258,7 @@ def gains(fit: SweepFit) -> Figure:
     ax.xaxis.set_minor_formatter(times)
     ax.tick_params(axis="x", which="minor", labelsize=7)
     ax.set_xlabel(f"FLOPs to reach the {fit.baseline} loss, × {fit.baseline}'s (< 1: cheaper)")
-    ax.set_title(f"{fit.sweep}: compute-equivalent gain ({fit.level:.0%} CI), paired and unpaired")
+    fit_title(ax, f"{fit.sweep}: compute-equivalent gain ({fit.level:.0%} CI), paired and unpaired")
     ax.grid(True, axis="x", which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
     return fig
@@ -273,12 +321,12 @@ def metric_figure(table: pa.Table, plot: MetricPlot) -> Figure | None:
         colour = cmap(order.index(s) / max(len(order), 1))
         ax.plot(*_sorted(x[r], y[r]), styles[budget_order.index(b) % 4], color=colour, label=label)
     if x_name in LOG_AXES:
-        ax.set_xscale("log")
+        log_x_axis(ax)
     if plot.ylim is not None:
         ax.set_ylim(*plot.ylim)
     ax.set_xlabel(_label(x_name))
     ax.set_ylabel(_label(plot.y))
-    ax.set_title(f"{plot.title or plot.y} (each point: mean over seeds)")
+    fit_title(ax, f"{plot.title or plot.y} (each point: mean over seeds)")
     ax.grid(True, alpha=0.3)
     if any(line.get_label() and not line.get_label().startswith("_") for line in ax.get_lines()):
         ax.legend(fontsize=8)
@@ -286,10 +334,12 @@ def metric_figure(table: pa.Table, plot: MetricPlot) -> Figure | None:
 
 
 def downstream_vs_flops(table: pa.Table, column: str) -> Figure | None:
-    """A downstream score (`eval_<task>_<metric>`) against training FLOPs, a line per
-    variant through its cells (every swept axis but the seed: a ladder's sizes), each point
-    the cell's mean over seeds with its standard error where there are several. None when no
-    trial has the score."""
+    """A downstream score (`eval_<task>_<metric>`) against training FLOPs: each point a
+    cell's mean over seeds (every swept axis but the seed) with its standard error where
+    there are several, joined in increasing FLOPs per variant and budget (the swept axes
+    other than the size: cells of different budgets are never joined; a ladder, whose
+    tokens grow with the size, is one line per variant), the task's chance
+    level as a dotted line where it is known. None when no trial has the score."""
     from scalelab.analysis.results.design import read_design
 
     if column not in table.column_names:
@@ -300,26 +350,52 @@ def downstream_vs_flops(table: pa.Table, column: str) -> Figure | None:
     design = read_design(table)
     cells = [tuple(design.table[a].to_pylist()) for a in design.axes]
     variants = [str(v) for v in table["variant"].to_pylist()]
+    budgets = _budget_labels(table)
     flops = _col(table, "flops")
-    points: dict[str, dict[tuple, list[int]]] = {}
+    points: dict[tuple[str, str], dict[tuple, list[int]]] = {}
     for i, (v, y) in enumerate(zip(variants, y_all, strict=True)):
         if np.isfinite(y):
-            points.setdefault(v, {}).setdefault(tuple(c[i] for c in cells), []).append(i)
+            line = points.setdefault((v, str(budgets[i])), {})
+            line.setdefault(tuple(c[i] for c in cells), []).append(i)
+    if all(len(line) <= 1 for line in points.values()):  # a ladder: tokens grow with size
+        merged: dict[tuple[str, str], dict[tuple, list[int]]] = {}
+        for (v, _), line in points.items():
+            merged.setdefault((v, ""), {}).update(line)
+        points = merged
     fig, ax = new_figure(6.0, 4.0)
-    palette = colours(sorted(points))
-    for v in sorted(points):
-        rows = sorted(points[v].values(), key=lambda r: flops[r].mean())
+    palette = colours(sorted({v for v, _ in points}))
+    styles = ["o-", "s--", "^:", "d-."]
+    budget_order = sorted({b for _, b in points}, key=_budget_order)
+    for v, b in sorted(points, key=lambda k: (k[0], _budget_order(k[1]))):
+        rows = sorted(points[v, b].values(), key=lambda r: flops[r].mean())
         x = np.array([flops[r].mean() for r in rows])
         y = np.array([y_all[r].mean() for r in rows])
         se = np.array([y_all[r].std(ddof=1) / np.sqrt(len(r)) if len(r) > 1 else 0.0 for r in rows])
-        ax.errorbar(x, y, yerr=se, fmt="o-", color=palette[v], label=v, capsize=3)
-    ax.set_xscale("log")
+        label = ", ".join(p for p in (v, b) if p)
+        fmt = styles[budget_order.index(b) % len(styles)]
+        ax.errorbar(x, y, yerr=se, fmt=fmt, color=palette[v], label=label, capsize=3)
+    chance = task_chance(column)
+    if chance is not None and chance > 0:
+        ax.axhline(chance, color="grey", ls=":", lw=1.2, label=f"chance ({chance:g})")
+    log_x_axis(ax)
     ax.set_xlabel(LABELS["flops"])
     ax.set_ylabel(column)
-    ax.set_title(f"{column} (each point: a cell's mean over seeds ± se)")
+    fit_title(ax, f"{column} (each point: a cell's mean over seeds ± se)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     return fig
+
+
+def task_chance(column: str) -> float | None:
+    """The chance accuracy of the task of `eval_<task>_<metric>` (1 / choices; from
+    analysis/scaling/task_forecast.py's table), None for a task it does not know."""
+    from scalelab.analysis.scaling.task_forecast import CHANCE
+
+    name = column.removeprefix("eval_")
+    for metric in ("_acc_norm", "_acc"):
+        if name.endswith(metric):
+            return CHANCE.get(name.removesuffix(metric))
+    return None
 
 
 def _label(column: str) -> str:

@@ -113,7 +113,7 @@ def test_mechanism_plots_average_over_seeds_only_and_say_so():
                         cols[key].append(value)
     table = pa.table(cols)
     ax = plots.metric_figure(table, plot_named("tsa_alpha")).axes[0]
-    assert "mean over seeds" in ax.get_title()
+    assert "mean over seeds" in " ".join(ax.get_title().split())
     lines = {line.get_label(): line for line in ax.get_lines()}
     assert set(lines) == {f"{s}, tokens={t}" for s in ("nano", "tiny") for t in (32768, 98304)}
     line = lines["tiny, tokens=98304"]
@@ -123,7 +123,7 @@ def test_mechanism_plots_average_over_seeds_only_and_say_so():
         table.set_column(0, "variant", pa.array(["budget"] * table.num_rows)),
         plot_named("budget_s_mean"),
     ).axes[0]
-    assert "mean over seeds" in ax.get_title()
+    assert "mean over seeds" in " ".join(ax.get_title().split())
     lines = {line.get_label(): line for line in ax.get_lines()}
     assert set(lines) == {"budget, tokens=32768", "budget, tokens=98304"}
     np.testing.assert_allclose(
@@ -155,8 +155,10 @@ def test_the_law_label_says_when_a_law_fell_back_or_failed_its_check():
     })  # fmt: skip
     fit = fit_table(as_trials(budget), "budget")
     label = plots.law_label(fit, "dense")
-    assert fit.law_checks["dense"].failed and "check failed" in label
-    assert "no E" not in label
+    assert fit.law_checks["dense"].failed and "no E" not in label
+    assert "check failed" not in label and not label.endswith("†")  # the only law: the title
+    title = " ".join(plots.loss_vs_flops(fit, None).axes[0].get_title().split())
+    assert "every law failed a fit check" in title
 
 
 def test_a_downstream_score_is_drawn_against_flops_a_line_per_variant():
@@ -172,9 +174,11 @@ def test_a_downstream_score_is_drawn_against_flops_a_line_per_variant():
                              "flops": 120 * n * n, "seed": seed, "eval_piqa_acc": acc})  # fmt: skip
     table = pa.Table.from_pylist(rows)
     ax = plots.downstream_vs_flops(table, "eval_piqa_acc").axes[0]
-    assert ax.get_xscale() == "log" and "mean over seeds" in ax.get_title()
+    assert ax.get_xscale() == "log" and "mean over seeds" in " ".join(ax.get_title().split())
     lines = {bars.get_label(): bars.lines[0] for bars in ax.containers}  # errorbar's
     assert set(lines) == {"dense", "hadamard"}
+    chance = [line for line in ax.get_lines() if line.get_label() == "chance (0.5)"]
+    assert len(chance) == 1 and set(chance[0].get_ydata()) == {0.5}  # piqa: two choices
     sizes = (1.2e5, 3.7e5, 1.1e6)
     np.testing.assert_allclose(lines["hadamard"].get_xdata(), [120 * n * n for n in sizes])
     np.testing.assert_allclose(
