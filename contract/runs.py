@@ -33,6 +33,7 @@ class Tag:
     PREEMPTED = "scalelab.preempted"  # time of the last preemption (UTC, ISO 8601)
     OUTBOX_PENDING = "scalelab.outbox_pending"  # points still spooled on a node
     TRAINED_IN_RUN = "scalelab.trained_in_run"  # the run a shared trial folder trained in
+    WAITING_FOR = "scalelab.waiting_for"  # "sweep <name>": whose driver trains it now
     CHECKPOINTS_SKIPPED = "scalelab.checkpoints_skipped"
     IDENTITY_RULE = "scalelab.identity_rule"  # the rule its trial id was computed by
     TRIAL_ID_PREV = "scalelab.trial_id_prev"  # the id before `scalelab migrate` re-keyed it

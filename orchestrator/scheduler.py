@@ -292,8 +292,9 @@ def _claim_trials(ledger: Ledger, claimed: list[_Live], pending: list[_Live]) ->
     """Of the trials this driver owns in its sweep, those it may launch now: the trained
     ones (copied or evaluated, never trained again: `_adopt_trained`) and those whose
     training it claims across sweeps. A trial another sweep's live driver is training
-    waits, and is looked at again until that driver lets it go (trained: its curve is
-    copied) or is gone (its claim lapses: trained here, resumed from its checkpoint)."""
+    waits, its run tagged `scalelab.waiting_for` = that sweep, and is looked at again until
+    that driver lets it go (trained: its curve is copied) or is gone (its claim lapses:
+    trained here, resumed from its checkpoint)."""
     untrained = [
         live.trial.trial_id for live in claimed if not delivery.trained(live.trial.trial_id)
     ]
@@ -301,11 +302,18 @@ def _claim_trials(ledger: Ledger, claimed: list[_Live], pending: list[_Live]) ->
     look = min(TRIAL_LOOK_S, ledger.lease_s / LOOKS_PER_LEASE)
     free = []
     for live in claimed:
-        if holders.get(live.trial.trial_id) is None:
+        holder, waiting = holders.get(live.trial.trial_id), live.rec.tags.get(Tag.WAITING_FOR)
+        if holder is None:
+            if waiting is not None:  # its wait is over
+                ledger.client.delete_tag(live.rec.run_id, Tag.WAITING_FOR)
+                del live.rec.tags[Tag.WAITING_FOR]
             free.append(live)
-        else:
-            live.not_before = time.monotonic() + look
-            pending.append(live)
+            continue
+        if holder and waiting != f"sweep {holder}":
+            ledger.set_tags(live.rec.run_id, {Tag.WAITING_FOR: f"sweep {holder}"})
+            live.rec.tags[Tag.WAITING_FOR] = f"sweep {holder}"
+        live.not_before = time.monotonic() + look
+        pending.append(live)
     return free
 
 

@@ -55,7 +55,8 @@ class TrialClaims(Claims):
 
     def claim_trials(self, trial_ids: Iterable[str]) -> dict[str, str | None]:
         """Try to own the training of each trial: trial id -> None where this driver owns
-        it now, else who holds it ('sweep <name>'). A trial never claimed costs one write."""
+        it now, else the name of the sweep whose live driver holds it ('' for a claim race
+        lost just now). A trial never claimed before costs one write."""
         trial_ids = list(trial_ids)
         if not trial_ids:
             return {}
@@ -80,12 +81,12 @@ class TrialClaims(Claims):
                     out[tid] = None
                     continue
                 if self._holder_alive(owner, beats):
-                    out[tid] = f"sweep {owner.get('sweep', '?')}"
+                    out[tid] = str(owner.get("sweep", "?"))
                     continue
             if self._write_claim(run_id, tid, epoch + 1):
                 out[tid] = None
             else:
-                out[tid] = "another driver (a claim race)"
+                out[tid] = ""  # another driver claimed this epoch first
                 if f"{Param.TRIAL_CLAIM_PREFIX}{tid}.{epoch + 1}" not in (
                     self.client.get_run(run_id).data.params
                 ):  # the write was refused for another reason: the run was deleted

@@ -22,6 +22,7 @@ from jobs_for_tests import HOLD_FILE
 from scalelab.orchestrator.ledger import Ledger
 
 JOB = "jobs_for_tests:held_training"
+WAITING = "scalelab.waiting_for"
 STEPS = 8  # conftest's tiny sweep: 4,096 tokens in batches of 512, each logged here
 
 
@@ -106,6 +107,7 @@ def test_two_sweeps_sharing_a_trial_train_it_once(tmp_path, work_home, sweep_nam
     first, second = Ledger(trained).records(), Ledger(waited).records()
     ((trial_id, rec_a),), ((_, rec_b),) = first.items(), second.items()
     assert rec_a.status == rec_b.status == "FINISHED"
+    assert WAITING not in rec_b.tags  # its wait is over
     assert second[trial_id].tags["scalelab.trained_in_run"] == runs[trained]
     points = mlflow_points(uri, runs[trained])
     assert len(points["train/loss"]) == STEPS
@@ -126,10 +128,15 @@ def test_a_claimant_killed_with_sigkill_loses_the_trial_to_the_other_sweep(
     try:
         drivers = dict(zip(names, (_start(tmp_path, n, seed=8510) for n in names), strict=True))
         runs = _both_claimed_one_training(names, work_home, list(drivers.values()))
-        time.sleep(2.0)
         killed = next(n for n in names if calls(work_home, runs[n], "train"))
         other = next(n for n in names if n != killed)
+        _until(
+            "the other sweep waited for the trial or trained it",
+            lambda: WAITING in _run(other).tags or calls(work_home, runs[other], "train"),
+            list(drivers.values()),
+        )
         assert calls(work_home, runs[other], "train") == 0  # it waits while the claimant lives
+        assert _run(other).tags[WAITING] == f"sweep {killed}"
         os.killpg(drivers[killed][0].pid, signal.SIGKILL)
         drivers[killed][0].wait()
         _until(
@@ -143,7 +150,7 @@ def test_a_claimant_killed_with_sigkill_loses_the_trial_to_the_other_sweep(
     assert driver.wait(timeout=150) == 0, log.read_text(errors="replace")[-3000:]
 
     (rec,) = Ledger(other).records().values()
-    assert rec.status == "FINISHED"
+    assert rec.status == "FINISHED" and WAITING not in rec.tags
     assert calls(work_home, runs[other], "train") == 1
     assert len(mlflow_points(Ledger(other).uri, rec.run_id)["train/loss"]) == STEPS
     positions = _curve_positions(work_home / "trials" / rec.tags["scalelab.trial_id"])
@@ -177,9 +184,9 @@ def test_a_trial_claim_is_let_go_or_lapses_after_a_lease_on_another_host(work_ho
     reader.heartbeat()
     assert same == tid
     assert ghost.claim_trials([tid]) == {tid: None}
-    assert reader.claim_trials([tid]) == {tid: f"sweep {sweep_name}-a"}  # not watched a lease
+    assert reader.claim_trials([tid]) == {tid: f"{sweep_name}-a"}  # not watched for a lease
     time.sleep(1.6)  # a lease without a beat
     assert reader.claim_trials([tid]) == {tid: None}  # lapsed: epoch 1 is the reader's
-    assert ghost.claim_trials([tid]) == {tid: f"sweep {sweep_name}-b"}  # its own host lives
+    assert ghost.claim_trials([tid]) == {tid: f"{sweep_name}-b"}  # its own host lives
     reader.release_trial(tid)
     assert ghost.claim_trials([tid]) == {tid: None}  # let go: claimed at once
