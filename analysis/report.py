@@ -19,7 +19,7 @@ import numpy as np
 from scalelab.analysis.results.render import markdown_table, sections
 
 # Part of the summary cache's key: a summary cached by an older layout is made again.
-SUMMARY_FORMAT = 2
+SUMMARY_FORMAT = 3
 
 if TYPE_CHECKING:
     from scalelab.analysis.results.fit import SweepFit
@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 def write_report(
     fit: SweepFit, plots: dict[str, Path], out_dir: Path, tracking_uri: str = ""
 ) -> Path:
-    """Write out_dir/report.md (plots linked relative to it); return its path."""
+    """Write out_dir/report.md (plots linked relative to it) and report.html beside it (the
+    same page, its plots embedded: one file to open in a browser); return report.md's path."""
+    from scalelab.analysis.report_html import report_html
     from scalelab.analysis.results.verdict import verdict_lines
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -83,7 +85,19 @@ def write_report(
         md.append(f"- MLflow: `{tracking_uri}`, experiment `{fit.sweep}`.")
     path = out_dir / "report.md"
     path.write_text("\n".join(md) + "\n", encoding="utf-8")
+    page = report_html("\n".join(md) + "\n", out_dir, f"sweep {fit.sweep}")
+    path.with_suffix(".html").write_text(page, encoding="utf-8")
     return path
+
+
+def report_lines(report: Path) -> list[str]:
+    """Where the report is, as the summary and `results report` print it: report.md (to
+    read and paste) and report.html beside it (to open in a browser)."""
+    lines = [f"report: {report}"]
+    page = report.with_suffix(".html")
+    if page.exists():
+        lines.append(f"report: {page} (open in a browser)")
+    return lines
 
 
 def headline_lines(fit: SweepFit) -> list[str]:
@@ -279,7 +293,8 @@ def summarise_sweep(
         say(backtest_line(fit.backtest))
     head = console.export_text()
     say(f"plots: {out / 'plots'} ({', '.join(files)})")
-    say(f"report: {report}")
+    for line in report_lines(report):
+        say(line)
     if not imported:
         say(f"MLflow UI: {mlflow_ui_hint(uri, sweep)}")
     cost = costing(fit.table, None if imported else recorded_spec(parent_run_id, uri))

@@ -311,8 +311,9 @@ def report_cmd(
     isoflop_bin_width: float | None = ISO_BINS,
     tracking_uri: str | None = URI,
 ) -> None:
-    """One Markdown report (tables + plots) at results/<sweep>/report.md."""
-    from scalelab.analysis.report import write_report
+    """One Markdown report (tables + plots) at results/<sweep>/report.md, and report.html
+    beside it (the same, its plots embedded: open it in a browser)."""
+    from scalelab.analysis.report import report_lines, write_report
     from scalelab.analysis.results import sweep_dir
     from scalelab.analysis.results.imports import imported_only
 
@@ -322,7 +323,8 @@ def report_cmd(
     )
     uri = "" if imported_only(sweep) else uri  # no MLflow record to point at
     report = guard(lambda: write_report(fit, files, sweep_dir(sweep), uri))
-    console.print(str(report), highlight=False)
+    for line in report_lines(report):
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 @app.command("summary")

@@ -45,7 +45,11 @@ def test_summary_prints_gains_with_intervals_plots_and_the_mlflow_ui(summary):
     low, high = map(float, re.search(r"\[([\d.]+)×, ([\d.]+)×\]", row).groups())
     assert low <= 0.8 <= high  # the known multiplier, through sync -> fit -> summary
     assert "plots:" in text and "loss_vs_flops" in text and "gains" in text
-    assert "report:" in text and "scalelab ui " in text
+    assert "scalelab ui " in text
+    report = sweep_dir("rep") / "report.md"
+    assert f"report: {report}\n" in text
+    assert f"report: {report.with_suffix('.html')} (open in a browser)\n" in text
+    assert "data:image/png;base64," in report.with_suffix(".html").read_text()
     assert "backtest of dense on held-out 124M" in text  # the forecast, checked in the demo
     assert text.strip().splitlines()[-1].startswith("next: ")  # ends with what to run next
 

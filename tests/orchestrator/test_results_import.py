@@ -84,7 +84,10 @@ def test_import_fit_forecast_advise_report_without_mlflow(home: Path, tmp_path: 
     # trials written without curves (by hand, as in issue 28): the plots draw what there is
     shutil.rmtree(store.partition_dir(store.CURVES, "pub"))
     where = "variant == 'dense'"
-    report = Path(_run("report", "pub", "--resamples", "10", "--where", where).strip())
+    printed = _run("report", "pub", "--resamples", "10", "--where", where).splitlines()
+    report = Path(printed[0].removeprefix("report: "))
+    page = report.with_suffix(".html")  # the same page, plots embedded, named beside it
+    assert printed[1] == f"report: {page} (open in a browser)" and page.exists()
     text = report.read_text()
     assert f"Trials filtered by `{where}`" in text and "Compute-optimal allocation" in text
     trials = text.split("## Trials", 1)[1].split("##", 1)[0]
