@@ -45,6 +45,7 @@ def compare_cmd(
         print(json.dumps({"metric": result.metric, "baseline": result.baseline,
                           "overall": [asdict(p) for p in result.overall],
                           "cells": [{**asdict(c), "cell": dict(c.cell)} for c in result.cells],
+                          "noise": asdict(result.noise) if result.noise else None,
                           "notes": result.notes}, indent=1, default=str))  # fmt: skip
         return
     rows = comparison_rows(result.cells, result.axes, result.baseline, result.metric)
@@ -60,5 +61,21 @@ def compare_cmd(
             f"pairs in {p.n_cells} cells{interval}",
             highlight=False,
         )
+    if result.noise is not None:
+        console.print(noise_line(result.noise), highlight=False)
+        if result.noise.warning:
+            console.print(f"[red]warning:[/] {result.noise.warning}", highlight=False)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {note}", highlight=False)
+
+
+def noise_line(noise) -> str:  # noqa: ANN001 (an analysis.results.compare.ItemNoise)
+    """'scalelab_zen: 8 items per trial (from the standard error: ± 0.164 a trial), chance
+    0.25, mean accuracy 0.281'."""
+    items = (
+        f"{noise.items} items per trial (from the standard error: ± {noise.trial_se:.3f} a trial)"
+        if noise.items is not None
+        else "items per trial unknown (no standard error logged)"
+    )
+    chance = f"chance {noise.chance:g}" if noise.chance is not None else "chance unknown"
+    return f"{noise.task}: {items}, {chance}, mean accuracy {noise.mean:.3f}"
