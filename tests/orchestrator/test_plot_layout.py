@@ -89,3 +89,17 @@ def test_log_flops_ticks_stay_apart_over_many_decades_and_under_one():
         ax.plot(np.geomspace(lo, hi, 9), np.linspace(0.2, 0.4, 9))
         plots.log_x_axis(ax)
         assert _ticks_apart(fig, ax), (lo, hi)
+
+
+def test_only_the_laws_that_failed_are_marked_when_some_passed():
+    from types import SimpleNamespace
+
+    law = SimpleNamespace(values=lambda: {"E": 2.0, "A": 1e3, "alpha": 0.1},
+                          has_E=True, fallback=False)  # fmt: skip
+    fit = SimpleNamespace(laws={"dense": law, "tsa": law},
+                          law_checks={"dense": SimpleNamespace(failed=False),
+                                      "tsa": SimpleNamespace(failed=True)})  # fmt: skip
+    assert plots.law_label(fit, "tsa").endswith(") †")
+    assert plots.law_label(fit, "dense").endswith(")")
+    for label in (plots.law_label(fit, v) for v in fit.laws):
+        assert "check" not in label  # the words once, in the title
