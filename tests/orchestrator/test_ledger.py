@@ -55,9 +55,14 @@ def test_the_experiment_holds_a_view_of_the_trials_by_variant(work_home, sweep_n
     assert view["name"] and isinstance(view["createdAt"], int)
     columns = state["selectedColumns"]
     assert {"tags.`scalelab.variant`", "params.`seed`", "metrics.`val/loss`",
-            "metrics.`compute/flops`", "metrics.`compute/tokens`"} <= set(columns)  # fmt: skip
+            "metrics.`compute/tokens`"} <= set(columns)  # fmt: skip
+    assert "metrics.`compute/flops`" not in columns  # a raw integer cut to the column's width
+    assert state["columnOrder"][0] == "metrics.`val/loss`"  # the first column after the name
+    assert set(state["columnOrder"]) == set(columns)
+    assert "chartsSearchFilter" not in state  # no chart hidden behind a search
     assert state["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "scalelab.variant"}]
     assert state["runsHiddenMode"] == "SHOW_ALL"  # every trial in the charts, not ten
+    _assert_loss_charts_first(state)
     colour = {}
     for rec in recs.values():
         run = ledger.client.get_run(rec.run_id).data.tags
@@ -70,6 +75,31 @@ def test_the_experiment_holds_a_view_of_the_trials_by_variant(work_home, sweep_n
         again["mlflow.sharedViewState.scalelab-trials"]
         == tags["mlflow.sharedViewState.scalelab-trials"]
     )
+
+
+def _assert_loss_charts_first(state: dict) -> None:
+    """The charts the view opens on, as MLflow 3.17's chart cards: val/loss against GFLOPs on
+    log axes (the x-axis is step = GFLOPs: MLflow logs an x-axis only when it is the step),
+    then val/loss and train/loss against compute/flops (a linear x, log y), in the sections
+    val then train, kept in that order (MLflow sorts them alphabetically otherwise)."""
+    first, val_flops, train_flops = state["compareRunCharts"]
+    assert first["type"] == "LINE" and first["metricKey"] == "val/loss_at_gflop"
+    assert first["xAxisKey"] == "step" and not first["useGlobalXaxisKey"]
+    assert first["xAxisScaleType"] == "log" and first["scaleType"] == "log"
+    assert "val/loss" in first["displayName"] and "GFLOP" in first["displayName"]
+    for chart, metric in ((val_flops, "val/loss"), (train_flops, "train/loss")):
+        assert chart["metricKey"] == metric and chart["selectedMetricKeys"] == [metric]
+        assert chart["xAxisKey"] == "metric" and chart["selectedXAxisMetricKey"] == "compute/flops"
+        assert chart["scaleType"] == "log" and not chart["useGlobalXaxisKey"]
+    sections = state["compareRunSections"]
+    assert [s["name"] for s in sections] == ["val", "train"] and state["isAccordionReordered"]
+    by_id = {s["uuid"]: s["name"] for s in sections}
+    assert [by_id[c["metricSectionId"]] for c in state["compareRunCharts"]] == [
+        "val",
+        "val",
+        "train",
+    ]
+    assert len({c["uuid"] for c in state["compareRunCharts"]}) == 3
 
 
 def test_concurrent_syncs_leave_one_run_per_trial(work_home, sweep_name):
