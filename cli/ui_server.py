@@ -12,6 +12,9 @@ alone (the address's `workflowType`, else the browser's local storage
 `mlflow.workflowType_v1`, else GenAI); the experiment's `mlflow.experimentKind` tag is
 read only when the switch is off, and 3.17 builds it on. So the page sets the stored choice
 to model training where the browser has none; a choice made with the switch stays.
+The same script marks MLflow's assistant panel as already shown once (its local storage
+`mlflow.assistant.fab.autoOpenedOnFirstLoad_v1`), so a first visit opens on the runs, not
+beside the panel; its button still opens it.
 Every request goes to MLflow's app unchanged but the index page's body and cache headers.
 
 The login (on unless `--no-login`): MLflow's own basic-auth app (`mlflow server --app-name
@@ -25,6 +28,7 @@ login, made on the first start), `auth.ini` (MLflow's auth configuration) and `a
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import secrets
 import stat
@@ -34,11 +38,19 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 WORKFLOW_KEY = "mlflow.workflowType_v1"  # MLflow's useLocalStorage key: `${key}_v${version}`
+# set: MLflow's assistant panel has "already opened itself once" (on a UI served on
+# 127.0.0.1 it opens on the first visit and takes a third of the window)
+ASSISTANT_KEY = "mlflow.assistant.fab.autoOpenedOnFirstLoad_v1"
+DEFAULTS = {WORKFLOW_KEY: "machine_learning", ASSISTANT_KEY: True}
 DEFAULT_SCRIPT = (
-    "<script>/* scalelab: model training unless this browser chose otherwise */"
-    f'try{{if(localStorage.getItem("{WORKFLOW_KEY}")===null)'
-    f'localStorage.setItem("{WORKFLOW_KEY}",JSON.stringify("machine_learning"))}}'
-    "catch(e){}</script>"
+    "<script>/* scalelab: model training, the assistant panel closed, unless this browser"
+    " chose otherwise */try{"
+    + "".join(
+        f'if(localStorage.getItem("{key}")===null)'
+        f'localStorage.setItem("{key}",{json.dumps(json.dumps(value))});'
+        for key, value in DEFAULTS.items()
+    )
+    + "}catch(e){}</script>"
 ).encode()
 # headers that would let the index page come back unchanged (a 304, or compressed)
 _DROPPED_REQUEST = {b"if-none-match", b"if-modified-since", b"accept-encoding"}
