@@ -24,8 +24,12 @@ from scalelab.orchestrator import door
 STATUSES = (Status.RUNNING, Status.SCHEDULED, Status.FINISHED, Status.FAILED, Status.KILLED)
 # MLflow 3's UI keeps "GenAI" or "Model training" as a browser setting (GenAI unless
 # changed), whatever the experiment's kind tag; this query in a link picks model training
-# the model-training mode and scalelab's saved view of the trials (orchestrator/ledger/ui_view.py)
-TRAINING_VIEW = f"workflowType=machine_learning&viewStateShareKey={ExperimentTag.TRIALS_VIEW}"
+# the model-training mode and scalelab's saved view of the trials (orchestrator/ledger/ui_view.py),
+# opened on its charts (the chart view is the address's, not the saved view's)
+TRAINING_VIEW = (
+    f"workflowType=machine_learning&viewStateShareKey={ExperimentTag.TRIALS_VIEW}"
+    "&compareRunsMode=CHART"
+)
 
 
 def _status_table(state: door.SweepStatus) -> Table:

@@ -48,12 +48,21 @@ class _Pipe:
                 yield json.loads(raw)
 
 
+DOM = "document.documentElement.outerHTML"
+
+
 def page_after_login(
-    url: str, user: str, password: str, showing: tuple[str, ...], timeout_s: float = 60
+    url: str,
+    user: str,
+    password: str,
+    showing: tuple[str, ...],
+    timeout_s: float = 60,
+    expression: str = DOM,
 ) -> str:
     """The page's DOM once it shows every text of `showing` (else at `timeout_s`), opened
     without the login in its address: Chromium is challenged and answers with `user` and
-    `password`, then keeps them for the page's own requests, as after a login prompt."""
+    `password`, then keeps them for the page's own requests, as after a login prompt.
+    `expression`: what is read of the page instead of its DOM (a JavaScript string)."""
     exe = chromium()
     assert exe is not None, "no Chromium"
     to_r, to_w = os.pipe()  # the browser reads its commands on fd 3
@@ -65,7 +74,8 @@ def page_after_login(
 
     with tempfile.TemporaryDirectory() as profile:
         proc = subprocess.Popen(
-            [exe, "--headless=new", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
+            [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1600,1000",
+             f"--user-data-dir={profile}",
              "--remote-debugging-pipe", "about:blank"],
             pass_fds=(3, 4), preexec_fn=fds,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -102,7 +112,7 @@ def page_after_login(
             call("Page.navigate", url=url)
             deadline = time.monotonic() + timeout_s
             while True:
-                got = call("Runtime.evaluate", expression="document.documentElement.outerHTML")
+                got = call("Runtime.evaluate", expression=expression)
                 dom = got["result"].get("value", "")
                 if all(text in dom for text in showing) or time.monotonic() > deadline:
                     return dom

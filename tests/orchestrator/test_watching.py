@@ -204,11 +204,55 @@ def _post(uri: str, route: str, body: dict, login: dict | None = None) -> dict:
         return json.loads(r.read())
 
 
+# what the test reads of the page after its DOM: each chart card's title and its plot's axes
+# (plotly's own layout), the runs table's header cells, and what the page stored
+CHART_CARDS = (
+    "Array.from(document.querySelectorAll('[data-testid=\"experiment-view-compare-runs-card\"]'))"
+    '.map(c => { const p = c.querySelector(".js-plotly-plot"), l = p && p._fullLayout;'
+    ' return {title: (c.querySelector("h4") || {}).textContent || null,'
+    " x: l ? l.xaxis.type : null, y: l ? l.yaxis.type : null}; })"
+)
+TABLE_HEADERS = (
+    'Array.from(document.querySelectorAll(".ag-header-cell[col-id]"))'
+    '.map(h => [h.getAttribute("col-id"), h.getBoundingClientRect().left])'
+)
+PAGE_AND_VIEW = (
+    f'{browser.DOM} + "<!--view " + JSON.stringify({{charts: {CHART_CARDS},'
+    f" columns: {TABLE_HEADERS}, assistant: localStorage.getItem("
+    '"mlflow.assistant.fab.autoOpenedOnFirstLoad_v1")}) + " view-->"'
+)
+FIRST_CHART = '{"title":"val/loss_at_gflop","x":"log","y":"log"}'  # val/loss at step = GFLOPs
+
+
+def _view(dom: str) -> dict:
+    return json.loads(dom.split("<!--view ")[1].split(" view-->")[0])
+
+
+def _log_curves(runs: list[str]) -> None:
+    """What a training job logs, in small: val/loss and compute/flops at the same steps, and
+    val/loss with step = GFLOPs (the ledger's test jobs log no metrics)."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric as MlflowMetric
+
+    client = MlflowClient(tracking_uri())
+    now = int(time.time() * 1000)
+    for i, run_id in enumerate(runs):
+        points = []
+        for step in (10, 20, 40, 80):
+            flops, loss = step * 2.5e9, 6.0 / (1 + i) * step**-0.2
+            points += [MlflowMetric("val/loss", loss, now, step),
+                       MlflowMetric("compute/flops", flops, now, step),
+                       MlflowMetric("val/loss_at_gflop", loss, now, int(flops / 1e9))]  # fmt: skip
+        client.log_batch(run_id, metrics=points)
+
+
 def _in_a_browser(server: MlflowServer, experiment_id: str) -> None:
     """What a first visit shows, through headless Chromium where the machine has one, logged
-    in as the owner answers the login prompt: the saved view of the trials, in model training
-    mode, with no workflowType in the address (as from the experiments list). Without
-    Chromium, only the page and tags are checked."""
+    in as the owner answers the login prompt: the saved view of the trials at the address
+    `scalelab ui` prints (but for workflowType: model training is the page's default), on
+    its charts: first val/loss against GFLOPs on log axes, the runs grouped by variant
+    beside them, MLflow's assistant panel not opened. Without Chromium, only the page and
+    tags are checked."""
     if browser.chromium() is None:
         warnings.warn(
             "no Chromium (apt-get install chromium): the UI is not opened in a browser",
@@ -216,11 +260,31 @@ def _in_a_browser(server: MlflowServer, experiment_id: str) -> None:
         )
         return
     url = f"{server.uri}/#/experiments/{experiment_id}/runs?viewStateShareKey=scalelab-trials"
-    showing = ("dense-nano-lr0.001", "Group: dense")
-    dom = browser.page_after_login(url, *server.login(), showing=showing)
+    showing = ("dense-nano-lr0.001", "Group: dense", FIRST_CHART)
+    dom = browser.page_after_login(
+        f"{url}&compareRunsMode=CHART", *server.login(), showing=showing, timeout_s=120,
+        expression=PAGE_AND_VIEW,
+    )  # fmt: skip
     found = {text: text in dom for text in showing}
-    assert all(found.values()), found  # the trials' table, grouped by variant
+    assert all(found.values()), found  # the trials grouped by variant, beside the charts
     assert "Detect issues" not in dom  # not the GenAI overview
+    view = _view(dom)
+    assert view["assistant"] == "true"  # the page's default: the panel has shown itself
+    assert "mlflow.assistant.chat_panel" not in dom  # so it is closed
+    assert "MLflow Assistant" in dom  # and its button is there to open it
+    charts = view["charts"]
+    assert charts[0] == json.loads(FIRST_CHART), charts  # log-log, the first chart
+    assert charts[1] == {"title": "val/loss", "x": "linear", "y": "log"}, charts  # vs FLOPs
+
+    showing = ("dense-nano-lr0.001", "metrics.`val/loss`")  # the table view of the same
+    dom = browser.page_after_login(
+        url, *server.login(), showing=showing, timeout_s=120, expression=PAGE_AND_VIEW
+    )
+    columns = dict(_view(dom)["columns"])
+    assert "metrics.`val/loss`" in columns, columns
+    ours = {c: x for c, x in columns.items() if c.split(".")[0] in ("metrics", "params", "tags")}
+    assert min(ours, key=ours.__getitem__) == "metrics.`val/loss`", columns  # after the name
+    assert "metrics.`compute/flops`" not in columns  # no raw integer cut to the width
 
 
 @pytest.mark.slow
@@ -231,6 +295,7 @@ def test_what_the_mlflow_ui_shows(tmp_path, ray_session, work_home, sweep_name):
     launched = int(time.time() * 1000)
     result = runner.invoke(app, ["submit", str(_write(tmp_path, text)), "--job", "jobs_for_tests:count"])  # fmt: skip
     assert result.exit_code == 0, result.output
+    _log_curves([r.run_id for r in Ledger(sweep_name).records().values()])
     server = MlflowServer(tracking_uri(), scalelab_ui=True).start()
     try:
         login = server.headers()  # the owner's login: `scalelab ui` lets no one in without it
@@ -241,9 +306,12 @@ def test_what_the_mlflow_ui_shows(tmp_path, ray_session, work_home, sweep_name):
         assert tags["mlflow.note.content"] == "lr sweep of the nano model"
         view = json.loads(json.loads(tags["mlflow.sharedViewState.scalelab-trials"])["state"])
         assert {"params.`train.lr`", "metrics.`val/loss`"} <= set(view["selectedColumns"])
+        assert view["compareRunCharts"][0]["xAxisScaleType"] == "log"  # its charts come too
         page_request = urllib.request.Request(f"{server.uri}/", headers=login)
         with urllib.request.urlopen(page_request, timeout=30) as page:
-            assert b'"mlflow.workflowType_v1"' in page.read()  # model training by default
+            html = page.read()
+        assert b'"mlflow.workflowType_v1"' in html  # model training by default
+        assert b'"mlflow.assistant.fab.autoOpenedOnFirstLoad_v1"' in html  # no assistant
         _in_a_browser(server, exp["experiment_id"])
         search = {"experiment_ids": [exp["experiment_id"]]}
         runs = _post(server.uri, "runs/search", search, login)["runs"]
