@@ -6,7 +6,8 @@ copied or moved `$SCALELAB_HOME` (a cluster's folder brought to a laptop) would 
 writing reports, plots and evaluations into the original folder, or fail where it is gone.
 So the home records where it is (`home.path`); opened anywhere else, the store's artifact
 locations under the old home are rewritten to the new one, in one transaction, and the
-record follows. Locations outside the home (a team's server, object storage) are left as
+record follows (a store older than the record tells where it was by its experiments'
+artifact locations; a folder without a store records nothing, so a dry run writes nothing). Locations outside the home (a team's server, object storage) are left as
 they are. Idempotent: two processes opening a moved home at once rewrite nothing twice.
 """
 
@@ -26,7 +27,9 @@ def follow_moved_home(home: Path, database: Path) -> None:
     try:
         recorded = marker.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
-        recorded = None
+        if not database.exists():
+            return  # no store yet, nothing to follow (and nothing written: a dry run)
+        recorded = _home_in_store(database)  # a store older than the marker
     except OSError:
         return  # an unreadable marker: leave the store as it is
     if recorded == here:
@@ -42,6 +45,26 @@ def follow_moved_home(home: Path, database: Path) -> None:
         tmp.replace(marker)
     except OSError:
         pass  # a read-only copy: it is read where it is, nothing is written
+
+
+def _home_in_store(database: Path) -> str | None:
+    """The folder the store's artifacts were under (`<home>/artifacts`), read from its
+    experiments; None when it names none."""
+    from urllib.parse import unquote, urlparse
+
+    try:
+        connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30)
+        try:
+            rows = connection.execute("SELECT artifact_location FROM experiments").fetchall()
+        finally:
+            connection.close()
+    except sqlite3.Error:
+        return None
+    for (location,) in rows:
+        url = urlparse(location or "")
+        if url.scheme == "file" and url.path.rstrip("/").endswith("/artifacts"):
+            return str(Path(unquote(url.path)).parent)
+    return None
 
 
 def _rewrite(database: Path, old: str, new: str) -> int:

@@ -56,6 +56,7 @@ def submitting(sweep: str) -> Iterator[None]:
             try:
                 if json.loads(note.read_text()).get("pid") == mine["pid"]:
                     note.unlink()
+                note.parent.rmdir()  # when no other submit's note is there
             except (OSError, ValueError):
                 pass
 

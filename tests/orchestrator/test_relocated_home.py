@@ -59,3 +59,30 @@ def test_a_copied_home_writes_into_itself(tmp_path: Path, monkeypatch: pytest.Mo
     notes = list((copy / "artifacts").rglob("note.txt"))
     assert len(notes) == 1 and notes[0].read_text() == "written on the laptop"
     assert (copy / "home.path").read_text().strip() == str(copy)
+
+
+def test_a_store_older_than_its_marker_is_followed_too(tmp_path: Path, monkeypatch):
+    """A home copied before it recorded where it was: its store's experiments say it."""
+    from mlflow import MlflowClient
+
+    from scalelab.contract import workdir
+
+    original, copy = tmp_path / "a" / "runs", tmp_path / "b" / "runs"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("SCALELAB_HOME", str(original))
+    write_sweep("old", sizes=("nano",), tokens_per_param=(10,), steps=2)
+    shutil.copytree(original, copy)
+    (copy / "home.path").unlink(missing_ok=True)
+    monkeypatch.setenv("SCALELAB_HOME", str(copy))
+    client = MlflowClient(workdir.tracking_uri())
+    assert client.get_experiment_by_name("old").artifact_location.startswith(copy.as_uri())
+    assert (copy / "home.path").read_text().strip() == str(copy)
+
+
+def test_a_dry_run_on_an_empty_folder_writes_nothing(tmp_path: Path, monkeypatch):
+    from scalelab.contract import workdir
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("SCALELAB_HOME", str(tmp_path))
+    workdir.tracking_uri()
+    assert not any(tmp_path.iterdir())

@@ -32,6 +32,7 @@ def test_status_says_a_sweep_is_being_submitted(work_home: Path, sweep_name: str
     gone = runner.invoke(app, ["status", sweep_name])
     assert gone.exit_code == 2 and "no sweep named" in gone.output
     note = work_home / "submitting" / f"{sweep_name}.json"
+    note.parent.mkdir(exist_ok=True)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)  # fmt: skip
     note.write_text(json.dumps({"pid": int(dead.stdout), "host": os.uname().nodename,
