@@ -76,6 +76,20 @@ def one_line_error(result: Result) -> str:
     return lines[0].removeprefix("error: ").removesuffix(REFUSED)
 
 
+def answered(result: Result, shown: str, seconds: float, limit_s: float) -> bool:
+    """A fuzz case's answer, accepted (True) or refused with exit 2 (False); AssertionError
+    on a traceback, an exception other than an exit, or an answer slower than `limit_s`."""
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        f"{shown}: {result.exception!r}"
+    )
+    assert "Traceback" not in result.output, shown
+    assert seconds < limit_s, f"{shown}: {seconds:.1f} s"
+    if result.exit_code == 0:
+        return True
+    assert result.exit_code == 2, f"{shown}: exit {result.exit_code}: {result.output[-500:]}"
+    return False
+
+
 @contextmanager
 def deadline(seconds: float) -> Iterator[None]:
     """Raise TimeoutError in this (main) thread if the block runs longer than `seconds`:
