@@ -4,10 +4,12 @@ server's HTTP login challenge as a person answers the browser's login prompt."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -72,12 +74,13 @@ def page_after_login(
         os.dup2(to_r, 3)
         os.dup2(from_w, 4)
 
-    with tempfile.TemporaryDirectory() as profile:
+    # its helper processes may still write the profile as it ends: its cleanup is lenient
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen(
             [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1600,1000",
              f"--user-data-dir={profile}",
              "--remote-debugging-pipe", "about:blank"],
-            pass_fds=(3, 4), preexec_fn=fds,
+            pass_fds=(3, 4), preexec_fn=fds, start_new_session=True,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         os.close(to_r)
@@ -119,7 +122,8 @@ def page_after_login(
                 for message in pipe.messages(0.5):
                     handle(message)
         finally:
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the browser and its helper processes
             proc.wait()
             os.close(to_w)
             os.close(from_r)
