@@ -27,7 +27,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "cancel": (
         "scalelab cancel demo  # every live trial of the sweep",
-        "scalelab cancel demo dense-nano-98k 3f2a  # these trials only",
+        "scalelab cancel demo dense-nano-98.3k 3f2a  # these trials only",
     ),
     "resume": ("scalelab resume demo  # its unfinished trials, as recorded",),
     "schema": ("scalelab schema > scalelab-sweep.schema.json  # for your editor",),
@@ -46,7 +46,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "logs": (
         "scalelab logs demo  # each trial's log with its last line",
-        "scalelab logs demo dense-nano-98k --follow",
+        "scalelab logs demo dense-nano-98.3k --follow",
         "scalelab logs demo 3f2a --lines 200 --rank 1",
     ),
     "ui": (
@@ -54,11 +54,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "scalelab ui demo --port 5001 --host 0.0.0.0",
     ),
     "generate": (
-        'scalelab generate dense-nano-98k --prompt "def main"',
+        'scalelab generate dense-nano-98.3k --prompt "def main"',
         'scalelab generate 3f2a --prompt "x" --temperature 0.8 --top-k 40 --num-samples 3',
     ),
     "eval": (
-        "scalelab eval dense-nano-98k --tasks piqa,arc_easy  # one trial",
+        "scalelab eval dense-nano-98.3k --tasks piqa,arc_easy  # one trial",
         "scalelab eval demo --tasks scalelab_zen  # every finished trial of a sweep",
         "scalelab eval 3f2a --tasks my_task.yaml --limit 20",
     ),
