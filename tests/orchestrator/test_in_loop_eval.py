@@ -21,7 +21,7 @@ PREFIX = "downstream/scalelab_zen"
 
 def _sweep(name: str) -> str:
     backend = "{concurrency: 1, cpus_per_trial: 1, retry_backoff_s: 0.1}"
-    text = sweep_yaml(name, seeds=1, first_seed=8500, backend=backend)
+    text = sweep_yaml(name, seeds=1, first_seed=8700, backend=backend)
     text = text.replace("global_batch_tokens: 512}", "global_batch_tokens: 512, eval_interval: 2}")
     step = f"  eval: {{in_loop: {{tasks: [scalelab_zen], items: {ITEMS}}}}}\n"
     return text.replace("grid:", step + "grid:")
