@@ -51,7 +51,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "ui": (
         "scalelab ui demo  # MLflow's UI at the sweep's runs",
-        "scalelab ui demo --port 5001 --host 0.0.0.0",
+        "scalelab ui demo --port 5001  # another port; still 127.0.0.1 only",
     ),
     "generate": (
         'scalelab generate dense-nano-98.3k --prompt "def main"',

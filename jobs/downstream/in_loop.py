@@ -31,7 +31,7 @@ from scalelab.jobs.downstream.tasks import TaskError
 @dataclass(frozen=True)
 class Question:
     doc: Any
-    requests: tuple[tuple[str, str], ...]  # (context, continuation), one per choice
+    requests: tuple[Any, ...]  # lm-eval's Instances, one per choice: args (context, continuation)
     gold: int  # the index of the correct choice
 
 
@@ -53,7 +53,7 @@ def load_tasks(names: list[str], items: int) -> list[InLoopTask]:
     multiple choice, or whose data is not here)."""
     out = []
     for name in names:
-        leaves = _leaf_tasks(task_loading.load([name]))
+        leaves = list(task_loading.load([name])["tasks"].values())
         if len(leaves) != 1:
             raise TaskError(f"{name}: a group of {len(leaves)} tasks; name its tasks one by one")
         task = leaves[0]
@@ -70,18 +70,9 @@ def load_tasks(names: list[str], items: int) -> list[InLoopTask]:
         for doc_id in sorted(by_doc):
             insts = sorted(by_doc[doc_id], key=lambda i: i.idx)
             doc = insts[0].doc
-            questions.append(
-                Question(doc, tuple(tuple(i.arguments) for i in insts), _gold(task, doc))
-            )
+            questions.append(Question(doc, tuple(insts), _gold(task, doc)))
         out.append(InLoopTask(name, task, tuple(questions)))
     return out
-
-
-def _leaf_tasks(task_dict: dict) -> list[Any]:
-    leaves = []
-    for value in task_dict.values():
-        leaves += _leaf_tasks(value) if isinstance(value, dict) else [value]
-    return leaves
 
 
 def _gold(task: Any, doc: Any) -> int:
@@ -113,14 +104,14 @@ class InLoopEvaluation:
         try:
             for t in self.tasks:
                 requests = [r for q in t.questions for r in q.requests]
-                results = iter(lm.loglikelihood([_Request(r) for r in requests], True))
+                results = iter(lm.loglikelihood(requests, disable_tqdm=True))
                 acc, acc_norm, bpb = [], [], []
                 for q in t.questions:
                     answers = [next(results) for _ in q.requests]
                     scored = t.task.process_results(q.doc, answers)
                     acc.append(float(scored["acc"]))
                     acc_norm.append(float(scored.get("acc_norm", scored["acc"])))
-                    answer = q.requests[q.gold][1]
+                    answer = q.requests[q.gold].args[1]
                     bpb.append(-answers[q.gold][0] / math.log(2) / len(answer.encode("utf-8")))
                 for key, values in zip(metric_names(t.name), (acc, acc_norm, bpb), strict=True):
                     metrics[key] = sum(values) / len(values)
@@ -131,13 +122,6 @@ class InLoopEvaluation:
                 model.depth.sparse_inference = sparse
         metrics[f"{Metric.IN_LOOP_PREFIX}seconds"] = time.perf_counter() - t0
         return metrics
-
-
-class _Request:
-    """What lm-eval's `loglikelihood` reads of an Instance: its arguments."""
-
-    def __init__(self, args: tuple[str, str]) -> None:
-        self.args = args
 
 
 def open_in_loop(job: Any) -> InLoopEvaluation | None:
