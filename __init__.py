@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from scalelab.analysis.results.fit import SweepFit
-    from scalelab.analysis.results.forecast import Forecast
+    from scalelab.analysis.results.loss_forecast import Forecast
     from scalelab.orchestrator.door import Detached, Sweep, SweepPlan, SweepRun
 
 __all__ = [
@@ -91,7 +91,7 @@ class _Lines:
     """A line per ended trial on stdout: what a notebook cell shows of a running sweep."""
 
     def __init__(self, sweep: Sweep) -> None:
-        from scalelab.orchestrator.trial_names import run_names
+        from scalelab.orchestrator.plan.trial_names import run_names
 
         self.sweep, self.names, self.done = sweep, run_names(list(sweep.trials)), 0
 
@@ -187,7 +187,7 @@ def forecast(
     forecast from the smaller ones, or `holdout_flops`: the runs above this compute,
     forecast from the others."""
     from scalelab.analysis.results import load_trials
-    from scalelab.analysis.results.forecast import forecast_table
+    from scalelab.analysis.results.loss_forecast import forecast_table
 
     _sync(sweep, tracking_uri, sync)
     return forecast_table(load_trials(sweep), sweep, variant=variant, size=target, flops=flops,

@@ -388,8 +388,8 @@ def downstream_vs_flops(table: pa.Table, column: str) -> Figure | None:
 
 def task_chance(column: str) -> float | None:
     """The chance accuracy of the task of `eval_<task>_<metric>` (1 / choices; from
-    analysis/scaling/task_forecast.py's table), None for a task it does not know."""
-    from scalelab.analysis.scaling.task_forecast import CHANCE
+    analysis/scaling/task_laws.py's table), None for a task it does not know."""
+    from scalelab.analysis.scaling.task_laws import CHANCE
 
     name = column.removeprefix("eval_")
     for metric in ("_acc_norm", "_acc"):

@@ -184,7 +184,7 @@ def _print_ranked(sweep: str, root: Path | None, console: Any) -> None:
     from rich.table import Table
 
     from scalelab.analysis.results import load_trials
-    from scalelab.analysis.results.store import ResultsError
+    from scalelab.analysis.results.tables import ResultsError
 
     try:
         rows = load_trials(sweep, root).to_pylist()
@@ -237,7 +237,7 @@ def summarise_sweep(
     from scalelab.analysis.results.fit import fit_sweep
     from scalelab.analysis.results.imports import curves_of, imported_only, parent_run
     from scalelab.analysis.results.render import rich_tables
-    from scalelab.analysis.results.store import ResultsError
+    from scalelab.analysis.results.tables import ResultsError
     from scalelab.analysis.results.verdict import (
         backtest_line,
         fit_checks_line,

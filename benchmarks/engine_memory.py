@@ -1,6 +1,6 @@
 """What a DeepSpeed engine holds: every tensor storage reachable from it, each counted once
 (shared by tests/orchestrator/test_memory_engines.py's worker and the acceptance check's
-training steps, which compare it with orchestrator/memory.py)."""
+training steps, which compare it with orchestrator/plan/memory.py)."""
 
 from __future__ import annotations
 

@@ -56,8 +56,8 @@ backend: {{concurrency: 64, cpus_per_trial: 0.01, max_retries: 0}}
 
 
 def bench_plan(n: int, repeats: int = 3) -> float:
-    from scalelab.orchestrator.expand import expand, plan_rows
-    from scalelab.orchestrator.spec import parse_spec
+    from scalelab.orchestrator.plan.expand import expand, plan_rows
+    from scalelab.orchestrator.plan.spec import parse_spec
 
     times = []
     for _ in range(repeats):
@@ -125,10 +125,10 @@ def part_sweep(n: int) -> dict[str, float]:
     """The driver loop over n no-op trials on a fresh embedded cluster, as `submit` runs
     it (their placeholders made first, by `sync`, timed apart)."""
     from scalelab.orchestrator.backends.base import ray_init
-    from scalelab.orchestrator.expand import expand
     from scalelab.orchestrator.ledger import Ledger
+    from scalelab.orchestrator.plan.expand import expand
+    from scalelab.orchestrator.plan.spec import parse_spec
     from scalelab.orchestrator.scheduler import run_sweep
-    from scalelab.orchestrator.spec import parse_spec
 
     spec, source = parse_spec(_simple_yaml("sched", n))
     trials = expand(spec, source, max_trials=n)
@@ -179,10 +179,10 @@ def _in_fresh_process(part: str, n: int, home: str) -> dict[str, float]:
 
 def bench_resubmit(n: int) -> tuple[float, int]:
     """(seconds to re-submit an all-FINISHED sweep, runs created by it)."""
-    from scalelab.orchestrator.expand import expand
     from scalelab.orchestrator.ledger import Ledger
+    from scalelab.orchestrator.plan.expand import expand
+    from scalelab.orchestrator.plan.spec import parse_spec
     from scalelab.orchestrator.scheduler import run_sweep
-    from scalelab.orchestrator.spec import parse_spec
 
     spec, source = parse_spec(_simple_yaml("sched", n))  # finished by bench_schedule
     trials = expand(spec, source, max_trials=n)

@@ -3,7 +3,7 @@ the tables of docs/running-on-slurm.md, "Planning: memory, time and what fits wh
 
     python benchmarks/plan_ladder.py
 
-Nothing is measured: every number is orchestrator/planner.py's estimate (the memory model is
+Nothing is measured: every number is orchestrator/plan/planner.py's estimate (the memory model is
 checked against real engines on CPU by tests/orchestrator/test_memory_*.py).
 """
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from scalelab.jobs.gpus import GPUS
-from scalelab.orchestrator.expand import Trial, expand
-from scalelab.orchestrator.memory import GIB
-from scalelab.orchestrator.planner import Placement, duration_text, plan_trial
-from scalelab.orchestrator.spec import SweepSpec, load_spec
+from scalelab.orchestrator.plan.expand import Trial, expand
+from scalelab.orchestrator.plan.memory import GIB
+from scalelab.orchestrator.plan.planner import Placement, duration_text, plan_trial
+from scalelab.orchestrator.plan.spec import SweepSpec, load_spec
 
 GPU_CHOICES = ("RTX 4090", "L40S", "A100 40GB", "H100 SXM", "H200")
 MAX_MICRO = 32  # larger micro-batches buy little utilisation

@@ -105,7 +105,7 @@ def bench_sync(n_seeds: int = 25, steps: int = 250) -> None:
     home = _env_home()
     os.environ["SCALELAB_HOME"] = home
     os.environ.pop("MLFLOW_TRACKING_URI", None)
-    from scalelab.analysis.results import store, sync
+    from scalelab.analysis.results import sync, tables
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "orchestrator"))
     from synthetic_sweep import write_sweep  # test support: writes sweeps straight into MLflow
@@ -122,9 +122,9 @@ def bench_sync(n_seeds: int = 25, steps: int = 250) -> None:
         print(
             f"\n(setup: wrote 1,000 MLflow runs + trial dirs in {time.perf_counter() - t0:.0f} s)"
         )
-    shutil.rmtree(store.table_dir(store.TRIALS), ignore_errors=True)
-    shutil.rmtree(store.table_dir(store.CURVES), ignore_errors=True)
-    shutil.rmtree(store.sweep_dir("bench"), ignore_errors=True)
+    shutil.rmtree(tables.table_dir(tables.TRIALS), ignore_errors=True)
+    shutil.rmtree(tables.table_dir(tables.CURVES), ignore_errors=True)
+    shutil.rmtree(tables.sweep_dir("bench"), ignore_errors=True)
     cold_wall, cold_cpu = _timed(lambda: sync("bench"))
     result = sync("bench")
     warm = [_timed(lambda: sync("bench")) for _ in range(3)]
@@ -151,7 +151,7 @@ def bench_query(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from scalelab.analysis.results import metric_at, query, store
+    from scalelab.analysis.results import metric_at, query, tables
 
     root = tempfile.mkdtemp(prefix="scalelab-bench-query-")
     n = n_trials * n_metrics * steps
@@ -172,14 +172,14 @@ def bench_query(
                        "size": np.array(["nano", "micro", "mini", "124M"])[np.arange(n_trials) % 4],
                        "status": ["FINISHED"] * n_trials})  # fmt: skip
     t0 = time.perf_counter()
-    part = store.write_table(store.CURVES, "big", curves.cast(store.curves_schema()), root)
+    part = tables.write_table(tables.CURVES, "big", curves.cast(tables.curves_schema()), root)
     write_s = time.perf_counter() - t0
-    store.write_table(store.TRIALS, "big", trials, root)
+    tables.write_table(tables.TRIALS, "big", trials, root)
     meta = pq.ParquetFile(next(part.glob("*.parquet"))).metadata
     size_mb = sum(f.stat().st_size for f in part.glob("*.parquet")) / 2**20
-    loaded = store.read_table(store.CURVES, "big", root)
+    loaded = tables.read_table(tables.CURVES, "big", root)
     cases = {
-        "read the curves partition": lambda: store.read_table(store.CURVES, "big", root),
+        "read the curves partition": lambda: tables.read_table(tables.CURVES, "big", root),
         "group by metric (in memory)": lambda: loaded.group_by("metric").aggregate(
             [("value", "mean"), ("value", "max")]
         ),
@@ -214,7 +214,7 @@ def bench_forecast(n_resamples: int = 200, repeats: int = 3) -> None:
     residuals, 250 leave-one-out refits for influence) and the calibrated forecast (the
     fit, its delta-method covariance, leave-one-size-out misfit, checks)."""
     from scalelab.analysis.scaling.checks import check_chinchilla
-    from scalelab.analysis.scaling.forecast import fit_forecast_law
+    from scalelab.analysis.scaling.loss_interval import fit_forecast_law
     from scalelab.analysis.scaling.robust import robust_law
 
     rng = np.random.default_rng(0)

@@ -65,8 +65,8 @@ def job_step_times(job: JobConfig, home: Path) -> list[float]:
 
 def plain_step_times(job: JobConfig) -> list[float]:
     """The same training in a plain torch loop (no DeepSpeed, no tracking)."""
-    from scalelab.jobs.budget import total_steps
     from scalelab.jobs.data.trial import TrainStream, open_data, prepare
+    from scalelab.jobs.token_budget import total_steps
     from scalelab.jobs.training.optim import adamw, lr_at
     from scalelab.models.build import build
 

@@ -28,14 +28,14 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 from scalelab.jobs.config import JobConfig  # noqa: E402
-from scalelab.orchestrator.expand import Trial  # noqa: E402
+from scalelab.orchestrator.plan.expand import Trial  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def wsd_trials(sweep: Path) -> list[Trial]:
-    from scalelab.orchestrator.expand import expand
-    from scalelab.orchestrator.spec import parse_spec
+    from scalelab.orchestrator.plan.expand import expand
+    from scalelab.orchestrator.plan.spec import parse_spec
 
     spec, source = parse_spec(sweep.read_text(), str(sweep))
     return expand(spec, source)
@@ -78,7 +78,7 @@ def main() -> None:
     p.add_argument("--resamples", type=int, default=200)
     args = p.parse_args()
 
-    from scalelab.orchestrator.branching import branches, saving
+    from scalelab.orchestrator.plan.branching import branches, saving
 
     home = Path(tempfile.mkdtemp(prefix="wsd-bench-"))
     os.environ["SCALELAB_HOME"] = str(home)

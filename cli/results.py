@@ -101,7 +101,7 @@ def query_cmd(
             err.print(f"warning: {w.message}", highlight=False, markup=False, soft_wrap=True)
         if columns:
             wanted = [c.strip() for c in columns.split(",") if c.strip()]
-            from scalelab.analysis.results.store import ResultsError
+            from scalelab.analysis.results.tables import ResultsError
 
             missing = [c for c in wanted if c not in result.column_names]
             if missing:

@@ -22,9 +22,9 @@ DEBUG = "SCALELAB_DEBUG"  # set to 1: an unexpected failure prints its traceback
 def synced(sweep: str, uri: str | None) -> None:
     """Sync first when the sweep has never been synced or imported (queries then just
     work)."""
-    from scalelab.analysis.results import store, sync
+    from scalelab.analysis.results import sync, tables
 
-    if store.read_table(store.TRIALS, sweep) is None:
+    if tables.read_table(tables.TRIALS, sweep) is None:
         err.print(str(sync(sweep, uri)), highlight=False)
 
 
@@ -33,9 +33,9 @@ def resynced(sweep: str, uri: str | None = None) -> str | None:
     eval`'s scores): every results command reads the table, and none of them searches MLflow
     for news itself. A sweep never synced is left to the first results command (`synced`).
     The sync's line, or None when there was none."""
-    from scalelab.analysis.results import store, sync
+    from scalelab.analysis.results import sync, tables
 
-    if not any(store.partition_dir(store.TRIALS, sweep).glob("*.parquet")):
+    if not any(tables.partition_dir(tables.TRIALS, sweep).glob("*.parquet")):
         return None
     return str(sync(sweep, uri))
 
@@ -45,7 +45,7 @@ def guard(fn: Callable[[], T]) -> T:
     body asks for itself (`raise fail(...)`, typer's) pass through unchanged."""
     import typer
 
-    from scalelab.analysis.results.store import ResultsError
+    from scalelab.analysis.results.tables import ResultsError
     from scalelab.analysis.scaling import ScalingError
 
     try:

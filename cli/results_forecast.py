@@ -1,5 +1,5 @@
 """`scalelab results forecast SWEEP`: the final loss of a run not made, with a prediction
-interval whose parts are printed (analysis/results/forecast.py; docs/scaling.md,
+interval whose parts are printed (analysis/results/loss_forecast.py; docs/scaling.md,
 "Forecast"). "beyond data" is how far the target lies outside the fitted runs, as a factor
 exp(delta) on N x D; "± extrapolation" is what forward backtests measured at that distance.
 """
@@ -63,8 +63,8 @@ def forecast_cmd(
     """Forecast the final loss of a larger run from the smaller ones, with a prediction
     interval; --holdout backtests it on a size that was run."""
     from scalelab.analysis.results import load_trials
-    from scalelab.analysis.results.forecast import forecast_table
-    from scalelab.analysis.results.store import ResultsError
+    from scalelab.analysis.results.loss_forecast import forecast_table
+    from scalelab.analysis.results.tables import ResultsError
 
     if law not in ("auto", "C", "ND"):
         raise fail(f"--law {law!r}: expected auto, C or ND")

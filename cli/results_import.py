@@ -42,7 +42,7 @@ def import_cmd(
     from scalelab.analysis.results.import_checks import visible
     from scalelab.analysis.results.import_read import ImportLimits
     from scalelab.analysis.results.imports import import_file
-    from scalelab.analysis.results.store import ResultsError
+    from scalelab.analysis.results.tables import ResultsError
 
     try:
         result = import_file(file, sweep, duplicates=duplicates, join_trained=join_trained,

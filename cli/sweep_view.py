@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 from scalelab.contract import workdir as paths
 from scalelab.contract.trial_time import duration_text, run_seconds
 from scalelab.contract.trial_time import launched as trial_launched
-from scalelab.orchestrator.trial_names import run_names, short_count
+from scalelab.orchestrator.plan.trial_names import run_names, short_count
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from scalelab.orchestrator.expand import Trial
     from scalelab.orchestrator.ledger import Ledger
+    from scalelab.orchestrator.plan.expand import Trial
     from scalelab.orchestrator.trial_status import Failure
 
 ERROR_CHARS = 240  # of an error, in a table cell or a failure line: its end, where Python's is

@@ -106,7 +106,7 @@ def _expanded(load: Callable[[_ExpandBar], door.Sweep]) -> door.Sweep:
 
 
 def _plan_table(plan: door.SweepPlan) -> Table:
-    from scalelab.orchestrator.trial_names import short_value
+    from scalelab.orchestrator.plan.trial_names import short_value
 
     spec = plan.sweep.spec
     table = Table(title=f"sweep {spec.name}: {len(plan.trials)} trials on {spec.backend.kind}")
@@ -258,7 +258,7 @@ def _show_plan(loaded: door.Sweep, as_json: bool) -> None:
 
 def _summarise(sweep: str) -> None:
     from scalelab.analysis.report import summarise_sweep
-    from scalelab.analysis.results.store import ResultsError
+    from scalelab.analysis.results.tables import ResultsError
 
     with err.status("syncing results, fitting scaling laws (bootstrap), plotting ..."):
         try:

@@ -112,7 +112,9 @@ class Metric:
     """Metric names that more than one package reads."""
 
     VAL_LOSS_AT_GFLOP = "val/loss_at_gflop"  # val/loss with step = GFLOPs (MLflow refuses '@')
-    EARLY_EXIT_PREFIX = "early_exit/"  # jobs/training/evaluate.py's early-exit baseline, per alpha
+    EARLY_EXIT_PREFIX = (
+        "early_exit/"  # jobs/training/validation.py's early-exit baseline, per alpha
+    )
     EVAL_PREFIX = "eval/"  # downstream scores, eval/<task>/<metric> (`scalelab eval`)
     # tasks scored during training (eval.in_loop): downstream/<task>_acc, _acc_norm, _bpb
     IN_LOOP_PREFIX = "downstream/"

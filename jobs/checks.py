@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import re
 
-from scalelab.jobs.budget import total_steps, total_tokens
 from scalelab.jobs.config import MAX_TOKENS, JobCheckError, JobConfig
 from scalelab.jobs.schedule import check_schedule
+from scalelab.jobs.token_budget import total_steps, total_tokens
 from scalelab.jobs.training.ds_config import BatchPlan, plan_batch
 
 _SECTIONS = tuple(name for name in JobConfig.model_fields if name != "seed")

@@ -120,7 +120,7 @@ MAX_BATCH_TOKENS = 10**9
 
 
 class BranchSeed(FrozenConfig):
-    """A trunk's checkpoint at `step` seeds trial `trial_id` (orchestrator/branching.py)."""
+    """A trunk's checkpoint at `step` seeds trial `trial_id` (orchestrator/plan/branching.py)."""
 
     step: int = Field(ge=1)
     trial_id: str = Field(pattern=r"^[0-9a-f]{16}$")
@@ -160,7 +160,7 @@ class TrainConfig(FrozenConfig):
         True,
         description="train.schedule='wsd': share one trunk with the sweep's trials that differ "
         "only in their budget, each cooling down from the trunk's checkpoint at its cooldown "
-        "start (orchestrator/branching.py). Placement, not in the trial id",
+        "start (orchestrator/plan/branching.py). Placement, not in the trial id",
     )
     branch_seeds: Annotated[tuple[BranchSeed, ...], NotIdentity] = Field(
         (),
@@ -268,7 +268,7 @@ class DeepSpeedConfig(FrozenConfig):
     offload_optimizer: bool = False
     activation_checkpointing: bool = False
     # Gradient buckets and communication (docs/running-on-slurm.md, "Gradient memory and
-    # communication"); jobs/training/ds_config.py writes them, orchestrator/memory.py counts them.
+    # communication"); jobs/training/ds_config.py writes them, orchestrator/plan/memory.py counts them.
     overlap_comm: bool = Field(
         True,
         description="ZeRO-1/2 without BF16_Optimizer, and ZeRO-3: reduce gradient buckets "

@@ -1,6 +1,6 @@
 """GPU models: dense bf16 peak FLOP/s and memory, keyed by exact names (torch-free).
 
-One table for the job's MFU (`jobs.training.accounting`) and the planner (`orchestrator.planner`).
+One table for the job's MFU (`jobs.training.accounting`) and the planner (`orchestrator.plan.planner`).
 A GPU is named two ways: the short name a sweep gives as `backend.gpu` ("H100 SXM"), and
 the exact strings `torch.cuda.get_device_name()` / `nvidia-smi` report for it ("NVIDIA H100
 80GB HBM3"). Both are matched exactly (after trimming and case folding), never by substring:

@@ -55,7 +55,7 @@ def identity_tree(
 ) -> dict[str, Any]:
     """What a trial's id hashes (sections that come out empty are left out). `memo`: the
     parts of the sections already seen, for the trials of one sweep, which share their
-    section instances (orchestrator/expand.py); sections are frozen."""
+    section instances (orchestrator/plan/expand.py); sections are frozen."""
 
     def once(part: str, cfg: Any, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         if memo is None:

@@ -8,7 +8,7 @@ lr until `cooldown_start` and then decays to min_lr_ratio x lr over the last
 cooldown_fraction of the steps, in the `cooldown_shape` linear (1 - x) or 1-sqrt
 (1 - sqrt(x)), x running from 1/cooldown to 1 so the last step trains at the minimum.
 Before its cooldown a wsd trial's learning rate does not depend on its length: trials
-that differ only in their budget share that prefix (orchestrator/branching.py).
+that differ only in their budget share that prefix (orchestrator/plan/branching.py).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ an input (token ids are < vocab_size) and never predicted (GPT.readout slices th
 the real vocabulary before anything reads them), so its gradient is exactly zero and it stays
 zero under AdamW with weight decay. Losses, parameter counts (GPT.num_params,
 models/flops.py) and FLOPs are those of the unpadded vocabulary; the memory planner
-(orchestrator/memory.py) counts the padded rows, which do take memory.
+(orchestrator/plan/memory.py) counts the padded rows, which do take memory.
 """
 
 from __future__ import annotations

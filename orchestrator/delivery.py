@@ -21,7 +21,7 @@ from typing import Protocol
 from scalelab.contract import workdir
 from scalelab.contract.outcome import trained
 from scalelab.contract.runs import Status, Tag
-from scalelab.jobs.tracking import store as tracking_store
+from scalelab.jobs.tracking import mlflow_store as tracking_store
 from scalelab.jobs.tracking.outbox import Busy, Outbox
 from scalelab.jobs.tracking.tracker import read_curve
 

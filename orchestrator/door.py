@@ -10,7 +10,7 @@
                                            (orchestrator/recorded_sweep.py)
     sweeps()                -> [SweepSummary]  every recorded sweep, its trials by status
     evaluate(trial, tasks, ...) -> EvalAnswer  a trained trial on lm-eval tasks, scores on
-                                           its run (orchestrator/downstream.py; score_text
+                                           its run (orchestrator/trial_eval.py; score_text
                                            and ran_text write a run's scores as it prints)
 
 The CLI (`cli/sweeps.py`, `cli/watch.py`) and the notebook API (`scalelab`) call these and
@@ -28,21 +28,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from scalelab.contract.runs import Status
 from scalelab.jobs.launch import DEFAULT_JOB, JobRef
 from scalelab.orchestrator.backends import BackendError
-from scalelab.orchestrator.branching import plan_line, ran_line
-from scalelab.orchestrator.downstream import (
-    EvalAnswer,
-    EvalError,
-    EvalOptions,
-    check_tasks,
-    evaluate,
-    ran_text,
-    score_text,
-    scored_names,
-)
-from scalelab.orchestrator.expand import Trial, check_size, expand, gpu_hours
-from scalelab.orchestrator.job_checks import Missing, check_trials
 from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable
-from scalelab.orchestrator.planner import (
+from scalelab.orchestrator.plan.branching import plan_line, ran_line
+from scalelab.orchestrator.plan.expand import Trial, check_size, expand, gpu_hours
+from scalelab.orchestrator.plan.job_checks import Missing, check_trials
+from scalelab.orchestrator.plan.planner import (
     PLAN_COLUMNS,
     Placement,
     TrialPlan,
@@ -50,6 +40,14 @@ from scalelab.orchestrator.planner import (
     plan_cells,
     plan_sweep,
     unfit_lines,
+)
+from scalelab.orchestrator.plan.spec import (
+    DEFAULT_MAX_TRIALS,
+    SourceMap,
+    SpecError,
+    SweepSpec,
+    parse_spec,
+    read_sweep,
 )
 from scalelab.orchestrator.recorded_sweep import (
     Cancelled,
@@ -64,15 +62,17 @@ from scalelab.orchestrator.recorded_sweep import (
     sweeps,
     trial,
 )
-from scalelab.orchestrator.spec import (
-    DEFAULT_MAX_TRIALS,
-    SourceMap,
-    SpecError,
-    SweepSpec,
-    parse_spec,
-    read_sweep,
-)
 from scalelab.orchestrator.submitting import being_submitted, submitting
+from scalelab.orchestrator.trial_eval import (
+    EvalAnswer,
+    EvalError,
+    EvalOptions,
+    check_tasks,
+    evaluate,
+    ran_text,
+    score_text,
+    scored_names,
+)
 
 if TYPE_CHECKING:
     from scalelab.orchestrator.scheduler import SweepOutcome
@@ -122,7 +122,7 @@ __all__ = [
 ]
 
 # (sweep name, combinations looked at, combinations in all): at 0 before expanding, then
-# every few thousand (orchestrator/expand.py)
+# every few thousand (orchestrator/plan/expand.py)
 Progress = Callable[[str, int, int], None]
 
 
@@ -251,7 +251,7 @@ class SweepPlan:
     storage: str | None = None  # why the trials could not use the sweep's `storage:`
     blockers: tuple[str, ...] = ()  # data that is not here, a located line each
     branching: str | None = None  # wsd cooldown branches: compute spent vs independent runs
-    saving: dict[str, Any] | None = None  # the same in numbers (orchestrator/branching.py)
+    saving: dict[str, Any] | None = None  # the same in numbers (orchestrator/plan/branching.py)
 
     @property
     def on_cpu(self) -> bool:
@@ -301,11 +301,11 @@ def plan(sweep: Sweep) -> SweepPlan:
     """What a submit would do, creating nothing: each trial's cost, memory and time on the
     sweep's placement, its data, its recorded state; and what would stop the submit."""
     from scalelab.contract.workdir import tracking_uri
-    from scalelab.orchestrator.cpu_rate import cpu_rate
-    from scalelab.orchestrator.data_plan import data_plan
+    from scalelab.orchestrator.plan.cpu_rate import cpu_rate
+    from scalelab.orchestrator.plan.data_plan import data_plan
+    from scalelab.orchestrator.plan.trial_names import run_names, swept_settings
     from scalelab.orchestrator.storage_check import storage_refusal
     from scalelab.orchestrator.tracking_store import tracking_refusal
-    from scalelab.orchestrator.trial_names import run_names, swept_settings
 
     spec, trials = sweep.spec, list(sweep.trials)
     cpu = cpu_rate(spec)
@@ -408,7 +408,7 @@ class SweepRun:
     sweep: Sweep
     outcome: SweepOutcome  # trial ids by what happened to them here
     failures: tuple[Failure, ...]  # the failed trials as MLflow recorded them
-    branching: str | None = None  # what cooldown branches saved (orchestrator/branching.py)
+    branching: str | None = None  # what cooldown branches saved (orchestrator/plan/branching.py)
 
     @property
     def ok(self) -> bool:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from scalelab.contract import workdir
 from scalelab.contract.runs import TERMINAL
 from scalelab.orchestrator.ledger import Ledger, TrialRecord, find_sweep
-from scalelab.orchestrator.spec import load_spec
+from scalelab.orchestrator.plan.spec import load_spec
 
 if TYPE_CHECKING:
     from scalelab.orchestrator.ledger.view import SweepReads

@@ -14,7 +14,7 @@ the same run id without using up a retry (a trial gets its run at its first laun
 `Ledger.start_run`, and keeps it), and so is a trial whose Ray node died under it (a cloud's
 spot reclaim: Ray's NodeDiedError), which resumes from its last checkpoint on another node;
 `scalelab cancel` is honoured within a poll.
-A wsd cooldown branch waits for its trunk's checkpoint (orchestrator/branching.py).
+A wsd cooldown branch waits for its trunk's checkpoint (orchestrator/plan/branching.py).
 A trial whose training is done (its `result.json`) is never trained again: the driver
 only sends what its run still lacks, and marks a run FINISHED only once its spool is
 empty (`orchestrator/delivery.py`); a FINISHED trial whose `eval.downstream` scores are
@@ -35,11 +35,12 @@ from scalelab.contract.runs import Status, Tag
 from scalelab.contract.trial_time import timestamp_text
 from scalelab.jobs.launch import DEFAULT_JOB, JobRef
 from scalelab.jobs.tracking.outbox import ENDED_BY_DRIVER, Outbox
-from scalelab.orchestrator import branching, delivery
+from scalelab.orchestrator import delivery
 from scalelab.orchestrator.backends import make_backend
-from scalelab.orchestrator.expand import Trial
 from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable, Liveness, TrialRecord
-from scalelab.orchestrator.spec import SweepSpec
+from scalelab.orchestrator.plan import branching
+from scalelab.orchestrator.plan.expand import Trial
+from scalelab.orchestrator.plan.spec import SweepSpec
 
 MAX_ERROR_LINES = 20
 

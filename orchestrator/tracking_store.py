@@ -16,7 +16,7 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import urlparse
 
-from scalelab.orchestrator.spec import BackendConfig
+from scalelab.orchestrator.plan.spec import BackendConfig
 
 FILE_SCHEMES = {"sqlite", "file", ""}  # MLflow's file-backed stores ('' : a plain path)
 SERVER_PORT = 5000

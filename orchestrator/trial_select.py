@@ -57,7 +57,7 @@ def trials_named(
 
     from scalelab.contract import workdir
     from scalelab.contract.runs import Role, Tag, quote, search_all, tag_filter
-    from scalelab.orchestrator.ledger.store import check_reachable, guarded_client
+    from scalelab.orchestrator.ledger.connection import check_reachable, guarded_client
 
     uri = tracking_uri or workdir.tracking_uri()
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():

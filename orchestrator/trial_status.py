@@ -40,7 +40,7 @@ def trial_rows(ledger: SweepReads) -> list[dict[str, Any]]:
         # bookkeeping, not the trial's error: the CLI says it under the table
         row["pending_why"] = o.why if o else ""
         rows.append(row)
-    # a wsd trunk: the trials that branched off it (orchestrator/branching.py)
+    # a wsd trunk: the trials that branched off it (orchestrator/plan/branching.py)
     trunks = Counter(r["branched_from"].partition("@")[0] for r in rows if r["branched_from"])
     for row in rows:
         row["branches"] = trunks[row["trial_id"]]

@@ -21,7 +21,7 @@ def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path], st
 
     def copy(db: Path) -> str:
         if not template:
-            from scalelab.jobs.tracking.store import ensure_sqlite
+            from scalelab.jobs.tracking.mlflow_store import ensure_sqlite
 
             made = tmp_path_factory.mktemp("empty-store") / "mlflow.db"
             ensure_sqlite(made)

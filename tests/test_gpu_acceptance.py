@@ -204,9 +204,9 @@ def test_the_gpu_cases_are_the_sweeps_trials_and_fit_one_gpu() -> None:
     the planner says fit one H100."""
     from benchmarks.acceptance import training
     from scalelab.jobs.gpus import gpu_spec
-    from scalelab.orchestrator.expand import expand
-    from scalelab.orchestrator.planner import Placement, plan_trial
-    from scalelab.orchestrator.spec import load_spec
+    from scalelab.orchestrator.plan.expand import expand
+    from scalelab.orchestrator.plan.planner import Placement, plan_trial
+    from scalelab.orchestrator.plan.spec import load_spec
 
     spec, _ = load_spec(training.SWEEP)
     for case in training.GPU.cases:

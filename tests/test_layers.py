@@ -41,8 +41,8 @@ STRING_IMPORTS = {"models/catalog.py", "jobs/launch.py"}
 # Imported when the CLI starts (scalelab --help, status, cancel, submit --dry-run's parse).
 TORCH_FREE = (
     "cli.main",
-    "orchestrator.spec",
-    "orchestrator.expand",
+    "orchestrator.plan.spec",
+    "orchestrator.plan.expand",
     "orchestrator.ledger",
     "orchestrator.scheduler",
     "orchestrator.backends",
@@ -183,11 +183,11 @@ def test_every_import_uses_the_one_import_name():
 
 # The CLI's sweep commands parse, call the orchestrator's one door and render (issue 25):
 # the orchestrator modules they may import, with why.
-SWEEP_COMMANDS = ("cli.sweeps", "cli.watch", "cli.evaluate")
+SWEEP_COMMANDS = ("cli.sweeps", "cli.watch", "cli.eval_tasks")
 CLI_SEES_OF_THE_ORCHESTRATOR = {
     "orchestrator.door": "the one door: load, plan, run, detach, status, cancel, migrate",
     "orchestrator.migrate": "its refusal, an exception the commands render",
-    "orchestrator.trial_names": "short values for table cells",
+    "orchestrator.plan.trial_names": "short values for table cells",
 }
 
 
@@ -349,9 +349,9 @@ IMPORTS_MECHANISMS = {
     "models.catalog": "the registry's door: loads the built-ins",
     "models.decode": "a per-token decoding step for each built-in's module",
     "models.early_exit": "the baseline TSA is compared with reuses TSA's sparse FFN",
-    "jobs.training.evaluate": "early exit's TLOps saved, defined as TSA's",
+    "jobs.training.validation": "early exit's TLOps saved, defined as TSA's",
     "jobs.training.train": "which Hadamard kernel ran (and why auto fell back), on the run",
-    "orchestrator.memory": "activation memory per mechanism, not declared by mechanisms yet",
+    "orchestrator.plan.memory": "activation memory per mechanism, not declared by mechanisms yet",
     "jobs.downstream.executed": "evaluation's mode and what ran (TSA's routers, budget nets)",
 }
 

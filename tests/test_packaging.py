@@ -101,3 +101,26 @@ def test_a_project_with_its_own_models_imports_both(wheel, tmp_path):
         f.startswith(("scalelab/", "scalelab-")) or f == "../../../bin/scalelab" for f in listed
     ), [f for f in listed if not f.startswith("scalelab")]
     assert "../../../bin/scalelab" in listed  # the entry point
+
+
+STATE_FILES = ("mlflow.db", "mlruns", "scalelab-runs", "mlartifacts", "ray_results")
+
+
+def test_the_tree_holds_no_database_or_run_folder():
+    """What a run writes (MLflow's sqlite store, whose default is `mlflow.db` in the working
+    directory, a run folder) is never part of the source: nothing tracked is one, and the
+    repository ignores each, so a run from the checkout cannot add one by accident."""
+    tracked = _run(["git", "ls-files", "-z"], cwd=ROOT).stdout.split("\0")
+    found = [
+        name
+        for name in filter(None, tracked)
+        if name.endswith((".db", ".db-wal", ".db-shm", ".sqlite"))
+        or set(Path(name).parts) & set(STATE_FILES)
+    ]
+    assert found == [], f"run state is tracked: {found}"
+    checked = ["mlflow.db", "sub/mlflow.db", "mlflow.db-wal", "mlruns/0/meta.yaml"]
+    checked += ["scalelab-runs/trials/x/job.json", "mlartifacts/1/a", "ray_results/t/r.json"]
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", *checked], cwd=ROOT, capture_output=True, text=True
+    ).stdout.split()
+    assert sorted(ignored) == sorted(checked), f"not ignored: {set(checked) - set(ignored)}"

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .query import metric_at, parse_where, query
-from .store import ResultsError, sweep_dir
 from .sync import SyncResult, sync
+from .tables import ResultsError, sweep_dir
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -1,7 +1,7 @@
 """What to run next, for a synced sweep: the options (more seeds per cell, the next size
 preset at every budget, one more token budget at every size) priced in FLOPs and in hours of
 the hardware the sweep runs on (CPU-hours on a sweep without GPUs, GPU-hours on one that asks
-for them), projected by analysis.scaling.advice."""
+for them), projected by analysis.scaling.power_analysis."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from scalelab.analysis.scaling import PairedGain
-    from scalelab.analysis.scaling.advice import Advice, Option
     from scalelab.analysis.scaling.lsq import LsqFit
-    from scalelab.orchestrator.spec import SweepSpec
+    from scalelab.analysis.scaling.power_analysis import Advice, Option
+    from scalelab.orchestrator.plan.spec import SweepSpec
 
 MAX_SEEDS = 32  # more seeds per cell than this is not advice worth giving
 
@@ -74,8 +74,8 @@ def costing(table: pa.Table, spec: SweepSpec | None = None) -> Costing:
     `recorded_spec`): CPU-hours when it asks for no GPUs, else GPU-hours at its estimate's
     MFU on its GPU's peak; without it, the plan's defaults on the default GPU."""
     from scalelab.jobs.gpus import gpu_spec
-    from scalelab.orchestrator.expand import gpu_hours
-    from scalelab.orchestrator.spec import DEFAULT_GPU, EstimateConfig
+    from scalelab.orchestrator.plan.expand import gpu_hours
+    from scalelab.orchestrator.plan.spec import DEFAULT_GPU, EstimateConfig
 
     wall = _col(table, "wall_time_s")
     flops = _col(table, "flops")
@@ -90,7 +90,7 @@ def costing(table: pa.Table, spec: SweepSpec | None = None) -> Costing:
     b = spec.backend
     ranks = max(1, b.world_size)
     gpus = b.slurm.gpus_per_node if b.kind == "slurm" and b.slurm else b.gpus_per_trial
-    if not gpus:  # the plan's rule for a CPU rank (orchestrator/cpu_rate.py), measured only
+    if not gpus:  # the plan's rule for a CPU rank (orchestrator/plan/cpu_rate.py), measured only
         rate = _cpu_rate(spec) if not np.isfinite(per_flop) else None  # when no trial timed
         per_hour = gpu_hours(1.0, rate.mfu, rate.flops) if rate else float("nan")
         return Costing(per_flop, per_hour, rate.describe() if rate else "", "cpu", ranks)
@@ -100,7 +100,7 @@ def costing(table: pa.Table, spec: SweepSpec | None = None) -> Costing:
 
 
 def _cpu_rate(spec: SweepSpec) -> Any:
-    from scalelab.orchestrator.cpu_rate import cpu_rate
+    from scalelab.orchestrator.plan.cpu_rate import cpu_rate
 
     return cpu_rate(spec)
 
@@ -116,7 +116,7 @@ def recorded_spec(parent_run_id: str | None, tracking_uri: str) -> SweepSpec | N
 
     from scalelab.contract.runs import Tag
     from scalelab.orchestrator.ledger.parent import read_long_tag
-    from scalelab.orchestrator.spec import SpecError, parse_spec
+    from scalelab.orchestrator.plan.spec import SpecError, parse_spec
 
     try:
         tags = MlflowClient(tracking_uri).get_run(parent_run_id).data.tags
@@ -139,7 +139,7 @@ def advise_gain(
 ) -> Advice:
     """Advice for one variant's paired gain (`law`: the baseline slope's fit, through its
     cell means)."""
-    from scalelab.analysis.scaling.advice import advise
+    from scalelab.analysis.scaling.power_analysis import advise
 
     options = _seed_options(gain) + _new_cell_options(table, gain)
     alpha = law.values()["alpha"]
@@ -151,7 +151,7 @@ def advise_gain(
 
 def _seed_options(gain: PairedGain) -> list[Option]:
     """k more seeds in every cell the pairs cover, k = 1..MAX_SEEDS."""
-    from scalelab.analysis.scaling.advice import Option
+    from scalelab.analysis.scaling.power_analysis import Option
 
     p = gain.pairs
     per_cell: dict[Any, float] = {}
@@ -225,9 +225,9 @@ def _priced(
     """An option whose new trials are change(config) for every distinct config `which`
     picks, `seeds` times each; None when a changed config is invalid (a width the variant
     cannot use)."""
-    from scalelab.analysis.scaling.advice import Option
-    from scalelab.jobs.budget import total_tokens
+    from scalelab.analysis.scaling.power_analysis import Option
     from scalelab.jobs.config import JobConfig
+    from scalelab.jobs.token_budget import total_tokens
     from scalelab.models.flops import count_params, train_flops_per_token
 
     seen: set[str] = set()

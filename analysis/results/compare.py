@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .store import ResultsError
+from .tables import ResultsError
 from .usable import usable_trials
 
 if TYPE_CHECKING:
@@ -148,7 +148,7 @@ def items_from_stderr(acc: np.ndarray, stderr: np.ndarray) -> np.ndarray:
 def item_noise(table: pa.Table, metric: str, overall: list[PairedDifference]) -> ItemNoise | None:
     """ItemNoise of a downstream accuracy column `eval_<task>_acc[_norm]` (None for any
     other metric), read from its `_stderr` column beside it when the trials have one."""
-    from scalelab.analysis.scaling.task_forecast import CHANCE
+    from scalelab.analysis.scaling.task_laws import CHANCE
 
     match = ACCURACY.match(metric)
     if match is None:

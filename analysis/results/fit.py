@@ -23,19 +23,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .query import trials_where
-from .store import ResultsError
+from .tables import ResultsError
 from .usable import usable_trials
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from scalelab.analysis.scaling import Bootstrap, CellComparison, Gain, IsoFlopFit, PairedGain
-    from scalelab.analysis.scaling.advice import Advice
     from scalelab.analysis.scaling.checks import FitCheck
     from scalelab.analysis.scaling.lsq import LsqFit
+    from scalelab.analysis.scaling.power_analysis import Advice
 
     from .allocation import Allocation
-    from .forecast import Forecast
+    from .loss_forecast import Forecast
 
 LOSS = "final_val_loss"
 
@@ -179,7 +179,7 @@ def fit_table(
             f"`results forecast` fit theirs with the default {HUBER_DELTA:g}"
         )
     if holdout_flops is not None:
-        from .forecast import forecast_table
+        from .loss_forecast import forecast_table
 
         fit.backtest = attempt(
             f"backtest above {holdout_flops:.3g} FLOPs",
@@ -187,7 +187,7 @@ def fit_table(
                                    loss=loss, level=level),
         )  # fmt: skip
     elif len(set(used.filter(_eq(used, "variant", baseline))["size"].to_pylist())) >= 3:
-        from .forecast import forecast_table
+        from .loss_forecast import forecast_table
 
         largest = _largest_size(used.filter(_eq(used, "variant", baseline)))
         fit.backtest = attempt(

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .store import ResultsError
+from .tables import ResultsError
 
 if TYPE_CHECKING:
     import numpy as np

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .import_checks import check_path, check_utf8_bytes, visible
-from .store import ResultsError
+from .tables import ResultsError
 
 if TYPE_CHECKING:
     import numpy as np

@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from scalelab.analysis.results import tables
+from scalelab.analysis.results.tables import ResultsError
 from scalelab.contract.runs import Status
 
-from . import store
 from .import_checks import Duplicates, first_copies, flops_note, rival_note, visible
 from .import_columns import Checked, check_rows
 from .import_read import MAX_LISTED, ImportLimits, Points, read_points
 from .import_scores import score_column
-from .store import ResultsError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -92,13 +92,13 @@ def import_file(
     """Check every row of `path` and write them as the sweep's imported trials (module doc);
     ResultsError listing each bad line, and nothing written, when any row is wrong.
     `duplicates`: what rows identical in every field read are (import_checks.Duplicates);
-    `wait_s`: how long to wait for another writer of the sweep's tables (store.tables_lock);
+    `wait_s`: how long to wait for another writer of the sweep's tables (tables.tables_lock);
     `limits`: what a file may hold (import_read.ImportLimits); `join_trained`: import into
     a sweep that has trained (synced) trials too."""
     import numpy as np
 
     path, policy = Path(path), Duplicates(duplicates)
-    store.sweep_dir(sweep, root)  # a name no sweep can have fails here, before reading
+    tables.sweep_dir(sweep, root)  # a name no sweep can have fails here, before reading
     points = read_points(path, _wanted, limits or ImportLimits())
     fields, ignored = _fields(list(points.names), path)
     scores = [f for f in fields if f.startswith("eval_")]
@@ -116,7 +116,7 @@ def import_file(
         flops_note(checked.ratios[good]),
         rival_note(rows),
     )
-    with store.tables_lock(sweep, root, wait_s):  # the sweep's tables: read, then rewritten
+    with tables.tables_lock(sweep, root, wait_s):  # the sweep's tables: read, then rewritten
         return _write(sweep, path, rows, tuple(ignored), root,
                       tuple(x for x in notes if x), join_trained)  # fmt: skip
 
@@ -376,7 +376,7 @@ def _write(
 
     from .columns import trials_schema
 
-    old = store.read_table(store.TRIALS, sweep, root)
+    old = tables.read_table(tables.TRIALS, sweep, root)
     schema = old.schema if old is not None else trials_schema([])
     extra = sorted({c for c in rows.column_names if c.startswith("eval_")} - set(schema.names))
     for name in extra:  # the file's downstream scores (import_scores.py): float columns
@@ -395,10 +395,10 @@ def _write(
     rows = rows.sort_by([("variant", "ascending"), ("n_params", "ascending"),
                          ("trial_id", "ascending")])  # fmt: skip
     table = pa.concat_tables([_as(kept, schema), _as(rows, schema)])
-    trials_path = store.write_table(store.TRIALS, sweep, table, root)
-    if store.read_table(store.CURVES, sweep, root) is None:  # plots read it: no curves
-        empty = pa.Table.from_pylist([], store.curves_schema())
-        store.write_table(store.CURVES, sweep, empty, root)
+    trials_path = tables.write_table(tables.TRIALS, sweep, table, root)
+    if tables.read_table(tables.CURVES, sweep, root) is None:  # plots read it: no curves
+        empty = pa.Table.from_pylist([], tables.curves_schema())
+        tables.write_table(tables.CURVES, sweep, empty, root)
     return ImportResult(sweep, path, rows.num_rows, replaced, kept.num_rows, ignored,
                         trials_path, notes)  # fmt: skip
 
@@ -416,7 +416,7 @@ def _as(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 def imported_only(sweep: str, root: Path | None = None) -> bool:
     """True when the sweep's trials were all imported: no MLflow run stands behind it."""
-    table = store.read_table(store.TRIALS, sweep, root, columns=["curves_source"])
+    table = tables.read_table(tables.TRIALS, sweep, root, columns=["curves_source"])
     if table is None or table.num_rows == 0:
         return False
     return all(s == IMPORTED for s in table["curves_source"].to_pylist())
@@ -434,9 +434,9 @@ def parent_run(sweep: str, tracking_uri: str, root: Path | None = None) -> str |
 def curves_of(sweep: str, root: Path | None = None) -> pa.Table:
     """The sweep's curves; an empty table when it has none (trials written without them,
     as a table written by hand or an older import: the plots draw what there is)."""
-    curves = store.read_table(store.CURVES, sweep, root)
+    curves = tables.read_table(tables.CURVES, sweep, root)
     if curves is not None:
         return curves
     import pyarrow as pa
 
-    return pa.Table.from_pylist([], store.curves_schema())
+    return pa.Table.from_pylist([], tables.curves_schema())

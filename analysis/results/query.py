@@ -27,8 +27,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import store
-from .store import ResultsError
+from scalelab.analysis.results import tables
+from scalelab.analysis.results.tables import ResultsError
+
 from .where_types import typed as _typed
 
 if TYPE_CHECKING:
@@ -252,9 +253,9 @@ def metric_at(curves: pa.Table, metric: str, at: str = "final") -> pa.Table:
     return pa.table({"trial_id": ids, "value": pa.array(out, from_pandas=True)})
 
 
-def load(sweep: str, kind: str = store.TRIALS, root: Path | None = None) -> pa.Table:
+def load(sweep: str, kind: str = tables.TRIALS, root: Path | None = None) -> pa.Table:
     """A synced table of the sweep (ResultsError if the sweep was never synced)."""
-    table = store.read_table(kind, sweep, root)
+    table = tables.read_table(kind, sweep, root)
     if table is None:
         raise ResultsError(
             f"sweep {sweep!r} has no results tables yet: run `scalelab results sync {sweep}`"
@@ -265,7 +266,7 @@ def load(sweep: str, kind: str = store.TRIALS, root: Path | None = None) -> pa.T
 def trials_where(sweep: str, where: str | None, root: Path | None = None) -> pa.Table:
     """The sweep's trials that `where` keeps (all of them without one); ResultsError when
     it keeps none."""
-    table = load(sweep, store.TRIALS, root)
+    table = load(sweep, tables.TRIALS, root)
     if where:
         table = filter_table(table, where)
         if table.num_rows == 0:
@@ -280,7 +281,7 @@ def query(
     metric: str | None = None,
     at: str = "final",
     *,
-    table: str = store.TRIALS,
+    table: str = tables.TRIALS,
     root: Path | None = None,
 ) -> pa.Table:
     """Filter and aggregate one sweep's results (a pyarrow Table, for notebooks too).
@@ -290,14 +291,14 @@ def query(
     table='curves': one row per curve point, with the trial columns that `where` and
     `group_by` name joined on. With `group_by`, rows become groups with `n` and
     mean/std/min/max of `value` (or of the trials' losses, sizes and compute)."""
-    trials = load(sweep, store.TRIALS, root)
+    trials = load(sweep, tables.TRIALS, root)
     group_by = list(group_by or [])
-    if table == store.CURVES:
+    if table == tables.CURVES:
         result = _curves_rows(sweep, trials, where, group_by, metric, at, root)
-    elif table == store.TRIALS:
+    elif table == tables.TRIALS:
         result = trials
         if metric is not None or parse_at(at)[0] != "final":
-            curves = load(sweep, store.CURVES, root)
+            curves = load(sweep, tables.CURVES, root)
             values = metric_at(curves, metric or DEFAULT_METRIC, at)
             result = result.join(values, "trial_id", join_type="left outer")
         if where:
@@ -316,7 +317,7 @@ def query(
                 f"(columns: {', '.join(result.column_names)})"
             )
         result = _aggregate(result, group_by)
-    elif table == store.TRIALS:
+    elif table == tables.TRIALS:
         order = [c for c in ("variant", "n_params", "trial_id") if c in result.column_names]
         result = result.sort_by([(c, "ascending") for c in order])
     return result
@@ -367,16 +368,16 @@ def _curves_rows(
     wanted = set(group_by)
     if where:
         wanted |= {n.id for n in ast.walk(_parse(where)) if isinstance(n, ast.Name)}
-    curve_cols = store.curves_schema().names
+    curve_cols = tables.curves_schema().names
     joined = sorted((wanted & set(trials.column_names)) - set(curve_cols))
     columns = None  # all, for plain row listings
     if group_by:  # read only what the filter, the groups and the aggregate need
         need = (wanted & set(curve_cols)) | {"value"} | ({"trial_id"} if joined else set())
         need |= {"metric"} if metric is not None else set()
         columns = [c for c in curve_cols if c in need]
-    curves = store.read_table(store.CURVES, sweep, root, columns=columns)
+    curves = tables.read_table(tables.CURVES, sweep, root, columns=columns)
     if curves is None:
-        load(sweep, store.CURVES, root)  # raises the "not synced" error
+        load(sweep, tables.CURVES, root)  # raises the "not synced" error
     if metric is not None:
         curves = curves.filter(pc.equal(curves["metric"], metric))
     for name in joined:

@@ -18,7 +18,7 @@ from scalelab.contract.runs import Metric, Role, Tag, search_all, sweep_experime
 from scalelab.contract.trial_time import trial_run_rank
 from scalelab.jobs.tracking.provenance import unflatten
 
-from .store import ResultsError
+from .tables import ResultsError
 
 if TYPE_CHECKING:
     import pyarrow as pa

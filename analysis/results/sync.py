@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from scalelab.analysis.results import tables
 from scalelab.contract import workdir
 from scalelab.contract.runs import Metric, Tag
 from scalelab.contract.trial_time import queued_seconds, run_seconds
 
-from . import store
 from .columns import config_values, summary_column, summary_prefixes, trials_schema, value_at
 from .sources import (
     SKIP_SUFFIX,
@@ -95,9 +95,9 @@ def sync(
     if send_owed(runs.trials, runs.uri)[0]:  # finished trials' spooled points, first
         runs = find_sweep_runs(sweep, tracking_uri)
     derivation = row_derivation()
-    with store.tables_lock(sweep, root):  # from reading the tables to writing them
-        state = store.load_state(sweep, root, derivation)
-        old_trials = store.read_table(store.TRIALS, sweep, root)
+    with tables.tables_lock(sweep, root):  # from reading the tables to writing them
+        state = tables.load_state(sweep, root, derivation)
+        old_trials = tables.read_table(tables.TRIALS, sweep, root)
         old_ids = (
             set(old_trials.column("trial_id").to_pylist()) if old_trials is not None else set()
         )
@@ -127,7 +127,7 @@ def sync(
         keep_ids = pa.array([t.trial_id for t in keep], pa.string())
         if keep and old_trials is not None:
             rows += old_trials.filter(pc.is_in(old_trials["trial_id"], keep_ids)).to_pylist()
-            old_curves = store.read_table(store.CURVES, sweep, root)
+            old_curves = tables.read_table(tables.CURVES, sweep, root)
             if old_curves is not None:
                 old_curves = old_curves.filter(
                     pc.is_in(old_curves["trial_id"].cast(pa.string()), keep_ids)
@@ -150,9 +150,9 @@ def sync(
         rows.sort(key=lambda r: (r["variant"] or "", r["n_params"] or 0, r["trial_id"]))
         trials = pa.Table.from_pylist([{k: r.get(k) for k in schema.names} for r in rows], schema)
         curves = tidy_curves(curve_parts)
-        trials_path = store.write_table(store.TRIALS, sweep, trials, root)
-        curves_path = store.write_table(store.CURVES, sweep, curves, root)
-        state_path = store.save_state(
+        trials_path = tables.write_table(tables.TRIALS, sweep, trials, root)
+        curves_path = tables.write_table(tables.CURVES, sweep, curves, root)
+        state_path = tables.save_state(
             sweep,
             {
                 t.trial_id: {"run_id": t.run_id, "status": t.status, "eval": _eval_scores(t)}
@@ -191,7 +191,7 @@ def tidy_curves(parts: list[pa.Table]) -> pa.Table:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    schema = store.curves_schema()
+    schema = tables.curves_schema()
     parts = [p for p in parts if p.num_rows]
     if not parts:
         return schema.empty_table()

@@ -1,6 +1,6 @@
 """Forecasts of a downstream accuracy column (`eval_<task>_acc`, `_acc_norm`, or
 `eval_mean_acc`, the mean over the tasks every run has) for a synced or imported sweep,
-by the two laws of analysis.scaling.task_forecast, each with its backtest on the ladder's
+by the two laws of analysis.scaling.task_laws, each with its backtest on the ladder's
 largest fitted size (docs/evaluation.md, "Forecasting task accuracy").
 
 The ladder: the laws in compute hold at a fixed number of tokens per parameter R, so of
@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .forecast import ABOVE, Target
-from .store import ResultsError
+from .loss_forecast import ABOVE, Target
+from .tables import ResultsError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from scalelab.analysis.scaling.task_forecast import TaskLaw, TaskPrediction
+    from scalelab.analysis.scaling.task_laws import TaskLaw, TaskPrediction
 
 MEAN = "eval_mean_acc"
 ACC = re.compile(r"^eval_(?P<task>.+?)_(?P<kind>acc|acc_norm)$")
@@ -135,7 +135,7 @@ def task_forecast_table(
     holdout (a size that was run), holdout_flops / holdout_params (the runs above this
     compute or size held out); none: the backtest on the largest size alone. ResultsError
     in one line where accuracy sits at chance over the ladder."""
-    from scalelab.analysis.scaling.task_forecast import N_RESAMPLES, chance_refusal
+    from scalelab.analysis.scaling.task_laws import N_RESAMPLES, chance_refusal
 
     if sum(x is not None for x in (flops, holdout, holdout_flops, holdout_params)) > 1:
         raise ResultsError(
@@ -192,7 +192,7 @@ def _read_runs(
 ) -> _Runs:
     import pyarrow.compute as pc
 
-    from scalelab.analysis.scaling.task_forecast import CHANCE
+    from scalelab.analysis.scaling.task_laws import CHANCE
     from scalelab.contract.runs import Status
 
     from .query import filter_table
@@ -274,7 +274,7 @@ def _fit_predict(
 ) -> tuple[TaskLaw | None, list[TaskPrediction], str | None]:  # fmt: skip
     """The method's law through the fitted runs and its predictions; or its refusal."""
     from scalelab.analysis.scaling import ScalingError
-    from scalelab.analysis.scaling.task_forecast import fit_direct, fit_two_step
+    from scalelab.analysis.scaling.task_laws import fit_direct, fit_two_step
 
     try:
         if method == "direct":
@@ -306,7 +306,7 @@ def _backtest(
     big = runs.n >= top
     held = ladder & big
     targets = _targets(runs, held)
-    from scalelab.analysis.scaling.task_forecast import chance_refusal
+    from scalelab.analysis.scaling.task_laws import chance_refusal
 
     fit = ladder & ~big
     stderr = None if runs.stderr is None else runs.stderr[fit]

@@ -9,7 +9,7 @@ import numpy as np
 
 from scalelab.contract.runs import Status
 
-from .store import ResultsError
+from .tables import ResultsError
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -7,7 +7,7 @@ Nothing here is a new statistic: the verdict reads the paired gain (paired.py: t
 ratio of trials with the same cell and seed, the FLOPs of the two sides of each pair, and
 the compute multiplier m that turns both into one number), the fit checks are the FitChecks
 the report lists, and the recommendation is one of the two the advice already computes
-(scaling/advice.py).
+(analysis/scaling/power_analysis.py).
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import numpy as np
 
 if TYPE_CHECKING:
     from scalelab.analysis.scaling import Interval, PairedGain
-    from scalelab.analysis.scaling.advice import Advice
     from scalelab.analysis.scaling.checks import FitCheck
+    from scalelab.analysis.scaling.power_analysis import Advice
 
     from .advice import Costing
     from .fit import SweepFit
-    from .forecast import Forecast
+    from .loss_forecast import Forecast
 
 SAME_FLOPS = 0.005  # FLOPs ratios within 0.5% of 1 read as "the same FLOPs"
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from .store import ResultsError
+from .tables import ResultsError
 
 if TYPE_CHECKING:
     import pyarrow as pa

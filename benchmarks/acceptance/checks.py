@@ -7,7 +7,7 @@ from typing import Literal
 
 Status = Literal["pass", "fail", "skipped"]
 NO_GPU = "not measured: no GPU"
-MEMORY_REL = 0.10  # the planner's stated accuracy (orchestrator/memory.py)
+MEMORY_REL = 0.10  # the planner's stated accuracy (orchestrator/plan/memory.py)
 
 
 @dataclass(frozen=True)

@@ -57,8 +57,8 @@ def on_this_rank(cpu: bool, result: Path) -> None:
     import torch.distributed as dist
 
     from scalelab.jobs.training.accounting import device_peak_flops
-    from scalelab.orchestrator.planner import plan_trial
-    from scalelab.orchestrator.spec import load_spec
+    from scalelab.orchestrator.plan.planner import plan_trial
+    from scalelab.orchestrator.plan.spec import load_spec
 
     sizes = training.CPU if cpu else training.GPU
     case = sizes.cases[0]

@@ -3,7 +3,7 @@
 Two dense trials of sweeps/hadamard.yaml (bf16, ZeRO-1, fp32 gradient accumulation, the
 sweep's micro-batch, no activation checkpointing) on one rank, one micro-batch per step (the
 sweep's global batch needs 64 GPUs): 124M, and the largest ladder size the planner
-(orchestrator/planner.py) fits on this GPU, asked size by size from the largest down. Each
+(orchestrator/plan/planner.py) fits on this GPU, asked size by size from the largest down. Each
 builds the job's own engine (jobs/training/train.py's `_Trainer`) and trains it on random tokens
 held on the device (the data loader is not measured), against the plan of `scalelab submit
 --dry-run` for the same trial on one rank:
@@ -44,10 +44,10 @@ from scalelab.jobs.training.ds_config import plan_batch
 from scalelab.jobs.training.train import _Trainer
 from scalelab.models.config import ModelConfig
 from scalelab.models.flops import count_params, train_flops_per_token, train_flops_per_token_causal
-from scalelab.orchestrator.expand import Trial, expand
-from scalelab.orchestrator.memory import ZeroSettings, model_state_bytes, parameter_sizes
-from scalelab.orchestrator.planner import Placement, TrialPlan, plan_trial
-from scalelab.orchestrator.spec import SweepSpec, load_spec
+from scalelab.orchestrator.plan.expand import Trial, expand
+from scalelab.orchestrator.plan.memory import ZeroSettings, model_state_bytes, parameter_sizes
+from scalelab.orchestrator.plan.planner import Placement, TrialPlan, plan_trial
+from scalelab.orchestrator.plan.spec import SweepSpec, load_spec
 
 SWEEP = Path(__file__).resolve().parents[2] / "sweeps" / "hadamard.yaml"
 LARGEST = "largest size that fits"  # the rows' name for it: which size depends on the GPU
@@ -260,7 +260,7 @@ def train_steps(trainer: _Trainer, warmup: int, steps: int, base_bytes: int) -> 
 
 
 def states_estimate(trainer: _Trainer) -> int:
-    """orchestrator/memory.py's parameter + gradient + optimizer bytes for this engine's
+    """orchestrator/plan/memory.py's parameter + gradient + optimizer bytes for this engine's
     DeepSpeed config (what tests/orchestrator/test_memory_engines.py checks on 1 and 2 ranks)."""
     z = ZeroSettings.from_ds_config(trainer.ds_config)
     est = model_state_bytes(parameter_sizes(trainer.job.model), z, trainer.env.world_size)
@@ -276,7 +276,7 @@ def case_name(case: StepCase, ranks: int = 1) -> str:
 
 STATES_GOAL = (
     f"parameter + gradient + optimizer bytes the engine holds within {MEMORY_REL:.0%} of "
-    "orchestrator/memory.py's estimate"
+    "orchestrator/plan/memory.py's estimate"
 )
 PEAK_GOAL = f"CUDA peak of a training step within {MEMORY_REL:.0%} of the plan's peak per GPU"
 

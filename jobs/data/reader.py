@@ -19,7 +19,7 @@ number of ranks continues the same sequence.
 That n grows with the trial's budget, so trials of different budgets read different orders
 from their first step. A wsd trial (jobs/schedule.py) reads the prefix-stable order instead,
 which does not depend on its budget, so that trials differing only in their budget share
-their data up to any step (orchestrator/branching.py): positions [0, B) read a permutation
+their data up to any step (orchestrator/plan/branching.py): positions [0, B) read a permutation
 of windows [0, B), and each later block [B 2^(k-1), B 2^k) a permutation of those windows,
 keyed by (seed, block); a trial of W windows uses the windows up to its block's end
 (`prefix_stable_extent`), wrapped around the data when a finished source has fewer.

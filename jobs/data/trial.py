@@ -84,7 +84,7 @@ def check_data(cfg: DataConfig, model: ModelConfig, hub: bool = True) -> Tokeniz
     """Every input error a data config can have, raised before any process group starts;
     data that is not here (MissingData) is raised after the config's own errors. `hub`:
     also resolve a hub dataset (a sweep's dry-run checks those in parallel, with a
-    time-out: orchestrator/data_availability.py)."""
+    time-out: orchestrator/plan/data_availability.py)."""
     try:
         kind, files = resolve_source(cfg.source)
         missing = None
@@ -129,7 +129,7 @@ def check_data(cfg: DataConfig, model: ModelConfig, hub: bool = True) -> Tokeniz
 
 def train_windows(tokens: int, global_batch_tokens: int, seq_len: int) -> int:
     """Windows of seq_len + 1 tokens a trial of `tokens` training tokens reads: its steps
-    (jobs/budget.py's total_steps) x the sequences of one step."""
+    (jobs/token_budget.py's total_steps) x the sequences of one step."""
     return max(1, math.ceil(tokens / global_batch_tokens)) * (global_batch_tokens // seq_len)
 
 

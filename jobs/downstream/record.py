@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import Any
 
 from scalelab.contract.runs import Metric
-from scalelab.jobs.downstream.evaluate import TaskScores, task_names
+from scalelab.jobs.downstream.score_trial import TaskScores, task_names
 
 
 def owed(requested: list[str], metrics: Mapping[str, float]) -> list[str]:
@@ -57,9 +57,9 @@ def score(
     batch_size: int = 16,
 ) -> list[TaskScores]:
     """Each task's scores on the trial's checkpoint (loaded only once every task's data is
-    here: jobs/downstream/evaluate.py)."""
+    here: jobs/downstream/score_trial.py)."""
     from scalelab.jobs.data.tokenizers import load_tokenizer
-    from scalelab.jobs.downstream import evaluate as downstream
+    from scalelab.jobs.downstream import score_trial as downstream
     from scalelab.jobs.training.trained_model import load_model
 
     data = located.job.data

@@ -19,7 +19,7 @@ def evaluate_trained(job: Any, run_id: str | None) -> None:
     """Evaluate the owed tasks of `job.eval.downstream` on the trial's newest checkpoint and
     write their scores to its run; a failure is said in the trial's log and on the run."""
     from scalelab.jobs.downstream import record
-    from scalelab.jobs.tracking import store
+    from scalelab.jobs.tracking import mlflow_store as store
     from scalelab.jobs.training.trained_model import locate
 
     wanted = job.eval.downstream

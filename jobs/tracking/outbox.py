@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from scalelab.contract.runs import Status
-from scalelab.jobs.tracking import store as tracking_store
+from scalelab.jobs.tracking import mlflow_store as tracking_store
 
 OUTBOX_DIR = "outbox"
 MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100  # log_batch limits per call

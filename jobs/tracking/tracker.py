@@ -113,7 +113,7 @@ class Tracker:
 
     def _create_run(self, experiment: str, run_name: str) -> str:
         from scalelab.contract.workdir import artifact_root, tracking_uri
-        from scalelab.jobs.tracking import store as tracking_store
+        from scalelab.jobs.tracking import mlflow_store as tracking_store
 
         try:  # one try: training does not wait for MLflow (the spool keeps what follows)
             client = tracking_store.client(one_try=True)

@@ -94,7 +94,7 @@ def attach(trial_id: str, run_id: str, artifact_uri: str = "") -> None:
     A run whose artifacts are a folder this machine sees (`artifact_uri` file:...) gets
     them copied there, as MLflow's local artifact store does, without importing MLflow (a
     Ray worker of a short trial spent seconds on that import alone)."""
-    from scalelab.jobs.tracking import store as tracking_store
+    from scalelab.jobs.tracking import mlflow_store as tracking_store
     from scalelab.jobs.tracking.tracker import fail_fast_environ
 
     folder = trial_dir(trial_id)

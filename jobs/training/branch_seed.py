@@ -1,4 +1,4 @@
-"""A trunk seeds its cooldown branches (orchestrator/branching.py; docs/architecture.md,
+"""A trunk seeds its cooldown branches (orchestrator/plan/branching.py; docs/architecture.md,
 'Cooldown branches').
 
 At a branch's cooldown start the trunk's complete checkpoint is copied into the branch's

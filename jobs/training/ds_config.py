@@ -59,7 +59,7 @@ def deepspeed_config(job: JobConfig, plan: BatchPlan, device: str) -> dict[str, 
     offload; ZeRO-2/3: fp32 gradient partitions) and refuses it at stage 0
     (jobs/checks.py). Reduction scatters gradients in the communication dtype, so that is
     set too. `overlap_comm` lets ZeRO reduce gradient buckets while the backward pass runs;
-    `reduce_bucket_size` decides their size (orchestrator/memory.py counts them).
+    `reduce_bucket_size` decides their size (orchestrator/plan/memory.py counts them).
 
     BF16_Optimizer runs with `immediate_grad_update`: each bf16 gradient is added into the
     fp32 buffer as the backward pass produces it and freed, 2 bytes per parameter less than

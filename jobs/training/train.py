@@ -32,7 +32,6 @@ from scalelab.contract.outcome import EXIT_REFUSED, Ending, EnvironmentRefused, 
 from scalelab.contract.runs import EXPERIMENT_ENV, STANDALONE_EXPERIMENT, Metric, Status, Tag
 from scalelab.contract.workdir import IDENTITY_FILE, JOB_FILE, RESULT_FILE, trial_dir
 from scalelab.jobs import identity
-from scalelab.jobs.budget import total_steps, total_tokens
 from scalelab.jobs.checks import preflight
 from scalelab.jobs.config import BranchSeed, JobConfig
 from scalelab.jobs.data.device_inputs import prefetched
@@ -46,6 +45,7 @@ from scalelab.jobs.data.trial import (
     val_batches,
 )
 from scalelab.jobs.downstream.in_loop import open_in_loop
+from scalelab.jobs.token_budget import total_steps, total_tokens
 from scalelab.jobs.tracking.provenance import code_version, mlflow_params
 from scalelab.jobs.tracking.tracker import Tracker
 from scalelab.jobs.training import branch_seed, checkpoint, distributed, universal
@@ -53,12 +53,12 @@ from scalelab.jobs.training.accounting import device_peak_flops, mfu_metrics
 from scalelab.jobs.training.branch_seed import BRANCHED_FROM
 from scalelab.jobs.training.distributed import DistEnv
 from scalelab.jobs.training.ds_config import BatchPlan, deepspeed_config
-from scalelab.jobs.training.evaluate import evaluate, evaluate_early_exit
 from scalelab.jobs.training.optim import adamw, lr_at, set_lr
 from scalelab.jobs.training.preemption import PreemptionFlag, PreemptionVote
 from scalelab.jobs.training.progress import Progress
 from scalelab.jobs.training.remote_checkpoints import Storage, for_job
 from scalelab.jobs.training.step_metrics import MetricWindow, Reduced
+from scalelab.jobs.training.validation import evaluate, evaluate_early_exit
 from scalelab.models.flops import count_params, train_flops_per_token, train_flops_per_token_causal
 from scalelab.models.hadamard_layers import kernels_used
 

@@ -19,7 +19,7 @@ from scalelab.orchestrator.backends.slurm import SlurmBackend, check_slurm
 
 if TYPE_CHECKING:
     from scalelab.orchestrator.ledger import Ledger
-    from scalelab.orchestrator.spec import BackendConfig
+    from scalelab.orchestrator.plan.spec import BackendConfig
 
 
 def preflight(cfg: BackendConfig) -> None:

@@ -15,9 +15,9 @@ from scalelab.jobs.launch import DEFAULT_JOB, JobRef, launch
 from scalelab.models.catalog import MECHANISMS_ENV
 
 if TYPE_CHECKING:
-    from scalelab.orchestrator.expand import Trial
     from scalelab.orchestrator.ledger import Ledger, TrialRecord
-    from scalelab.orchestrator.spec import BackendConfig
+    from scalelab.orchestrator.plan.expand import Trial
+    from scalelab.orchestrator.plan.spec import BackendConfig
 
 
 # Ray 2.60 waits a fixed 30 s for a new node to register (ray/_private/node.py), which an

@@ -27,8 +27,8 @@ from scalelab.jobs.launch import JobRef, launch
 from scalelab.orchestrator.backends.base import Backend, BackendError, ray_init
 
 if TYPE_CHECKING:
-    from scalelab.orchestrator.expand import Trial
     from scalelab.orchestrator.ledger import TrialRecord
+    from scalelab.orchestrator.plan.expand import Trial
 
 # submitit's own handler (for a signal that comes before or after the training loop) stops
 # requeueing a trial after this many time-outs; the trial's step budget ends it instead.

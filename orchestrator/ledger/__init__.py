@@ -1,7 +1,7 @@
 """MLflow is the sweep's state: one parent run per sweep, one child run per trial
 (docs/architecture.md, 'Data flow of one sweep'). The ledger is those runs, in rooms:
 
-    store.py    the client, the experiment, searches, tag and status writes
+    connection.py the client, the experiment, searches, tag and status writes
     parent.py   the parent run `sweep:<name>` and what `resume` reads from it
     records.py  one run per trial: placeholders, the run of a first launch, cancels
     claims.py   which driver owns a trial: claims and heartbeats
@@ -15,19 +15,19 @@ from typing import TYPE_CHECKING
 from scalelab.contract import workdir
 from scalelab.contract.runs import sweep_experiment
 from scalelab.orchestrator.ledger.claims import Liveness, new_driver_id
-from scalelab.orchestrator.ledger.parent import ParentRun
-from scalelab.orchestrator.ledger.records import Records, TrialRecord
-from scalelab.orchestrator.ledger.store import (
+from scalelab.orchestrator.ledger.connection import (
     MAX_TAG,
     LedgerUnavailable,
     check_reachable,
     guarded_client,
 )
+from scalelab.orchestrator.ledger.parent import ParentRun
+from scalelab.orchestrator.ledger.records import Records, TrialRecord
 from scalelab.orchestrator.ledger.trial_claims import TrialClaims
 
 if TYPE_CHECKING:
-    from scalelab.orchestrator.expand import Trial
-    from scalelab.orchestrator.spec import SweepSpec
+    from scalelab.orchestrator.plan.expand import Trial
+    from scalelab.orchestrator.plan.spec import SweepSpec
 
 __all__ = [
     "MAX_TAG",

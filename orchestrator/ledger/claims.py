@@ -26,7 +26,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from scalelab.contract.runs import Param, Tag
-from scalelab.orchestrator.ledger.store import SweepStore
+from scalelab.orchestrator.ledger.connection import SweepStore
 
 if TYPE_CHECKING:
     from scalelab.orchestrator.ledger.records import TrialRecord
@@ -63,7 +63,7 @@ class Claims(SweepStore):
         now leaves the beat to age out."""
         from mlflow.exceptions import MlflowException
 
-        from scalelab.orchestrator.ledger.store import LedgerUnavailable
+        from scalelab.orchestrator.ledger.connection import LedgerUnavailable
 
         try:
             self.poll_client.delete_tag(self.parent_id, _beat_key(self.driver_id))

@@ -19,12 +19,12 @@ from scalelab.contract.runs import (
     sweep_run_name,
 )
 from scalelab.jobs.tracking.provenance import code_version
-from scalelab.orchestrator.ledger.store import MAX_TAG, SweepStore
+from scalelab.orchestrator.ledger.connection import MAX_TAG, SweepStore
 from scalelab.orchestrator.ledger.ui_view import same_view, view_tags
 
 if TYPE_CHECKING:
-    from scalelab.orchestrator.expand import Trial
-    from scalelab.orchestrator.spec import SweepSpec
+    from scalelab.orchestrator.plan.expand import Trial
+    from scalelab.orchestrator.plan.spec import SweepSpec
 
 SETTLE_S = 0.5  # > the time from creating a run to seeing it in a search, with margin
 # A text longer than a tag (MLflow cuts tag values at 8,000 characters, silently) is kept as

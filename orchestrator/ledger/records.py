@@ -27,14 +27,14 @@ from scalelab.contract.runs import (
 from scalelab.contract.trial_time import launched, timestamp_text, trial_run_rank
 from scalelab.jobs import identity
 from scalelab.jobs.tracking.provenance import code_version, mlflow_params
+from scalelab.orchestrator.ledger.connection import LedgerUnavailable, SweepStore
 from scalelab.orchestrator.ledger.parent import SETTLE_S
-from scalelab.orchestrator.ledger.store import LedgerUnavailable, SweepStore
 from scalelab.orchestrator.ledger.ui_view import variant_colours
-from scalelab.orchestrator.trial_names import run_names, swept_settings
+from scalelab.orchestrator.plan.trial_names import run_names, swept_settings
 
 if TYPE_CHECKING:
-    from scalelab.orchestrator.expand import Trial
-    from scalelab.orchestrator.spec import SweepSpec
+    from scalelab.orchestrator.plan.expand import Trial
+    from scalelab.orchestrator.plan.spec import SweepSpec
 
 
 @dataclass

@@ -99,7 +99,7 @@ class TrialClaims(Claims):
         lapse with this driver's heartbeat (`retire`)."""
         from mlflow.exceptions import MlflowException
 
-        from scalelab.orchestrator.ledger.store import LedgerUnavailable
+        from scalelab.orchestrator.ledger.connection import LedgerUnavailable
 
         epoch = self._trial_holds.pop(trial_id, None)
         if epoch is None:

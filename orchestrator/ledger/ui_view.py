@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING
 
 from scalelab.contract.runs import VARIANT_COLOURS, ExperimentTag, Metric, Param, Tag
 from scalelab.jobs.tracking.provenance import mlflow_params
-from scalelab.orchestrator.trial_names import swept_settings
+from scalelab.orchestrator.plan.trial_names import swept_settings
 
 if TYPE_CHECKING:
-    from scalelab.orchestrator.expand import Trial
+    from scalelab.orchestrator.plan.expand import Trial
 
 VIEW_NAME = "scalelab: trials by variant"
 X_METRIC = "compute/flops"  # the loss charts' x-axis where it is a metric: training compute

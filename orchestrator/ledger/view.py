@@ -22,8 +22,8 @@ from typing import Protocol
 
 from scalelab.contract import workdir
 from scalelab.contract.runs import Role, Tag
+from scalelab.orchestrator.ledger.connection import check_reachable
 from scalelab.orchestrator.ledger.records import TrialRecord, latest_records, record_of
-from scalelab.orchestrator.ledger.store import check_reachable
 
 # alembic revisions of MLflow's tracking schema whose tables this module reads: MLflow
 # 3.17's head (tests/orchestrator/test_ledger_view.py checks the installed MLflow's)
@@ -251,7 +251,7 @@ def sweep_names(tracking_uri: str | None = None) -> list[str]:
     if runs is not None:
         return runs.sweep_names() if runs.db.exists() else []
     from scalelab.contract.runs import tag_filter
-    from scalelab.orchestrator.ledger.store import guarded_client
+    from scalelab.orchestrator.ledger.connection import guarded_client
 
     check_reachable(uri)
     client = guarded_client(uri)

@@ -12,8 +12,8 @@ import pytest
 from benchmarks.acceptance import data_parallel, training
 from benchmarks.acceptance.checks import NO_GPU, Check
 from scalelab.jobs.gpus import gpu_spec
-from scalelab.orchestrator.planner import Placement
-from scalelab.orchestrator.spec import load_spec
+from scalelab.orchestrator.plan.planner import Placement
+from scalelab.orchestrator.plan.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 2**20

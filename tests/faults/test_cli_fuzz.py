@@ -139,7 +139,7 @@ def home(tmp_path_factory) -> Path:
     `results sync` would: queries reach the --where and --metric parsers, not MLflow)."""
     import pyarrow as pa
 
-    from scalelab.analysis.results.store import write_table
+    from scalelab.analysis.results.tables import write_table
 
     home = tmp_path_factory.mktemp("fuzz-home")
     (home / "sweep.yaml").write_text(SWEEP)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from faults.input_cli import answered, deadline, scalelab
 
-from scalelab.analysis.results import store
+from scalelab.analysis.results import tables
 
 SEED = 4242
 CASES = int(os.environ.get("SCALELAB_IMPORT_FUZZ_CASES", "200"))
@@ -191,7 +191,7 @@ def _sane(sweep: str) -> None:
 
     from scalelab.analysis.results.import_checks import visible
 
-    table = store.read_table(store.TRIALS, sweep)
+    table = tables.read_table(tables.TRIALS, sweep)
     assert table.num_rows > 0
     assert pc.min(table["n_params"]).as_py() >= 1 and pc.min(table["tokens"]).as_py() >= 1
     assert all(math.isfinite(c) for c in table["flops"].to_pylist())

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from faults.input_cli import deadline, one_line_error, scalelab
 
-from scalelab.analysis.results import store
+from scalelab.analysis.results import tables
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def test_json_nested_20000_deep_is_refused_before_any_parser_sees_it(home: Path,
     # brackets inside a string are text, not depth
     deep.write_text('{"N": 1e8, "tokens": 2e9, "loss": 3.1, "name": "' + "[" * 100 + '"}\n')
     assert _import(home, deep).exit_code == 0
-    assert store.read_table(store.TRIALS, "hostile")["name"].to_pylist() == ["[" * 100]
+    assert tables.read_table(tables.TRIALS, "hostile")["name"].to_pylist() == ["[" * 100]
 
 
 def test_more_rows_than_the_limit_are_refused_from_the_count(home: Path, tmp_path: Path):
@@ -100,7 +100,7 @@ def test_numbers_out_of_range_are_refused_at_their_line(home: Path, tmp_path: Pa
     path.write_text(text)
     said = one_line_error(_import(home, path))
     assert said.startswith(f"{path}:{says}"), said
-    assert store.read_table(store.TRIALS, "hostile") is None
+    assert tables.read_table(tables.TRIALS, "hostile") is None
 
 
 def test_escape_sequences_are_stored_and_printed_escaped(home: Path, tmp_path: Path):
@@ -111,7 +111,7 @@ def test_escape_sequences_are_stored_and_printed_escaped(home: Path, tmp_path: P
     assert result.exit_code == 0, result.output
     assert "\x1b" not in result.stdout and "\x07" not in result.stdout
     assert "names\\x1b[2J.csv" in result.stdout and "\\x1b]0;title\\x07" in result.stdout
-    [row] = store.read_table(store.TRIALS, "hostile").to_pylist()
+    [row] = tables.read_table(tables.TRIALS, "hostile").to_pylist()
     assert (row["name"], row["variant"], row["size"]) == (
         "\\x1b[2J", "\\x1b]0;title\\x07", "a\\u202eb"
     )  # fmt: skip

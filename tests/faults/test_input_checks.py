@@ -114,11 +114,11 @@ def ray_home(tmp_path_factory):
 def test_a_failed_trial_reports_the_jobs_message_not_rays_wrapper(tmp_path, ray_home):
     """The training job meets a data file that was there at submit time and is gone when it
     runs: the run's scalelab.error, `status` and the driver's summary give the job's message."""
-    from scalelab.orchestrator.expand import expand
-    from scalelab.orchestrator.job_checks import check_trials
     from scalelab.orchestrator.ledger import Ledger
+    from scalelab.orchestrator.plan.expand import expand
+    from scalelab.orchestrator.plan.job_checks import check_trials
+    from scalelab.orchestrator.plan.spec import parse_spec
     from scalelab.orchestrator.scheduler import run_sweep
-    from scalelab.orchestrator.spec import parse_spec
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("some text\n" * 200)

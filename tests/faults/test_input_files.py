@@ -111,13 +111,13 @@ def test_a_date_is_read_as_text(tmp_path):
 @pytest.fixture
 def synced(tmp_path):
     """A sweep 'w' with a results table, so that `results query w` reaches --where."""
-    from scalelab.analysis.results import store
+    from scalelab.analysis.results import tables
 
     home = tmp_path / "home"
     table = pa.table({"trial_id": ["a", "b"], "variant": ["dense", "tsa"], "n_params": [1, 2]})
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SCALELAB_HOME", str(home))
-        store.write_table(store.TRIALS, "w", table)
+        tables.write_table(tables.TRIALS, "w", table)
     return home
 
 

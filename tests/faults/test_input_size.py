@@ -10,7 +10,7 @@ import json
 from faults.input_cli import deadline, one_line_error, runs_in, scalelab
 
 from scalelab.cli import sweeps as commands
-from scalelab.orchestrator.spec import parse_spec
+from scalelab.orchestrator.plan.spec import parse_spec
 
 
 def grid_sweep(name: str, axes: dict[str, list]) -> str:
@@ -72,7 +72,7 @@ def test_max_trials_raises_the_limit_and_a_big_plan_shows_its_progress(tmp_path,
 
 
 def test_expansion_streams_trials_without_walking_the_whole_product():
-    from scalelab.orchestrator.expand import iter_trials
+    from scalelab.orchestrator.plan.expand import iter_trials
 
     spec, source = parse_spec(grid_sweep("huge", HUGE), "huge.yaml")
     with deadline(10):

@@ -1,5 +1,5 @@
 """A process reading the sqlite store (the MLflow UI, `scalelab status` paging through runs)
-while the driver writes it: the store keeps a write-ahead log (jobs/tracking/store.py), so
+while the driver writes it: the store keeps a write-ahead log (jobs/tracking/mlflow_store.py), so
 a reader in the middle of a read does not stop the ledger's writes. In sqlite's default
 rollback-journal mode the reader's lock held every write back until sqlite gave up with
 "database is locked"."""

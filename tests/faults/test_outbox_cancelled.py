@@ -16,9 +16,9 @@ import pytest
 from faults.mlflow_kit import env, mlflow_points, scalelab, sweep_yaml
 
 from scalelab.jobs.tracking.outbox import Outbox
-from scalelab.orchestrator.expand import expand
 from scalelab.orchestrator.ledger import Ledger
-from scalelab.orchestrator.spec import parse_spec
+from scalelab.orchestrator.plan.expand import expand
+from scalelab.orchestrator.plan.spec import parse_spec
 
 
 @pytest.mark.slow

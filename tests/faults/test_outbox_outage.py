@@ -26,9 +26,9 @@ from faults.mlflow_kit import (
 )
 
 from scalelab.jobs.tracking.tracker import FINISH_TIMEOUT_VAR
-from scalelab.orchestrator.expand import expand
 from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable
-from scalelab.orchestrator.spec import parse_spec
+from scalelab.orchestrator.plan.expand import expand
+from scalelab.orchestrator.plan.spec import parse_spec
 
 # The job waits FINISH_WAIT_S for MLflow at its end (30 s by default: the window the outage
 # of issue 17 outlasted); the outage outlasts that wait several times over.

@@ -170,8 +170,8 @@ def test_a_remote_object_that_does_not_match_its_checksum_is_refused(
 def test_the_storage_setting_is_checked_and_reaches_every_trial(tmp_path):
     from pydantic import ValidationError
 
-    from scalelab.orchestrator.expand import expand
-    from scalelab.orchestrator.spec import SweepSpec
+    from scalelab.orchestrator.plan.expand import expand
+    from scalelab.orchestrator.plan.spec import SweepSpec
 
     base = {"model": {"size": "nano", "vocab_size": 256, "block_size": 32},
             "data": {"seq_len": 32}, "train": {"tokens": 2048, "global_batch_tokens": 256}}  # fmt: skip

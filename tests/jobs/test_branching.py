@@ -1,5 +1,5 @@
 """A wsd cooldown branch seeded by its trunk gives the numbers of the same trial trained
-alone from step 0 (orchestrator/branching.py, jobs/training/branch_seed.py)."""
+alone from step 0 (orchestrator/plan/branching.py, jobs/training/branch_seed.py)."""
 
 import pytest
 from mlflow.tracking import MlflowClient

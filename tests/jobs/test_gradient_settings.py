@@ -1,12 +1,12 @@
 """Issue 26, item 6b: the gradient settings reach DeepSpeed's engine and the planner counts
-what each keeps (orchestrator/memory.py); BF16_Optimizer (ZeRO-1, bf16, fp32 accumulation:
+what each keeps (orchestrator/plan/memory.py); BF16_Optimizer (ZeRO-1, bf16, fp32 accumulation:
 the ladder's setting) sums each micro-batch's gradient once."""
 
 import pytest
 import torch
 
 from scalelab.jobs.training.ds_config import deepspeed_config, plan_batch
-from scalelab.orchestrator.memory import ZeroSettings, model_state_bytes, parameter_sizes
+from scalelab.orchestrator.plan.memory import ZeroSettings, model_state_bytes, parameter_sizes
 
 BUCKET = 1_234_567
 

@@ -9,7 +9,7 @@ import time
 import pytest
 from mlflow.exceptions import MlflowException
 
-from scalelab.jobs.tracking import store as tracking_store
+from scalelab.jobs.tracking import mlflow_store as tracking_store
 
 
 def _closed_port() -> int:

@@ -24,7 +24,7 @@ from scalelab.jobs.config import JobConfig
 from scalelab.models.build import build
 from scalelab.models.config import ModelConfig
 from scalelab.models.flops import count_params
-from scalelab.orchestrator.memory import parameter_sizes
+from scalelab.orchestrator.plan.memory import parameter_sizes
 
 # The TSA authors' choices as scalelab's options (sweeps/tsa*.yaml set the same).
 AUTHORS_TSA = dict(

@@ -87,7 +87,7 @@ backend: {backend}
 
 
 def wsd_sweep_yaml(name: str, *, seed: int, backend: str) -> str:
-    """Budgets 1, 2 and 4x of one wsd trial (orchestrator/branching.py): the longest is the
+    """Budgets 1, 2 and 4x of one wsd trial (orchestrator/plan/branching.py): the longest is the
     trunk, the two shorter ones its cooldown branches."""
     return f"""
 name: {name}
@@ -114,14 +114,14 @@ CHINCHILLA_LADDER = HERE.parents[1] / "benchmarks" / "data" / "chinchilla_ladder
 def chinchilla(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     """The real Chinchilla ladder (245 runs, 57M to 16B; tokens int64 C/6N, up to ~5e11)
     imported as sweep 'chin' in a work directory of its own: its trials table."""
-    from scalelab.analysis.results import store
+    from scalelab.analysis.results import tables
     from scalelab.analysis.results.imports import import_file
 
     monkeypatch.setenv("SCALELAB_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("SCALELAB_DEBUG", raising=False)
     import_file(CHINCHILLA_LADDER, "chin")
-    return store.read_table(store.TRIALS, "chin")
+    return tables.read_table(tables.TRIALS, "chin")
 
 
 PYTHIA_LADDER = HERE.parents[1] / "benchmarks" / "data" / "pythia_ladder.csv"
@@ -132,11 +132,11 @@ def pythia(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     """The Pythia suite's zero-shot accuracies (7 sizes, 70M to 12B, 16 checkpoints each;
     no validation loss) imported as sweep 'pythia' in a work directory of its own: its
     trials table."""
-    from scalelab.analysis.results import store
+    from scalelab.analysis.results import tables
     from scalelab.analysis.results.imports import import_file
 
     monkeypatch.setenv("SCALELAB_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("SCALELAB_DEBUG", raising=False)
     import_file(PYTHIA_LADDER, "pythia")
-    return store.read_table(store.TRIALS, "pythia")
+    return tables.read_table(tables.TRIALS, "pythia")

@@ -189,7 +189,7 @@ def stepping_wsd(job: JobConfig, run_id: str | None = None) -> dict:
     past its checkpoint. (A step trained but not yet checkpointed when its worker was
     killed is trained again by the resume, as the training job does: that is no repeat.)"""
     from scalelab.contract.workdir import trial_dir
-    from scalelab.jobs.budget import total_steps
+    from scalelab.jobs.token_budget import total_steps
 
     _record(job, run_id)
     here = trial_dir(job.trial_id)

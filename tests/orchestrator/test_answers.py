@@ -20,10 +20,10 @@ from scalelab.analysis.scaling import (
     pair_trials,
     paired_gain,
 )
-from scalelab.analysis.scaling.advice import Option, advise
 from scalelab.analysis.scaling.checks import check_power_law
-from scalelab.analysis.scaling.forecast import fit_forecast_law
+from scalelab.analysis.scaling.loss_interval import fit_forecast_law
 from scalelab.analysis.scaling.lsq import lsq_power_law
+from scalelab.analysis.scaling.power_analysis import Option, advise
 
 AXES = ["size", "tokens"]
 N_LADDERS = 200
@@ -255,7 +255,7 @@ def test_the_demos_backtest_reports_everything_its_check_found():
     """The demo's dense trials (make demo, 2026-12-01), micro held out and forecast from
     nano and tiny: four points, so the law without E, whose alpha the data do not pin
     down. The report's notes once gave the fallback only."""
-    from scalelab.analysis.results.forecast import forecast_table
+    from scalelab.analysis.results.loss_forecast import forecast_table
 
     runs = [("nano", 32768, 2.577e10, 3.8644), ("nano", 98304, 7.731e10, 2.9727),
             ("tiny", 32768, 7.731e10, 3.3798), ("tiny", 98304, 2.319e11, 2.6888),

@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 
 from scalelab.cli.main import app
 from scalelab.contract.workdir import trial_dir
-from scalelab.orchestrator.expand import expand
 from scalelab.orchestrator.ledger import Ledger
-from scalelab.orchestrator.spec import parse_spec
+from scalelab.orchestrator.plan.expand import expand
+from scalelab.orchestrator.plan.spec import parse_spec
 
 JOB = "jobs_for_tests:stepping_wsd"
 

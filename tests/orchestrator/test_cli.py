@@ -194,9 +194,9 @@ def test_status_watch_refreshes_until_every_trial_is_done(
 ):
     import threading
 
-    from scalelab.orchestrator.expand import expand
+    from scalelab.orchestrator.plan.expand import expand
+    from scalelab.orchestrator.plan.spec import parse_spec
     from scalelab.orchestrator.scheduler import run_sweep
-    from scalelab.orchestrator.spec import parse_spec
 
     trial_sleep(1)
     spec, source = parse_spec(sweep_yaml(sweep_name, seeds=3))  # concurrency 2: two rounds

@@ -86,7 +86,7 @@ def test_a_hub_that_does_not_answer_is_a_blocker_within_the_time_out(monkeypatch
     import huggingface_hub.constants as hub
 
     from scalelab.jobs.config import DataConfig
-    from scalelab.orchestrator.data_availability import hub_problems
+    from scalelab.orchestrator.plan.data_availability import hub_problems
 
     for key in OFFLINE:
         monkeypatch.delenv(key, raising=False)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from scalelab.orchestrator.expand import expand
 from scalelab.orchestrator.ledger import Ledger
+from scalelab.orchestrator.plan.expand import expand
+from scalelab.orchestrator.plan.spec import parse_spec
 from scalelab.orchestrator.scheduler import run_sweep
-from scalelab.orchestrator.spec import parse_spec
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from synthetic_ladder import ChinchillaTruth, bending_ladder
 
-from scalelab.analysis.results.forecast import forecast_table
+from scalelab.analysis.results.loss_forecast import forecast_table
 from scalelab.analysis.scaling.chinchilla import fit_chinchilla
 from scalelab.analysis.scaling.robust import (
     data_box,

@@ -67,7 +67,7 @@ def test_the_check_flags_five_off_law_points_and_excluding_them_recovers_the_exp
     """Five runs 8% above an exact law at small D/N: each is flagged by its label, the check
     fails (it once passed fits with 16-23% residuals), and the fit without them holds the
     true exponents within its intervals."""
-    from scalelab.analysis.results.forecast import forecast_table
+    from scalelab.analysis.results.loss_forecast import forecast_table
 
     truth = ChinchillaTruth(n_off=5)
     ladder = chinchilla_ladder(np.random.default_rng(7), truth)

@@ -11,7 +11,7 @@ import pyarrow as pa
 from click.testing import Result
 from typer.testing import CliRunner
 
-from scalelab.analysis.results import store
+from scalelab.analysis.results import tables
 
 
 def _invoke(*args: str, env: dict[str, str] | None = None) -> Result:
@@ -85,7 +85,7 @@ def test_plot_takes_where(chinchilla: pa.Table):
 
 
 def test_an_unexpected_failure_is_one_line_and_its_traceback_on_demand(chinchilla: pa.Table):
-    (part,) = store.partition_dir(store.TRIALS, "chin").glob("*.parquet")
+    (part,) = tables.partition_dir(tables.TRIALS, "chin").glob("*.parquet")
     part.write_bytes(b"not parquet")  # a table cut short: pyarrow's ArrowInvalid
     for command in ("query", "fit"):
         says = _refused(command, "chin")

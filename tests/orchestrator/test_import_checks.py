@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from scalelab.analysis.results import ResultsError, store
+from scalelab.analysis.results import ResultsError, tables
 from scalelab.analysis.results.imports import import_file
 
 LADDER = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "chinchilla_ladder.csv"
@@ -30,7 +30,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _trials(sweep: str) -> list[dict]:
-    return store.read_table(store.TRIALS, sweep).to_pylist()
+    return tables.read_table(tables.TRIALS, sweep).to_pylist()
 
 
 def _cli(*args: str) -> tuple[int, str]:
@@ -75,7 +75,7 @@ def test_loss_vs_params_draws_one_point_per_size(home: Path):
     from scalelab.analysis.results.fit import fit_table
 
     import_file(LADDER, "chin")
-    fit = fit_table(store.read_table(store.TRIALS, "chin"), "chin", resample=False)
+    fit = fit_table(tables.read_table(tables.TRIALS, "chin"), "chin", resample=False)
     figure = loss_vs_params(fit)
     [line] = [x for x in figure.axes[0].get_lines() if "best per size" in x.get_label()]
     x, y = line.get_data()
@@ -107,7 +107,7 @@ def test_text_not_utf8_is_refused_in_one_line_that_says_where(home: Path, tmp_pa
     lines.write_bytes('{"N": 1e8, "D": 2e9, "loss": 3.1, "variant": "dénse"}\n'.encode("latin-1"))
     code, out = _cli(str(lines), "--sweep", "enc")
     assert code == 2 and "Traceback" not in out and f"{lines}:1: byte 0xe9" in out
-    assert store.read_table(store.TRIALS, "enc") is None
+    assert tables.read_table(tables.TRIALS, "enc") is None
 
 
 def test_utf8_with_a_bom_and_utf8_bytes_in_parquet_are_read(home: Path, tmp_path: Path):
@@ -148,7 +148,7 @@ def test_identical_rows_are_refused_unless_told_to_merge_or_keep(home: Path, tmp
     assert f"{csv}:4: the same as line 2 in every field read" in out
     assert f"{csv}:5: the same as line 3 in every field read" in out
     assert f"{csv}:6: the same as line 2 in every field read" in out
-    assert "--duplicates merge" in out and store.read_table(store.TRIALS, "dup") is None
+    assert "--duplicates merge" in out and tables.read_table(tables.TRIALS, "dup") is None
     code, out = _cli(str(csv), "--sweep", "dup", "--duplicates", "merge")
     assert code == 0 and "imported 2 trials" in out and "3 repeated row(s) merged" in out, out
     assert sorted(r["name"] for r in _trials("dup")) == ["dup.csv:2", "dup.csv:3"]

@@ -13,9 +13,9 @@ from conftest import sweep_yaml
 from faults.mlflow_kit import MlflowServer
 
 from scalelab.contract.trial_time import parse_timestamp
-from scalelab.orchestrator.expand import expand
 from scalelab.orchestrator.ledger import Ledger
-from scalelab.orchestrator.spec import parse_spec
+from scalelab.orchestrator.plan.expand import expand
+from scalelab.orchestrator.plan.spec import parse_spec
 
 
 def _sweep(name: str, seeds: int = 3):

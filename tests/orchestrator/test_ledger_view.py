@@ -15,10 +15,10 @@ from pathlib import Path
 from conftest import sweep_yaml
 
 from scalelab.contract.workdir import tracking_uri
-from scalelab.orchestrator.expand import expand
 from scalelab.orchestrator.ledger import Ledger
 from scalelab.orchestrator.ledger.view import KNOWN_SCHEMAS, SweepView, read_sweep, sqlite_runs
-from scalelab.orchestrator.spec import parse_spec
+from scalelab.orchestrator.plan.expand import expand
+from scalelab.orchestrator.plan.spec import parse_spec
 
 DEMO = Path(__file__).resolve().parents[2] / "sweeps" / "demo.yaml"
 HEAVY = ("mlflow", "sqlalchemy", "torch", "numpy")

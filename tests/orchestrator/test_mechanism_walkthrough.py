@@ -12,10 +12,10 @@ from scalelab.analysis.results import load_trials, sync
 from scalelab.models import catalog
 from scalelab.models.build import build
 from scalelab.models.mechanism import registered
-from scalelab.orchestrator.expand import expand
 from scalelab.orchestrator.ledger import Ledger
+from scalelab.orchestrator.plan.expand import expand
+from scalelab.orchestrator.plan.spec import parse_spec
 from scalelab.orchestrator.scheduler import run_sweep
-from scalelab.orchestrator.spec import parse_spec
 
 
 @pytest.mark.slow

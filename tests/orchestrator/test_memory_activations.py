@@ -1,4 +1,4 @@
-"""The planner's activation bytes per token and layer (orchestrator/memory.py) against what
+"""The planner's activation bytes per token and layer (orchestrator/plan/memory.py) against what
 autograd really keeps: every tensor a forward pass saves for backward, seen through
 `torch.autograd.graph.saved_tensors_hooks`, counted once per storage, parameters left out.
 
@@ -13,7 +13,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from scalelab.jobs.training.train import _checkpointed
 from scalelab.models.build import build
 from scalelab.models.config import ModelConfig
-from scalelab.orchestrator.memory import activation_model
+from scalelab.orchestrator.plan.memory import activation_model
 
 B, T = 2, 64
 

@@ -1,4 +1,4 @@
-"""The planner's parameter + gradient + optimizer bytes per rank (orchestrator/memory.py)
+"""The planner's parameter + gradient + optimizer bytes per rank (orchestrator/plan/memory.py)
 against real DeepSpeed engines on CPU: 1 and 2 gloo ranks, ZeRO 0-3, bf16 and fp32, with and
 without optimizer offload, at two model sizes. Each engine is measured by
 engine_memory_worker.py; the estimate must be within 10% of what the engine holds, DeepSpeed's
@@ -13,7 +13,7 @@ from forked_ranks import on_ranks
 
 from scalelab.jobs.config import JobConfig
 from scalelab.jobs.training.ds_config import deepspeed_config, plan_batch
-from scalelab.orchestrator.memory import (
+from scalelab.orchestrator.plan.memory import (
     ZeroSettings,
     checkpoint_bytes,
     model_state_bytes,
@@ -101,7 +101,7 @@ def test_zero_settings_defaults_are_deepspeeds():
     from deepspeed.runtime.engine import MEMORY_OPT_ALLREDUCE_SIZE
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 
-    from scalelab.orchestrator.memory import DS_ALLREDUCE_PIECE
+    from scalelab.orchestrator.plan.memory import DS_ALLREDUCE_PIECE
 
     assert DS_ALLREDUCE_PIECE == MEMORY_OPT_ALLREDUCE_SIZE  # BF16_Optimizer's all-reduce pieces
     for stage in (1, 3):

@@ -17,10 +17,10 @@ from scalelab.contract.runs import Role, Status, Tag
 from scalelab.jobs.config import JobConfig
 from scalelab.jobs.tracking.provenance import mlflow_params
 from scalelab.orchestrator import migrate
-from scalelab.orchestrator.expand import expand
 from scalelab.orchestrator.ledger import Ledger
 from scalelab.orchestrator.migrate import MigrationRefused, migrate_sweep, needs_migration
-from scalelab.orchestrator.spec import parse_spec
+from scalelab.orchestrator.plan.expand import expand
+from scalelab.orchestrator.plan.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = json.loads((Path(__file__).parent / "data" / "demo_v0_jobs.json").read_text())

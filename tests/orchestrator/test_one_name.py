@@ -21,9 +21,9 @@ from typer.testing import CliRunner
 
 from scalelab.cli.main import app
 from scalelab.contract.workdir import trial_log
-from scalelab.orchestrator.expand import expand
 from scalelab.orchestrator.ledger import Ledger
-from scalelab.orchestrator.spec import parse_spec
+from scalelab.orchestrator.plan.expand import expand
+from scalelab.orchestrator.plan.spec import parse_spec
 from scalelab.orchestrator.trial_select import UnknownTrial, select
 
 runner = CliRunner()
@@ -99,7 +99,7 @@ def test_one_run_time_and_one_queue_time_in_every_view(home):
     from scalelab.analysis.results import load_trials
     from scalelab.cli.sweep_view import TrialLines
     from scalelab.contract.workdir import tracking_uri
-    from scalelab.orchestrator.expand import Trial
+    from scalelab.orchestrator.plan.expand import Trial
 
     times, first = home["times"], home["trials"][0]
     run = MlflowClient(tracking_uri()).get_run(first.run_id).info

@@ -1,4 +1,4 @@
-"""The plan of each trial (orchestrator/planner.py): what it counts, what it refuses, and
+"""The plan of each trial (orchestrator/plan/planner.py): what it counts, what it refuses, and
 the smallest change it proposes. The memory model itself is checked against real engines
 and autograd in test_memory_engines.py and test_memory_activations.py."""
 
@@ -17,10 +17,10 @@ from scalelab.jobs.gpus import GPUS
 from scalelab.models.build import build
 from scalelab.models.config import ModelConfig
 from scalelab.models.flops import forward_flops_per_token
-from scalelab.orchestrator.expand import expand
-from scalelab.orchestrator.memory import PROCESS_HOST_BYTES, parameter_sizes
-from scalelab.orchestrator.planner import Placement, plan_sweep, plan_trial
-from scalelab.orchestrator.spec import SpecError, load_spec, parse_spec
+from scalelab.orchestrator.plan.expand import expand
+from scalelab.orchestrator.plan.memory import PROCESS_HOST_BYTES, parameter_sizes
+from scalelab.orchestrator.plan.planner import Placement, plan_sweep, plan_trial
+from scalelab.orchestrator.plan.spec import SpecError, load_spec, parse_spec
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 runner = CliRunner()
@@ -203,7 +203,7 @@ def test_the_planner_and_the_cli_import_no_torch():
     import sys
 
     code = (
-        "import sys, scalelab.cli.main, scalelab.orchestrator.planner, scalelab.jobs.training.ds_config, scalelab.jobs.gpus; "
+        "import sys, scalelab.cli.main, scalelab.orchestrator.plan.planner, scalelab.jobs.training.ds_config, scalelab.jobs.gpus; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

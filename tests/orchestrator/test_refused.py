@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 
 from scalelab.cli.main import app
 from scalelab.contract.runs import Tag
-from scalelab.orchestrator.expand import expand
 from scalelab.orchestrator.ledger import Ledger
+from scalelab.orchestrator.plan.expand import expand
+from scalelab.orchestrator.plan.spec import parse_spec
 from scalelab.orchestrator.scheduler import run_sweep
-from scalelab.orchestrator.spec import parse_spec
 from scalelab.orchestrator.tracking_store import tracking_refusal
 
 runner = CliRunner()

@@ -9,10 +9,10 @@ import time
 
 from conftest import calls, sweep_yaml
 
-from scalelab.orchestrator.expand import expand
 from scalelab.orchestrator.ledger import Ledger
+from scalelab.orchestrator.plan.expand import expand
+from scalelab.orchestrator.plan.spec import parse_spec
 from scalelab.orchestrator.scheduler import run_sweep
-from scalelab.orchestrator.spec import parse_spec
 
 
 def test_a_cancelled_trial_submitted_again_is_open_while_it_runs(

@@ -20,8 +20,8 @@ from scalelab.analysis.results import (
     load_trials,
     metric_at,
     query,
-    store,
     sync,
+    tables,
 )
 from scalelab.analysis.results.fit import fit_sweep
 from scalelab.analysis.results.query import ResultsWarning
@@ -74,7 +74,7 @@ def test_row_groups_are_large(tmp_path):
     n = 300_000
     t = pa.table({"trial_id": ["a"] * n, "step": np.arange(n), "tokens": np.arange(n),
                   "flops": np.ones(n), "metric": ["m"] * n, "value": np.ones(n)})  # fmt: skip
-    part = store.write_table(store.CURVES, "big", t.cast(store.curves_schema()), tmp_path)
+    part = tables.write_table(tables.CURVES, "big", t.cast(tables.curves_schema()), tmp_path)
     meta = pq.ParquetFile(next(part.glob("*.parquet"))).metadata
     assert meta.num_rows == n and meta.num_row_groups == 1
 

@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 from typer.testing import CliRunner
 
-from scalelab.analysis.results import store
+from scalelab.analysis.results import tables
 from scalelab.analysis.results.compare import compare_table
 from scalelab.cli.main import app
 
@@ -56,7 +56,7 @@ def test_a_metric_is_compared_pair_by_pair_with_a_t_interval():
 def test_the_cli_reads_the_store_and_names_the_eval_columns_it_has(tmp_path, monkeypatch):
     monkeypatch.setenv("SCALELAB_HOME", str(tmp_path))
     table, diffs = _trials(np.random.default_rng(5))
-    store.write_table(store.TRIALS, "evals", table)
+    tables.write_table(tables.TRIALS, "evals", table)
     shown = CliRunner().invoke(
         app, ["results", "compare", "evals", "-m", "eval_piqa_acc", "--json"]
     )

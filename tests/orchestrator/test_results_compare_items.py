@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from scalelab.analysis.results import store
+from scalelab.analysis.results import tables
 from scalelab.analysis.results.compare import compare_table, items_from_stderr
 from scalelab.cli.main import app
 
@@ -81,7 +81,7 @@ def test_a_loss_or_an_accuracy_without_a_standard_error():
 
 def test_the_cli_prints_the_items_the_chance_level_and_the_warning(tmp_path, monkeypatch):
     monkeypatch.setenv("SCALELAB_HOME", str(tmp_path))
-    store.write_table(store.TRIALS, "zen", _trials(8, 0.27, 0.0))
+    tables.write_table(tables.TRIALS, "zen", _trials(8, 0.27, 0.0))
     args = ["results", "compare", "zen", "-m", "eval_scalelab_zen_acc", "-b", "dense"]
     shown = CliRunner().invoke(app, args)
     assert shown.exit_code == 0, shown.output

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 import scalelab
-from scalelab.analysis.results import ResultsError, store
+from scalelab.analysis.results import ResultsError, tables
 from scalelab.analysis.results.imports import import_file
 from scalelab.analysis.scaling import ChinchillaFit, bootstrap, fit_chinchilla
 
@@ -62,7 +62,7 @@ def test_import_fit_forecast_advise_report_without_mlflow(home: Path, tmp_path: 
     assert "imported 48 trials" in out
     out = _run("import", str(csv), "--sweep", "pub")  # again: replaces, never duplicates
     assert "replacing its 48 previously imported rows" in out
-    assert store.read_table(store.TRIALS, "pub").num_rows == 48
+    assert tables.read_table(tables.TRIALS, "pub").num_rows == 48
     fit = json.loads(_run("fit", "pub", "--json", "--resamples", "20", "--budget", "1e21,1e22"))
     assert fit["variants"] == ["dense", "hadamard"] and fit["n_used"] == 48
     assert {(a["variant"], a["flops"]) for a in fit["allocation"]} == {
@@ -82,7 +82,7 @@ def test_import_fit_forecast_advise_report_without_mlflow(home: Path, tmp_path: 
     assert scalelab.results("pub").num_rows == 48
     assert scalelab.forecast("pub", flops=1e21).predictions[0].loss > TRUTH.E
     # trials written without curves (by hand, as in issue 28): the plots draw what there is
-    shutil.rmtree(store.partition_dir(store.CURVES, "pub"))
+    shutil.rmtree(tables.partition_dir(tables.CURVES, "pub"))
     where = "variant == 'dense'"
     printed = _run("report", "pub", "--resamples", "10", "--where", where).splitlines()
     report = Path(printed[0].removeprefix("report: "))
@@ -107,7 +107,7 @@ def test_import_errors_name_the_line_and_write_nothing(home: Path, tmp_path: Pat
         f"{bad}:5: loss -1.0: expected a positive finite number",
         f"{bad}:6: loss is missing",
     ]
-    assert store.read_table(store.TRIALS, "bad") is None
+    assert tables.read_table(tables.TRIALS, "bad") is None
     bad.write_text("N,tokens,loss\n1e8,2e9,3.1\n1e8,2e9\n")
     with pytest.raises(ResultsError, match=f"{bad}:3: 2 fields where the header has 3"):
         import_file(bad, "bad")

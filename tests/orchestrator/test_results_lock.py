@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from synthetic_sweep import write_sweep
 
-from scalelab.analysis.results import ResultsError, store
+from scalelab.analysis.results import ResultsError, tables
 from scalelab.analysis.results.imports import import_file
 from scalelab.contract import workdir
 
@@ -47,7 +47,7 @@ def _csv(path: Path, names: list[str]) -> Path:
 
 
 def _names(sweep: str) -> set[str]:
-    return set(store.read_table(store.TRIALS, sweep, columns=["name"])["name"].to_pylist())
+    return set(tables.read_table(tables.TRIALS, sweep, columns=["name"])["name"].to_pylist())
 
 
 def _open_writer(fifo: Path, proc: subprocess.Popen) -> int:
@@ -90,7 +90,7 @@ def test_an_import_during_a_sync_waits_and_both_keep_their_rows(home: Path, tmp_
     assert imp.wait(WAIT_S) == 0, (imp.stdout.read(), said)
     reader.join(WAIT_S)
     trained = {t.trial_id for t in trials}
-    table = store.read_table(store.TRIALS, "race").to_pylist()
+    table = tables.read_table(tables.TRIALS, "race").to_pylist()
     assert {r["trial_id"] for r in table if r["curves_source"] != "imported"} == trained
     assert _names("race") - {r["name"] for r in table if r["trial_id"] in trained} == {
         "b1", "b2", "b3"
@@ -101,8 +101,8 @@ def test_an_import_during_a_sync_waits_and_both_keep_their_rows(home: Path, tmp_
 def test_a_writer_waits_a_bounded_time_then_says_who_holds_it(home: Path, tmp_path: Path):
     import_file(_csv(tmp_path / "a.csv", ["a1"]), "held")
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom scalelab.analysis.results import store\n"
-         "with store.tables_lock('held'):\n    print('held', flush=True)\n    time.sleep(600)"],
+        [sys.executable, "-c", "import sys, time\nfrom scalelab.analysis.results import tables\n"
+         "with tables.tables_lock('held'):\n    print('held', flush=True)\n    time.sleep(600)"],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

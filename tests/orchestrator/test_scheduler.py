@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from conftest import calls, sweep_yaml, wsd_sweep_yaml
 
-from scalelab.orchestrator.expand import expand
 from scalelab.orchestrator.ledger import Ledger
+from scalelab.orchestrator.plan.expand import expand
+from scalelab.orchestrator.plan.spec import parse_spec
 from scalelab.orchestrator.scheduler import run_sweep
-from scalelab.orchestrator.spec import parse_spec
 
 
 def _setup(name: str, **kw):
@@ -266,7 +266,7 @@ def test_hundreds_of_noop_trials_finish_and_no_worker_crashes(ray_session, work_
 def test_wsd_branches_wait_for_their_trunks_seed(ray_session, work_home, sweep_name):
     """Budgets 1, 2, 4x of a wsd trial: the longest is the trunk; the two shorter ones
     (launched first without branching: smallest compute first) start only once the trunk
-    has seeded them, and every trial runs once (orchestrator/branching.py)."""
+    has seeded them, and every trial runs once (orchestrator/plan/branching.py)."""
     backend = "{concurrency: 3, max_retries: 0, cpus_per_trial: 0.5}"
     spec, source = parse_spec(wsd_sweep_yaml(sweep_name, seed=11, backend=backend))
     trials = expand(spec, source)

@@ -11,10 +11,10 @@ from mlflow import MlflowClient
 from scalelab.contract import workdir
 from scalelab.contract.runs import Tag
 from scalelab.contract.workdir import tracking_uri
-from scalelab.orchestrator.expand import expand
 from scalelab.orchestrator.ledger import Ledger
+from scalelab.orchestrator.plan.expand import expand
+from scalelab.orchestrator.plan.spec import parse_spec
 from scalelab.orchestrator.scheduler import run_sweep
-from scalelab.orchestrator.spec import parse_spec
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

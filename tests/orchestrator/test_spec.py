@@ -8,8 +8,8 @@ import pytest
 
 from scalelab.jobs.config import JobConfig
 from scalelab.models.flops import train_flops_per_token
-from scalelab.orchestrator.expand import expand, plan_rows
-from scalelab.orchestrator.spec import SpecError, SweepSpec, load_spec, parse_spec
+from scalelab.orchestrator.plan.expand import expand, plan_rows
+from scalelab.orchestrator.plan.spec import SpecError, SweepSpec, load_spec, parse_spec
 
 BASE = """
 name: s
@@ -255,7 +255,7 @@ BATCHED = BASE.replace("tokens: 4096}", "tokens: 4096, global_batch_tokens: 512}
 
 
 def test_eval_downstream_is_checked_at_its_line_and_not_in_the_trial_id(tmp_path):
-    from scalelab.orchestrator.job_checks import check_trials
+    from scalelab.orchestrator.plan.job_checks import check_trials
 
     spec, source = parse_spec(BATCHED + "grid: {seed: [0, 1]}\n")
     ids = [t.trial_id for t in expand(spec, source)]

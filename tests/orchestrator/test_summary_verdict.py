@@ -19,11 +19,11 @@ from scalelab.analysis.results.verdict import (
     verdict_lines,
 )
 from scalelab.analysis.scaling import Interval
-from scalelab.analysis.scaling.advice import Advice, Option, Projection
 from scalelab.analysis.scaling.cells import Pairs
 from scalelab.analysis.scaling.checks import FitCheck
 from scalelab.analysis.scaling.paired import PairedGain
-from scalelab.orchestrator.spec import parse_spec
+from scalelab.analysis.scaling.power_analysis import Advice, Option, Projection
+from scalelab.orchestrator.plan.spec import parse_spec
 
 DEMO = Path(__file__).resolve().parents[2] / "sweeps" / "demo.yaml"
 AXES = ("model.size", "train.tokens")

@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from scalelab.cli.main import app
 from scalelab.contract.runs import Status
-from scalelab.orchestrator.expand import expand
 from scalelab.orchestrator.ledger import Ledger
-from scalelab.orchestrator.spec import parse_spec
+from scalelab.orchestrator.plan.expand import expand
+from scalelab.orchestrator.plan.spec import parse_spec
 
 runner = CliRunner()
 

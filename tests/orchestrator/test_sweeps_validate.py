@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from scalelab.models.config import ModelConfig
 from scalelab.models.flops import count_params
 from scalelab.models.sizes import get_size
-from scalelab.orchestrator.expand import Trial, expand, plan_rows
-from scalelab.orchestrator.spec import load_spec
+from scalelab.orchestrator.plan.expand import Trial, expand, plan_rows
+from scalelab.orchestrator.plan.spec import load_spec
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 SWEEP_FILES = sorted(SWEEPS.glob("*.yaml")) + sorted(SWEEPS.glob("*.yml"))

@@ -15,10 +15,10 @@ import pyarrow.csv as pcsv
 import pytest
 from typer.testing import CliRunner
 
-from scalelab.analysis.results import ResultsError, store
+from scalelab.analysis.results import ResultsError, tables
 from scalelab.analysis.results.imports import import_file
 from scalelab.analysis.results.task_forecast import task_forecast_table
-from scalelab.analysis.scaling.task_forecast import (
+from scalelab.analysis.scaling.task_laws import (
     TaskForecastError,
     _sigmoid,
     chance_refusal,
@@ -107,7 +107,7 @@ def test_a_ladder_at_chance_is_refused_in_one_line(home: Path, tmp_path: Path):
     se = np.sqrt(acc * (1 - acc) / ITEMS)
     loss = np.exp(STEP1[0] - STEP1[1] * np.log(C))
     import_file(_table_csv(tmp_path / "flat.csv", acc, loss, N, 20 * N, se), "flat")
-    table = store.read_table(store.TRIALS, "flat")
+    table = tables.read_table(tables.TRIALS, "flat")
     with pytest.raises(ResultsError) as e:
         task_forecast_table(table, "flat", "eval_piqa_acc", holdout_params=N[-2])
     text = str(e.value)
@@ -126,7 +126,7 @@ def test_import_reads_accuracy_columns(home: Path, tmp_path: Path):
     path = _table_csv(tmp_path / "acc.csv", acc, np.linspace(1.5, 1.1, N.size), N, 20 * N,
                       np.full(N.size, 0.01))  # fmt: skip
     result = import_file(path, "acc")
-    table = store.read_table(store.TRIALS, "acc")
+    table = tables.read_table(tables.TRIALS, "acc")
     assert {"eval_piqa_acc", "eval_piqa_bpb", "eval_piqa_acc_stderr"} <= set(table.column_names)
     assert np.allclose(table["eval_piqa_acc"].to_numpy(), np.sort(acc))
     assert result.ignored == ()

@@ -159,8 +159,8 @@ def test_a_claimant_killed_with_sigkill_loses_the_trial_to_the_other_sweep(
 
 
 def _ledger_of(name: str, seed: int, **kwargs) -> tuple[Ledger, str]:
-    from scalelab.orchestrator.expand import expand
-    from scalelab.orchestrator.spec import parse_spec
+    from scalelab.orchestrator.plan.expand import expand
+    from scalelab.orchestrator.plan.spec import parse_spec
 
     spec, source = parse_spec(sweep_yaml(name, seeds=1, first_seed=seed))
     trials = expand(spec, source)

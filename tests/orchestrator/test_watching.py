@@ -23,9 +23,9 @@ from scalelab.cli.main import app
 from scalelab.contract.trial_time import parse_timestamp
 from scalelab.contract.workdir import tracking_uri, trial_dir, trial_log
 from scalelab.jobs.tracking.trial_logs import follow
-from scalelab.orchestrator.expand import expand
 from scalelab.orchestrator.ledger import Ledger
-from scalelab.orchestrator.spec import parse_spec
+from scalelab.orchestrator.plan.expand import expand
+from scalelab.orchestrator.plan.spec import parse_spec
 
 runner = CliRunner()
 SCALELAB = Path(sys.executable).with_name("scalelab")

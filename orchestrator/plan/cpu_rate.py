@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from scalelab.orchestrator.spec import SweepSpec
+    from scalelab.orchestrator.plan.spec import SweepSpec
 
 CPU_MFU = 0.5  # training FLOP/s over the probe's (docs/sweep-yaml.md, "Dry-run")
 PROBE_N = 256  # the matrices' side: the width of the small models a CPU trains

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from scalelab.jobs.checks import check_environment, check_placement
 from scalelab.jobs.config import JobCheckError, MissingData
-from scalelab.orchestrator.expand import MAX_PROBLEMS, Trial, trial_problem
-from scalelab.orchestrator.spec import SourceMap, SpecError, SweepSpec
+from scalelab.orchestrator.plan.expand import MAX_PROBLEMS, Trial, trial_problem
+from scalelab.orchestrator.plan.spec import SourceMap, SpecError, SweepSpec
 
 
 @dataclass(frozen=True)
@@ -31,9 +31,9 @@ def check_trials(spec: SweepSpec, trials: list[Trial], source: SourceMap) -> tup
     """Raise SpecError listing every (distinct) problem; the data checks run once per
     distinct (data, model) pair. Data that is not here (a missing file, a hub dataset
     neither cached nor reachable) is not a problem of the sweep: it is returned, one line
-    per place in the file that names it (orchestrator/data_availability.py checks the hub
+    per place in the file that names it (orchestrator/plan/data_availability.py checks the hub
     datasets, all at once and bounded in time)."""
-    from scalelab.orchestrator.data_availability import hub_problems
+    from scalelab.orchestrator.plan.data_availability import hub_problems
 
     world_size, device = spec.backend.world_size, spec.backend.device
     environment: dict[tuple[object, object], JobCheckError | None] = {}

@@ -17,11 +17,11 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from scalelab.jobs import identity
-from scalelab.jobs.budget import total_tokens
 from scalelab.jobs.config import JobCheckError, JobConfig
+from scalelab.jobs.token_budget import total_tokens
 from scalelab.models import catalog
 from scalelab.models.flops import count_params, train_flops_per_token
-from scalelab.orchestrator.spec import (
+from scalelab.orchestrator.plan.spec import (
     DEFAULT_MAX_TRIALS,
     SourceMap,
     SpecError,
@@ -289,14 +289,14 @@ def expand(
     progress: Callable[[int], None] | None = None,
 ) -> list[Trial]:
     """All trials of a sweep, smallest training compute first, each wsd trunk's job naming
-    its cooldown branches (orchestrator/branching.py); bad values, and more axis
+    its cooldown branches (orchestrator/plan/branching.py); bad values, and more axis
     combinations than `max_trials` (None: no limit), raise SpecError."""
     source = source or SourceMap("<sweep>", None)
     check_size(spec, source, max_trials)
     trials = list(iter_trials(spec, source, progress))
     if not trials:
         raise SpecError([f"{source.path}: the sweep has no trials"])
-    from scalelab.orchestrator.branching import with_trunks
+    from scalelab.orchestrator.plan.branching import with_trunks
 
     return with_trunks(sorted(trials, key=lambda t: (t.flops, t.trial_id)))
 

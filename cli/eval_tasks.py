@@ -126,7 +126,7 @@ def _device(device: str) -> str:
 def _resync(sweep: str) -> None:
     """The sweep's results tables read the new scores (`results query`, `compare`, ... need
     no `results sync` first): synced again where they were synced before."""
-    from scalelab.analysis.results.store import ResultsError
+    from scalelab.analysis.results.tables import ResultsError
     from scalelab.cli.console import err
     from scalelab.cli.results_common import resynced
 

@@ -11,7 +11,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from scalelab.orchestrator.expand import Trial
+    from scalelab.orchestrator.plan.expand import Trial
 
 AXIS_SECTIONS = ("grid", "zip", "isoflop")  # where swept settings come from (not `variants`)
 SHOWN_APART = {"model.size"}  # a column and a name part of their own

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scalelab.orchestrator.sweep_file import MAX_DEPTH, SourceMap, SpecError, load_yaml
+from scalelab.orchestrator.plan.sweep_file import MAX_DEPTH, SourceMap, SpecError, load_yaml
 
 AXIS_SECTIONS = ("grid", "zip")
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from scalelab.orchestrator.expand import Trial
+    from scalelab.orchestrator.plan.expand import Trial
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from scalelab.jobs.identity import canonical_json
 from scalelab.jobs.schedule import cooldown_start, warmup_steps
 
 if TYPE_CHECKING:
-    from scalelab.orchestrator.expand import Trial
+    from scalelab.orchestrator.plan.expand import Trial
 
 BUDGET_KEYS = ("tokens", "tokens_per_param", "flops")
 # Mechanisms whose layers read the training progress (step / steps: models/budget_layers.py

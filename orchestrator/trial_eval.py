@@ -55,7 +55,7 @@ def evaluate(
     target: str, tasks: list[str], options: EvalOptions | None = None, *, sweep: str | None = None
 ) -> EvalAnswer:
     from scalelab.jobs.downstream import record
-    from scalelab.jobs.downstream.evaluate import task_names
+    from scalelab.jobs.downstream.score_trial import task_names
     from scalelab.jobs.downstream.tasks import TaskError
     from scalelab.jobs.training.trained_model import TrialError
     from scalelab.orchestrator.trial_select import located_trial
@@ -93,12 +93,12 @@ def evaluate(
 
 
 RAN = ("soft_mode", "tsa_alpha", "budget_heads")  # what ran, logged beside a task's scores
-WALL = "wall_s"  # the task's evaluation time (jobs/downstream/evaluate.py)
+WALL = "wall_s"  # the task's evaluation time (jobs/downstream/score_trial.py)
 
 
 def scored_names(tasks: list[str]) -> list[str]:
     """The name each requested task's scores are under (a local YAML: its `task:`)."""
-    from scalelab.jobs.downstream.evaluate import task_names
+    from scalelab.jobs.downstream.score_trial import task_names
     from scalelab.jobs.downstream.tasks import TaskError
 
     try:
@@ -145,7 +145,7 @@ def ran_text(task: str, metrics: dict[str, float]) -> str:
 
 def _client() -> Any:
     from scalelab.orchestrator.ledger import LedgerUnavailable
-    from scalelab.orchestrator.ledger.store import check_reachable, guarded_client
+    from scalelab.orchestrator.ledger.connection import check_reachable, guarded_client
 
     uri = workdir.tracking_uri()
     try:

@@ -1,5 +1,5 @@
 """Forecasts for a synced sweep: the final loss of a larger run, with a prediction
-interval, from the smaller ones (analysis.scaling.forecast), and the backtest that
+interval, from the smaller ones (analysis.scaling.loss_interval), and the backtest that
 holds out a size that was run and checks the forecast against it.
 
 Targets: `size` (a preset larger than the sweep's, at each of the variant's token budgets,
@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .store import ResultsError
+from .tables import ResultsError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from scalelab.analysis.scaling.forecast import ForecastLaw, Prediction
+    from scalelab.analysis.scaling.loss_interval import ForecastLaw, Prediction
 
 
 @dataclass(frozen=True)
@@ -341,7 +341,7 @@ def _fit_cells(rows: pa.Table, mask: np.ndarray, loss: str, law: str, level: flo
     """The forecast law through the masked trials: L(N, D) through the trials themselves,
     as `results fit` does (one law per question); L(C) through the cell means (seeds
     averaged)."""
-    from scalelab.analysis.scaling.forecast import fit_forecast_law
+    from scalelab.analysis.scaling.loss_interval import fit_forecast_law
 
     keys: dict[tuple[float, float], list[int]] = {}
     n, d, c, y = (_col(rows, k) for k in ("n_params", "tokens", "flops", loss))
@@ -366,9 +366,9 @@ def _fit_cells(rows: pa.Table, mask: np.ndarray, loss: str, law: str, level: flo
 
 def _size_targets(rows: pa.Table, size: str) -> list[Target]:
     """The variant's token budgets at `size`: its parameters, tokens and FLOPs from the
-    trials' own configs with the size swapped (orchestrator.expand's resolution)."""
-    from scalelab.jobs.budget import total_tokens
+    trials' own configs with the size swapped (orchestrator.plan.expand's resolution)."""
     from scalelab.jobs.config import JobConfig
+    from scalelab.jobs.token_budget import total_tokens
     from scalelab.models.flops import count_params, train_flops_per_token
     from scalelab.models.sizes import get_size
 

@@ -37,7 +37,7 @@ from scalelab.jobs.config import JobCheckError, JobConfig
 from scalelab.jobs.gpus import gpu_spec
 from scalelab.models import catalog
 from scalelab.models.sizes import get_size
-from scalelab.orchestrator.sweep_file import SourceMap, SpecError, load_yaml, read_sweep
+from scalelab.orchestrator.plan.sweep_file import SourceMap, SpecError, load_yaml, read_sweep
 
 __all__ = ["SourceMap", "SpecError", "SweepSpec", "load_spec", "parse_spec"]
 
@@ -253,7 +253,7 @@ class BackendConfig(FrozenConfig):
 
 
 class EstimateConfig(FrozenConfig):
-    """Assumptions behind the plan (orchestrator/planner.py): time and memory per trial."""
+    """Assumptions behind the plan (orchestrator/plan/planner.py): time and memory per trial."""
 
     mfu: float = Field(0.4, gt=0, le=1, description="assumed model FLOPs utilisation")
     peak_flops: float | None = Field(
@@ -399,7 +399,7 @@ def parse_spec(
 ) -> tuple[SweepSpec, SourceMap]:
     """Validate a sweep's text, with command-line `overrides` (KEY=VALUE, orchestrator/
     overrides.py) set first."""
-    from scalelab.orchestrator.overrides import apply_overrides
+    from scalelab.orchestrator.plan.overrides import apply_overrides
 
     data, source = load_yaml(text, path)
     if not isinstance(data, dict):
@@ -422,7 +422,7 @@ def unknown_base_keys(data: dict[str, Any], source: SourceMap) -> list[str]:
     """The unknown keys under `base`, and bad values of base keys an axis sets (no trial
     would ever validate them), found without the axes: reported with the sweep's other
     errors, so a file's mistakes all show at once (the rest of base is checked per trial,
-    once the axes have filled it in: orchestrator/expand.py)."""
+    once the axes have filled it in: orchestrator/plan/expand.py)."""
     base = data.get("base")
     if not isinstance(base, dict):
         return []

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from scalelab.contract import workdir
 from scalelab.contract.runs import TERMINAL, search_all
-from scalelab.jobs.tracking import store as tracking_store
+from scalelab.jobs.tracking import mlflow_store as tracking_store
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

@@ -4,7 +4,7 @@ it fits its GPUs, and if not, the smallest change that does.
 
 `submit --dry-run` shows it (`--json` carries every number); `submit` refuses a sweep with a
 trial that does not fit before anything is created. The memory model is
-orchestrator/memory.py; GPU models and their peaks are jobs/gpus.py.
+orchestrator/plan/memory.py; GPU models and their peaks are jobs/gpus.py.
 
 Time = training FLOPs (x 4/3 with activation checkpointing, which runs each forward twice)
 plus the evaluations' forward FLOPs, divided by MFU x peak x GPUs. The assumptions (MFU,
@@ -24,9 +24,9 @@ from scalelab.jobs.config import JobConfig
 from scalelab.jobs.gpus import GpuSpec, gpu_spec
 from scalelab.jobs.training.ds_config import deepspeed_config, plan_batch
 from scalelab.models.flops import forward_flops_per_token
-from scalelab.orchestrator.cpu_rate import CpuRate
-from scalelab.orchestrator.expand import Trial
-from scalelab.orchestrator.memory import (
+from scalelab.orchestrator.plan.cpu_rate import CpuRate
+from scalelab.orchestrator.plan.expand import Trial
+from scalelab.orchestrator.plan.memory import (
     GIB,
     Construction,
     ZeroSettings,
@@ -36,7 +36,7 @@ from scalelab.orchestrator.memory import (
     model_state_bytes,
     parameter_sizes,
 )
-from scalelab.orchestrator.spec import SweepSpec
+from scalelab.orchestrator.plan.spec import SweepSpec
 
 MAX_NODES_FACTOR = 16  # the fix may multiply the nodes by up to this
 
@@ -57,7 +57,7 @@ class Placement:
     gpus_per_node: int
     gpu: GpuSpec | None
     host_bytes: int | None  # host RAM per node the job may use, where the sweep says
-    cpu: CpuRate | None = None  # without GPUs: what a rank computes (orchestrator/cpu_rate.py)
+    cpu: CpuRate | None = None  # without GPUs: what a rank computes (orchestrator/plan/cpu_rate.py)
 
     @property
     def world(self) -> int:

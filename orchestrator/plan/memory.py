@@ -1,5 +1,5 @@
 """Bytes per GPU of one trial: model states by ZeRO stage, activations, host RAM, checkpoint
-(torch-free; the planner in orchestrator/planner.py puts them together).
+(torch-free; the planner in orchestrator/plan/planner.py puts them together).
 
 Model states follow the ZeRO paper (Rajbhandari et al. 2020, Sec. 3.1): with Psi parameters,
 mixed-precision Adam keeps 2 Psi of bf16 parameters, 2 Psi of bf16 gradients and K Psi = 12 Psi
