@@ -91,7 +91,7 @@ class _Lines:
     """A line per ended trial on stdout: what a notebook cell shows of a running sweep."""
 
     def __init__(self, sweep: Sweep) -> None:
-        from scalelab.orchestrator.plan.trial_names import run_names
+        from scalelab.orchestrator.door import run_names
 
         self.sweep, self.names, self.done = sweep, run_names(list(sweep.trials)), 0
 

@@ -26,8 +26,7 @@ from scalelab.contract.runs import Metric, Tag
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from scalelab.orchestrator.ledger import Ledger
-    from scalelab.orchestrator.plan.expand import Trial
+    from scalelab.orchestrator.door import Ledger, Trial
 
 MIN_INTERVAL_S = 30.0
 FOLDER, NAME = "plots", "loss_vs_flops.png"  # the summary's fitted figure has the same name

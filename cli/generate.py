@@ -53,7 +53,7 @@ def generate(
     from scalelab.jobs.training.trained_model import TrialError, load_model
     from scalelab.models.generate import SamplingConfig
     from scalelab.models.generate import generate as sample
-    from scalelab.orchestrator.trial_select import located_trial
+    from scalelab.orchestrator.door import located_trial
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"

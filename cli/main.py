@@ -16,7 +16,7 @@ from scalelab.contract.config import format_config_error
 from scalelab.models import catalog
 from scalelab.models.config import ModelConfig
 from scalelab.models.sizes import SIZES
-from scalelab.orchestrator.plan.spec import DEFAULT_MAX_TRIALS
+from scalelab.orchestrator.door import DEFAULT_MAX_TRIALS
 
 install()  # readable placeholders in every --help (cli/help_format.py)
 app = typer.Typer(
@@ -135,7 +135,7 @@ def train(
     Exit code 0 finished, 1 failed, 75 preempted (requeue me)."""
     from pathlib import Path
 
-    from scalelab.orchestrator.plan.spec import SpecError
+    from scalelab.orchestrator.door import SpecError
 
     if not Path(config).is_file():
         raise fail(f"{config}: no such file")
@@ -157,7 +157,7 @@ def train(
 def _job_file(path: str) -> object:
     """A JobConfig from a YAML or JSON file, read like a sweep (errors name file:line)."""
     from scalelab.jobs.config import JobConfig
-    from scalelab.orchestrator.plan.spec import SpecError, load_yaml, located_errors, read_sweep
+    from scalelab.orchestrator.door import SpecError, load_yaml, located_errors, read_sweep
 
     data, source = load_yaml(read_sweep(path), path)
     try:
@@ -167,8 +167,7 @@ def _job_file(path: str) -> object:
 
 
 def _sweep_trial(path: str, selector: str, max_trials: int) -> object:
-    from scalelab.orchestrator.plan.expand import expand
-    from scalelab.orchestrator.plan.spec import SpecError, load_spec
+    from scalelab.orchestrator.door import SpecError, expand, load_spec
 
     trials = expand(*load_spec(path), max_trials=max_trials)
     found = [t for t in trials if t.trial_id.startswith(selector)]

@@ -11,14 +11,12 @@ from typing import TYPE_CHECKING, Any
 from scalelab.contract import workdir as paths
 from scalelab.contract.trial_time import duration_text, run_seconds
 from scalelab.contract.trial_time import launched as trial_launched
-from scalelab.orchestrator.plan.trial_names import run_names, short_count
+from scalelab.orchestrator.door import run_names, short_count
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from scalelab.orchestrator.ledger import Ledger
-    from scalelab.orchestrator.plan.expand import Trial
-    from scalelab.orchestrator.trial_status import Failure
+    from scalelab.orchestrator.door import Failure, Ledger, Trial
 
 ERROR_CHARS = 240  # of an error, in a table cell or a failure line: its end, where Python's is
 
@@ -105,7 +103,7 @@ class TrialLines:
         contract/trial_time.trial_run_rank); `launched`: None while it is a placeholder."""
         from scalelab.contract.runs import Tag, tag_filter, trials_filter
         from scalelab.contract.trial_time import trial_run_rank
-        from scalelab.orchestrator.ledger.records import record_of
+        from scalelab.orchestrator.door import record_of
 
         wanted = f"{trials_filter(self.ledger.sweep)} and {tag_filter(Tag.TRIAL_ID, trial_id)}"
         runs = self.ledger.search(wanted)

@@ -48,14 +48,13 @@ def _invalid(problems: list[str]) -> typer.Exit:
 def door_errors(submitting: bool = False) -> Iterator[None]:
     """The door's refusals and failures as one `error:` line (exit 2; 1 for a sweep that
     stopped mid-way). `submitting`: a failure before anything ran submitted nothing."""
-    from scalelab.orchestrator.migrate import MigrationRefused
 
     after = "; nothing submitted" if submitting else ""
     try:
         yield
     except door.SpecError as e:
         raise _invalid(e.problems) from None
-    except (door.SweepRefused, door.BackendError, MigrationRefused, LookupError) as e:
+    except (door.SweepRefused, door.BackendError, door.MigrationRefused, LookupError) as e:
         raise fail(str(e)) from None
     except door.LedgerUnavailable as e:
         raise fail(f"{e}{after}") from None
@@ -106,8 +105,6 @@ def _expanded(load: Callable[[_ExpandBar], door.Sweep]) -> door.Sweep:
 
 
 def _plan_table(plan: door.SweepPlan) -> Table:
-    from scalelab.orchestrator.plan.trial_names import short_value
-
     spec = plan.sweep.spec
     table = Table(title=f"sweep {spec.name}: {len(plan.trials)} trials on {spec.backend.kind}")
     hours = "CPU" if plan.on_cpu else "GPU"
@@ -125,7 +122,7 @@ def _plan_table(plan: door.SweepPlan) -> Table:
             t.trial_id,
             t.variant,
             t.size,
-            " ".join(f"{k.rsplit('.', 1)[-1]}={short_value(v)}" for k, v in p.swept.items()),
+            " ".join(f"{k.rsplit('.', 1)[-1]}={door.short_value(v)}" for k, v in p.swept.items()),
             _count(t.n_params),
             _count(t.tokens),
             f"{t.flops:.3e}",

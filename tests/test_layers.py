@@ -181,24 +181,52 @@ def test_every_import_uses_the_one_import_name():
     assert not bare, "import these as scalelab.<package>:\n" + "\n".join(bare)
 
 
-# The CLI's sweep commands parse, call the orchestrator's one door and render (issue 25):
-# the orchestrator modules they may import, with why.
-SWEEP_COMMANDS = ("cli.sweeps", "cli.watch", "cli.eval_tasks")
-CLI_SEES_OF_THE_ORCHESTRATOR = {
-    "orchestrator.door": "the one door: load, plan, run, detach, status, cancel, migrate",
-    "orchestrator.migrate": "its refusal, an exception the commands render",
-    "orchestrator.plan.trial_names": "short values for table cells",
-}
+# Everything outside the orchestrator that drives or reads sweeps (the CLI, the results
+# side, the notebook API) reaches the orchestrator through its one door
+# (docs/architecture.md, 'The doors').
+OUTSIDE_THE_ORCHESTRATOR = ("cli", "analysis", "__init__.py", "__main__.py")
+DOOR = f"{NAME}.orchestrator.door"
 
 
-def test_the_sweep_commands_go_through_the_door():
-    wrong = sorted(
-        f"{command} imports {target}"
-        for command in SWEEP_COMMANDS
-        for target in _graph()[command]
-        if target.split(".")[0] == "orchestrator" and target not in CLI_SEES_OF_THE_ORCHESTRATOR
+def _orchestrator_imports(path: Path, root: Path = ROOT) -> list[str]:
+    """`scalelab.orchestrator...` imports in a file, type-only ones included, as dotted
+    module names (`from scalelab.orchestrator import door` is the door)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+            if node.module == f"{NAME}.orchestrator":
+                names = [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found += [f"{path.relative_to(root)}:{node.lineno}: {n}" for n in names
+                  if n.startswith(f"{NAME}.orchestrator") and n != DOOR]  # fmt: skip
+    return found
+
+
+def test_callers_outside_the_orchestrator_go_through_its_door():
+    files = [
+        path
+        for where in OUTSIDE_THE_ORCHESTRATOR
+        for path in (
+            [ROOT / where] if where.endswith(".py") else sorted((ROOT / where).rglob("*.py"))
+        )
+    ]
+    wrong = [line for path in files for line in _orchestrator_imports(path)]
+    assert not wrong, "import scalelab.orchestrator.door instead:\n" + "\n".join(wrong)
+
+
+def test_the_door_check_sees_a_side_entrance(tmp_path: Path):
+    sneaky = tmp_path / "sneaky.py"
+    sneaky.write_text(
+        "from scalelab.orchestrator import door, ledger\n"
+        "def f():\n    from scalelab.orchestrator.plan.spec import SpecError\n"
+        "import scalelab.orchestrator.door\n"
     )
-    assert not wrong, "the sweep commands call orchestrator/door.py only:\n" + "\n".join(wrong)
+    found = [line.rsplit(": ", 1)[-1] for line in _orchestrator_imports(sneaky, tmp_path)]
+    assert found == [f"{NAME}.orchestrator.ledger", f"{NAME}.orchestrator.plan.spec"]
 
 
 def test_packages_import_only_downwards():

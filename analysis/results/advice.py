@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from scalelab.analysis.scaling import PairedGain
     from scalelab.analysis.scaling.lsq import LsqFit
     from scalelab.analysis.scaling.power_analysis import Advice, Option
-    from scalelab.orchestrator.plan.spec import SweepSpec
+    from scalelab.orchestrator.door import SweepSpec
 
 MAX_SEEDS = 32  # more seeds per cell than this is not advice worth giving
 
@@ -74,8 +74,7 @@ def costing(table: pa.Table, spec: SweepSpec | None = None) -> Costing:
     `recorded_spec`): CPU-hours when it asks for no GPUs, else GPU-hours at its estimate's
     MFU on its GPU's peak; without it, the plan's defaults on the default GPU."""
     from scalelab.jobs.gpus import gpu_spec
-    from scalelab.orchestrator.plan.expand import gpu_hours
-    from scalelab.orchestrator.plan.spec import DEFAULT_GPU, EstimateConfig
+    from scalelab.orchestrator.door import DEFAULT_GPU, EstimateConfig, gpu_hours
 
     wall = _col(table, "wall_time_s")
     flops = _col(table, "flops")
@@ -100,7 +99,7 @@ def costing(table: pa.Table, spec: SweepSpec | None = None) -> Costing:
 
 
 def _cpu_rate(spec: SweepSpec) -> Any:
-    from scalelab.orchestrator.plan.cpu_rate import cpu_rate
+    from scalelab.orchestrator.door import cpu_rate
 
     return cpu_rate(spec)
 
@@ -115,8 +114,7 @@ def recorded_spec(parent_run_id: str | None, tracking_uri: str) -> SweepSpec | N
     from mlflow.exceptions import MlflowException
 
     from scalelab.contract.runs import Tag
-    from scalelab.orchestrator.ledger.parent import read_long_tag
-    from scalelab.orchestrator.plan.spec import SpecError, parse_spec
+    from scalelab.orchestrator.door import SpecError, parse_spec, read_long_tag
 
     try:
         tags = MlflowClient(tracking_uri).get_run(parent_run_id).data.tags

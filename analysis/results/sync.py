@@ -88,7 +88,7 @@ def sync(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from scalelab.orchestrator.delivery import send_owed
+    from scalelab.orchestrator.door import send_owed
 
     t0 = time.perf_counter()
     runs = find_sweep_runs(sweep, tracking_uri)
