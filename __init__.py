@@ -130,12 +130,11 @@ def results(
 ) -> pa.Table:
     """The sweep's trials table (one row per trial), or with `curves` its curves table
     (trial, step, tokens, FLOPs, metric, value), as a pyarrow Table (`.to_pandas()`).
-    `sync` first brings the Parquet tables up to date with MLflow (incremental; not for
-    a sweep of imported trials)."""
-    from scalelab.analysis import results as tables
+    `sync` first brings the Parquet tables up to date with MLflow (the results door's rule,
+    analysis/door.py: incremental; not for a sweep of imported trials)."""
+    from scalelab.analysis import door
 
-    _sync(sweep, tracking_uri, sync)
-    return tables.load_curves(sweep) if curves else tables.load_trials(sweep)
+    return door.trials(sweep, curves=curves, sync=sync, tracking_uri=tracking_uri)
 
 
 def fit(
@@ -153,19 +152,10 @@ def fit(
     notes on what the data does not support (`scalelab results fit`); `.to_dict()` is its
     JSON. `options`: where, budgets, huber_delta, holdout_flops, isoflop_bin_width (the
     command's --where, --budget, ...). A sweep of imported trials is not synced."""
-    from scalelab.analysis.results.fit import fit_sweep
+    from scalelab.analysis import door
 
-    _sync(sweep, tracking_uri, sync)
-    return fit_sweep(sweep, baseline=baseline, loss=loss, n_resamples=n_resamples, **options)
-
-
-def _sync(sweep: str, tracking_uri: str | None, wanted: bool) -> None:
-    """Bring the tables up to date with MLflow, unless the sweep's trials were imported."""
-    from scalelab.analysis.results import sync as sync_tables
-    from scalelab.analysis.results.imports import imported_only
-
-    if wanted and not imported_only(sweep):
-        sync_tables(sweep, tracking_uri)
+    return door.fit(sweep, sync=sync, tracking_uri=tracking_uri, baseline=baseline, loss=loss,
+                    n_resamples=n_resamples, **options)  # fmt: skip
 
 
 def forecast(
@@ -186,13 +176,11 @@ def forecast(
     size preset `target`, a compute budget `flops`, or `holdout`, a size that was run,
     forecast from the smaller ones, or `holdout_flops`: the runs above this compute,
     forecast from the others."""
-    from scalelab.analysis.results import load_trials
-    from scalelab.analysis.results.loss_forecast import forecast_table
+    from scalelab.analysis import door
 
-    _sync(sweep, tracking_uri, sync)
-    return forecast_table(load_trials(sweep), sweep, variant=variant, size=target, flops=flops,
-                          holdout=holdout, loss=loss, law=law, level=level,
-                          holdout_flops=holdout_flops)  # fmt: skip
+    return door.forecast(sweep, sync=sync, tracking_uri=tracking_uri, variant=variant,
+                         size=target, flops=flops, holdout=holdout, loss=loss, law=law,
+                         level=level, holdout_flops=holdout_flops)  # fmt: skip
 
 
 def plot(fit: SweepFit, *, curves: bool = True) -> dict[str, Figure]:

@@ -232,7 +232,8 @@ def summarise_sweep(
 
     from scalelab.analysis import plots as plotting
     from scalelab.analysis.parent_record import record_on_parent
-    from scalelab.analysis.results import sweep_dir, sync
+    from scalelab.analysis import door
+    from scalelab.analysis.results import sweep_dir
     from scalelab.analysis.results.advice import costing, recorded_spec
     from scalelab.analysis.results.fit import fit_sweep
     from scalelab.analysis.results.imports import curves_of, imported_only, parent_run
@@ -247,11 +248,8 @@ def summarise_sweep(
     from scalelab.contract import workdir
 
     uri = tracking_uri or workdir.tracking_uri()
-    imported = imported_only(sweep, root)
-    if imported:  # no MLflow run to sync from, to log to or to point at
-        synced = f"sweep {sweep!r}: imported trials (no MLflow run to sync)"
-    else:
-        synced = str(sync(sweep, uri, root=root))
+    imported = imported_only(sweep, root)  # no MLflow run to log to or to point at
+    synced = door.up_to_date(sweep, uri, root=root).line
     cache = sweep_dir(sweep, root) / "summary.cache.json"
     # the folder is part of the key: a copied runs folder prints its own paths
     key = _summary_key(sweep, root, baseline, n_resamples, width, SUMMARY_FORMAT, str(cache))

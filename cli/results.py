@@ -22,7 +22,7 @@ from scalelab.cli.fit_options import (
     WHERE,
     fit_options,
 )
-from scalelab.cli.results_common import guard, synced
+from scalelab.cli.results_common import guard, say, synced
 from scalelab.cli.wide_tables import print_table
 
 app = typer.Typer(
@@ -79,7 +79,7 @@ def query_cmd(
     ),
     tracking_uri: str | None = URI,
 ) -> None:
-    """Filter and aggregate a sweep's results (syncs first if never synced)."""
+    """Filter and aggregate a sweep's results (its tables brought up to date first)."""
     from scalelab.analysis.results import query
 
     if fmt not in ("table", "csv", "json", "parquet"):
@@ -239,9 +239,9 @@ def fit_cmd(
     options = fit_options(budget, huber_delta, holdout_flops, isoflop_bin_width)
 
     def run():  # noqa: ANN202
-        synced(sweep, tracking_uri)
-        return _fit(sweep, where, baseline=baseline, loss=loss, n_resamples=resamples,
-                    exclude_outliers=exclude_outliers, **options)  # fmt: skip
+        return _fit(sweep, where, tracking_uri, baseline=baseline, loss=loss,
+                    n_resamples=resamples, exclude_outliers=exclude_outliers,
+                    **options)  # fmt: skip
 
     fit = guard(run)
     if as_json:
@@ -253,15 +253,12 @@ def fit_cmd(
         console.print(f"[yellow]note:[/] {note}", highlight=False)
 
 
-def _fit(sweep: str, where: str | None, **options: object):  # noqa: ANN202
-    """fit_sweep on the trials `where` keeps, each literal compared in its column's own type
-    (query.trials_where: `tokens >= 1e9` on an int64 column)."""
-    from scalelab.analysis.results.fit import fit_table
-    from scalelab.analysis.results.query import trials_where
+def _fit(sweep: str, where: str | None, tracking_uri: str | None, **options: object):  # noqa: ANN202
+    """The results door's fit (tables brought up to date first) on the trials `where` keeps,
+    each literal compared in its column's own type (`tokens >= 1e9` on an int64 column)."""
+    from scalelab.analysis import door
 
-    fit = fit_table(trials_where(sweep, where), sweep, **options)
-    fit.where = where
-    return fit
+    return door.fit(sweep, where=where, tracking_uri=tracking_uri, said=say, **options)
 
 
 def _fit_and_plot(sweep: str, baseline: str, resamples: int, tracking_uri: str | None,
@@ -273,8 +270,7 @@ def _fit_and_plot(sweep: str, baseline: str, resamples: int, tracking_uri: str |
     from scalelab.analysis.results.imports import curves_of, parent_run
     from scalelab.contract import workdir
 
-    synced(sweep, tracking_uri)
-    fit = _fit(sweep, where, baseline=baseline, n_resamples=resamples, **options)
+    fit = _fit(sweep, where, tracking_uri, baseline=baseline, n_resamples=resamples, **options)
     files = plots.make_plots(fit, curves_of(sweep), sweep_dir(sweep) / "plots")
     uri = tracking_uri or workdir.tracking_uri()
     logged = plots.log_plots(parent_run(sweep, uri), files, uri)
@@ -362,7 +358,6 @@ def advise_cmd(
     paired gain tell a given compute gain from none, and what it costs."""
     from scalelab.analysis.results.advice import advice_lines, costing
     from scalelab.analysis.results.export import advice_dict
-    from scalelab.analysis.results.fit import fit_sweep
 
     if not 0 < effect < 1:
         raise fail(f"--effect {effect}: expected a fraction between 0 and 1 (0.05 = 5%)")
@@ -370,9 +365,8 @@ def advise_cmd(
         raise fail("--power and --level: expected numbers between 0 and 1")
 
     def run():  # noqa: ANN202
-        synced(sweep, tracking_uri)
-        return fit_sweep(sweep, baseline=baseline, loss=loss, level=level, effect=effect,
-                         power=power, resample=False)  # fmt: skip
+        return _fit(sweep, None, tracking_uri, baseline=baseline, loss=loss, level=level,
+                    effect=effect, power=power, resample=False)  # fmt: skip
 
     fit = guard(run)
     if not fit.advice:

@@ -1,5 +1,6 @@
-"""What every `scalelab results` command does first: sync a sweep never synced (a command
-that writes what the rows read syncs a synced sweep again: `resynced`), and end
+"""What every `scalelab results` command does first: bring the sweep's tables up to date
+by the results door's rule (analysis/door.py; after `scalelab eval` wrote scores:
+`resynced`), and end
 any failure of the command's body in one line and exit code 2: ResultsError/ScalingError
 as their message, anything else (a corrupt Parquet file's ArrowInvalid, a numpy error) as
 `results CMD failed: Type: message`, with the traceback above it when SCALELAB_DEBUG=1."""
@@ -20,24 +21,29 @@ DEBUG = "SCALELAB_DEBUG"  # set to 1: an unexpected failure prints its traceback
 
 
 def synced(sweep: str, uri: str | None) -> None:
-    """Sync first when the sweep has never been synced or imported (queries then just
-    work)."""
-    from scalelab.analysis.results import sync, tables
+    """Bring the sweep's tables up to date before a command answers, by the results door's
+    one rule (analysis/door.py), printing what a user should hear of it: a sync that read
+    new trials, or why the tables may be old."""
+    from scalelab.analysis import door
 
-    if tables.read_table(tables.TRIALS, sweep) is None:
-        err.print(str(sync(sweep, uri)), highlight=False)
+    door.tell(door.up_to_date(sweep, uri), say)
+
+
+def say(line: str) -> None:
+    """A line about the tables, on stderr (what the command answers goes to stdout)."""
+    err.print(line, highlight=False, soft_wrap=True)
 
 
 def resynced(sweep: str, uri: str | None = None) -> str | None:
-    """Sync again a sweep synced before, after a command wrote what its rows read (`scalelab
-    eval`'s scores): every results command reads the table, and none of them searches MLflow
-    for news itself. A sweep never synced is left to the first results command (`synced`).
-    The sync's line, or None when there was none."""
-    from scalelab.analysis.results import sync, tables
+    """After a command wrote what the rows read (`scalelab eval`'s scores): the sync's line
+    for a sweep synced before, so its tables have them at once; None for a sweep never
+    synced (its first results command syncs it)."""
+    from scalelab.analysis import door
+    from scalelab.analysis.results import tables
 
     if not any(tables.partition_dir(tables.TRIALS, sweep).glob("*.parquet")):
         return None
-    return str(sync(sweep, uri))
+    return door.up_to_date(sweep, uri).line
 
 
 def guard(fn: Callable[[], T]) -> T:

@@ -31,8 +31,8 @@ def compare_cmd(
     """Each variant against the baseline on one metric: per cell (size, tokens, ...: means
     over seeds, the paired difference ± its standard error) and over the sweep (the mean
     difference of trials that share a cell and a seed, with a Student-t interval). For
-    downstream accuracy, where a scaling-law fit does not apply; syncs first if never
-    synced (`results sync` reads scores written since)."""
+    downstream accuracy, where a scaling-law fit does not apply. Brings the sweep's
+    tables up to date first, scores written since included."""
     from scalelab.analysis.results.compare import compare_sweep
     from scalelab.analysis.results.render import comparison_rows, rich_table
 

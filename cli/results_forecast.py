@@ -13,7 +13,7 @@ import typer
 
 from scalelab.cli.console import fail, stdout_console
 from scalelab.cli.fit_options import FORECAST_WHERE, HOLDOUT_PARAMS, positive
-from scalelab.cli.results_common import guard, synced
+from scalelab.cli.results_common import guard, say
 
 console = stdout_console(160)
 
@@ -62,9 +62,7 @@ def forecast_cmd(
 ) -> None:
     """Forecast the final loss of a larger run from the smaller ones, with a prediction
     interval; --holdout backtests it on a size that was run."""
-    from scalelab.analysis.results import load_trials
-    from scalelab.analysis.results.loss_forecast import forecast_table
-    from scalelab.analysis.results.tables import ResultsError
+    from scalelab.analysis import door
 
     if law not in ("auto", "C", "ND"):
         raise fail(f"--law {law!r}: expected auto, C or ND")
@@ -82,16 +80,11 @@ def forecast_cmd(
                                  where=where, tokens_per_param=tokens_per_param)  # fmt: skip
 
     def run():  # noqa: ANN202
-        synced(sweep, tracking_uri)
-        table = load_trials(sweep)
-        if loss not in table.column_names:
-            raise ResultsError(
-                f"unknown loss column {loss!r} (use final_val_loss or best_val_loss)"
-            )
-        return forecast_table(table, sweep, variant=variant, size=target, flops=flops,
-                              holdout=holdout, loss=loss, law=law, level=level,
-                              exclude_outliers=exclude_outliers, holdout_flops=holdout_flops,
-                              holdout_params=holdout_params, where=where)  # fmt: skip
+        return door.forecast(sweep, tracking_uri=tracking_uri, said=say, variant=variant,
+                             size=target, flops=flops, holdout=holdout, loss=loss, law=law,
+                             level=level, exclude_outliers=exclude_outliers,
+                             holdout_flops=holdout_flops, holdout_params=holdout_params,
+                             where=where)  # fmt: skip
 
     result = guard(run)
     if as_json:

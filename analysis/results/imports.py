@@ -416,9 +416,9 @@ def _as(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 def imported_only(sweep: str, root: Path | None = None) -> bool:
     """True when the sweep's trials were all imported: no MLflow run stands behind it."""
-    table = tables.read_table(tables.TRIALS, sweep, root, columns=["curves_source"])
-    if table is None or table.num_rows == 0:
-        return False
+    table = tables.read_table(tables.TRIALS, sweep, root)
+    if table is None or table.num_rows == 0 or "curves_source" not in table.column_names:
+        return False  # never synced, or rows from before the column: MLflow's
     return all(s == IMPORTED for s in table["curves_source"].to_pylist())
 
 

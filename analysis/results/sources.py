@@ -50,6 +50,10 @@ class SweepRuns:
     trials: list[TrialRun] = field(default_factory=list)
 
 
+class StoreUnreadable(ResultsError):
+    """The tracking store is there but cannot be read now (a server down, a broken file)."""
+
+
 def _check_store(uri: str) -> None:
     if uri.startswith("sqlite:///"):
         db = Path(uri.removeprefix("sqlite:///"))
@@ -60,13 +64,18 @@ def _check_store(uri: str) -> None:
 def find_sweep_runs(sweep: str, tracking_uri: str | None = None) -> SweepRuns:
     """The sweep's parent run and trial runs (one paged search). Raises ResultsError for an
     unknown sweep, naming the sweeps that exist."""
+    import sqlite3
+
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from scalelab.jobs.tracking.mlflow_store import failure
 
     uri = tracking_uri or workdir.tracking_uri()
     _check_store(uri)
-    client = MlflowClient(uri)
     try:
+        client = MlflowClient(uri)
         exp = client.get_experiment_by_name(sweep)
         if exp is None:
             exp = sweep_experiment(client, sweep)
@@ -76,7 +85,9 @@ def find_sweep_runs(sweep: str, tracking_uri: str | None = None) -> SweepRuns:
             raise ResultsError(f"unknown sweep {sweep!r}: not in {uri} (sweeps there: {known})")
         runs = search_all(client, [exp.experiment_id])
     except MlflowException as e:
-        raise ResultsError(f"cannot read MLflow at {uri}: {e.message}") from None
+        raise StoreUnreadable(f"cannot read MLflow at {uri}: {e.message}") from None
+    except (SQLAlchemyError, sqlite3.Error) as e:  # a database store that is not one
+        raise StoreUnreadable(f"cannot read MLflow at {uri}: {failure(e) or e}") from None
     parent = None
     by_trial: dict[str, TrialRun] = {}
     for run in sorted(runs, key=trial_run_rank):
