@@ -15,6 +15,7 @@ from pydantic import field_validator, model_validator
 from scalelab.models.budget_flops import budget_net_flops
 from scalelab.models.dense import AllHeads
 from scalelab.models.mechanism import (
+    Activations,
     ActiveFractions,
     Column,
     FlopCount,
@@ -100,6 +101,7 @@ class BudgetFormer(Mechanism, AllHeads):
     name = "budget"
     config = BudgetConfig
     order = 20
+    reads_training_progress = True  # its temperature and loss weights follow a schedule
     metrics = tuple(
         f"budget/{m}"
         for m in ("s_mean", "heads_active", "entropy", "tau", "attn_flops", "attn_flops_ratio")
@@ -126,11 +128,20 @@ class BudgetFormer(Mechanism, AllHeads):
                 f"budget needs n_head >= 2 (it selects a subset of heads), got n_head={model.n_head}"
             )
 
-    def params(self, model: ModelConfig) -> int:
-        d, h = model.d_model, self.settings(model).budget_hidden
-        budget_net = d * h + h + h + 1  # f_theta: d -> h -> 1
-        relevance_net = d * model.n_head + model.n_head  # g_phi: d -> H
-        return model.n_layer * (budget_net + relevance_net)
+    def parameter_sizes(self, model: ModelConfig) -> list[int]:
+        d, h, H = model.d_model, self.settings(model).budget_hidden, model.n_head
+        budget_net = [h * d, h, h, 1]  # f_theta: d -> h -> 1 (always biased)
+        relevance_net = [H * d, H]  # g_phi: d -> H
+        return [*budget_net, *relevance_net] * model.n_layer
+
+    def activations(self, model: ModelConfig, seq_len: int) -> Activations:
+        # soft top-k training, per block: 2 h + 2 budget_hidden + a^2 + 5 a + 4
+        # (tests/orchestrator/test_memory_activations.py measures it)
+        h, a = model.d_model, model.n_head
+        return Activations(block=2 * h + 2 * self.settings(model).budget_hidden + a * a + 5 * a + 4)
+
+    def decode_state(self, model: ModelConfig) -> int:
+        return model.d_model  # the running sum of the layer's input: its prefix mean decides
 
     def forward_flops(self, model: ModelConfig, seq_len: int, active: ActiveFractions) -> FlopCount:
         # one decision per token (decoder) or per sequence (encoder)

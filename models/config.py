@@ -233,6 +233,11 @@ class ModelConfig(FrozenConfig):
         return catalog.default(seam)
 
     @property
+    def components(self) -> tuple[Component, ...]:
+        """What sits at every seam, in the order of `Seam`: each one's `component`."""
+        return tuple(self.component(seam) for seam in Seam)
+
+    @property
     def attn_out(self) -> str:
         """The output-mixing mechanism's name, or 'dense'."""
         found = [n for n, c in self._active.items() if mechanism_of(c).seam is Seam.OUTPUT_MIXING]

@@ -27,9 +27,9 @@ if TYPE_CHECKING:
 class DenseOutputMixing(OutputMixing):
     """W_O: a d x d matrix (and bias) per layer."""
 
-    def params(self, model: ModelConfig) -> int:
+    def parameter_sizes(self, model: ModelConfig) -> list[int]:
         d = model.d_model
-        return model.n_layer * (d * d + d * int(model.has_attn_out_bias))
+        return [d * d, *([d] if model.has_attn_out_bias else [])] * model.n_layer
 
     def forward_flops(self, model: ModelConfig, seq_len: int, active: ActiveFractions) -> FlopCount:
         return FlopCount(output_mixing=model.n_layer * 2 * model.d_model**2 * active.heads)

@@ -47,7 +47,8 @@ class HadamardConfig(MechanismConfig):
 
 class Hadamard(Mechanism, OutputMixing):
     """Registered as `hadamard`. The transform is counted as executed
-    (kernels.sizes.transform_flops); its backward costs 2x its forward like a matmul's."""
+    (kernels.sizes.transform_flops); its backward costs 2x its forward like a matmul's. It
+    keeps no activations beyond W_O's (its input, as W_O keeps)."""
 
     name = "hadamard"
     config = HadamardConfig
@@ -61,8 +62,8 @@ class Hadamard(Mechanism, OutputMixing):
                 f"{nearest_supported_sizes(model.d_model)})"
             )
 
-    def params(self, model: ModelConfig) -> int:
-        return model.n_layer * 2 * model.d_model  # alpha and beta
+    def parameter_sizes(self, model: ModelConfig) -> list[int]:
+        return [model.d_model, model.d_model] * model.n_layer  # alpha and beta
 
     def forward_flops(self, model: ModelConfig, seq_len: int, active: ActiveFractions) -> FlopCount:
         return FlopCount(output_mixing=model.n_layer * transform_flops(model.d_model))

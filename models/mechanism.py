@@ -98,17 +98,47 @@ class MetricPlot:
     ylim: tuple[float, float] | None = None
 
 
+@dataclass(frozen=True)
+class Activations:
+    """Elements per token that a component keeps for the backward pass beyond the backbone's,
+    in the activation dtype (orchestrator/plan/memory.py adds them to its activation bytes)."""
+
+    block: float = 0.0  # in every block, inside its two updates: recomputed under checkpointing
+    outside: float = 0.0  # in each of `outside_blocks` blocks, around its updates: always kept
+    outside_blocks: int = 0
+
+
 class Component(ABC):
-    """What sits at one seam: its exact parameter count (all layers) and forward FLOPs."""
+    """What sits at one seam, and what it adds to the model that the planner counts: its
+    parameter tensors, forward FLOPs, activations and decode state, and whether it reads
+    the training progress. The defaults fit a component that adds nothing."""
 
     seam: ClassVar[Seam]
+    # Its layers read the training progress (ForwardContext.progress: a schedule over the
+    # run), so two runs of different lengths differ from the first step: never a shared trunk.
+    reads_training_progress: ClassVar[bool] = False
+
+    def parameter_sizes(self, model: ModelConfig) -> list[int]:
+        """Elements of every parameter tensor it adds to the model (all layers): the
+        planner's list of the built module's tensors (ZeRO partitions them one by one)."""
+        return []
 
     def params(self, model: ModelConfig) -> int:
-        return 0
+        """Its exact parameter count: the sum of parameter_sizes (override that, not this)."""
+        return sum(self.parameter_sizes(model))
 
     def forward_flops(self, model: ModelConfig, seq_len: int, active: ActiveFractions) -> FlopCount:
         """FLOPs per token of this component; `active` is already resolved by every seam."""
         return FlopCount()
+
+    def activations(self, model: ModelConfig, seq_len: int) -> Activations:
+        """What it keeps for the backward pass, per token, beyond the dense block's."""
+        return Activations()
+
+    def decode_state(self, model: ModelConfig) -> int:
+        """fp32 elements per sequence and layer it carries from one cached decode step to
+        the next, beside the keys and values (models/decode.py's KVCache allocates them)."""
+        return 0
 
 
 class OutputMixing(Component):
@@ -203,6 +233,8 @@ def register(mechanism: type[Mechanism]) -> None:
         problems.append(f"name {name!r} is a model field")
     if not (isinstance(mechanism, type) and issubclass(mechanism, Component)):
         problems.append("must derive from a seam's component (OutputMixing, ...)")
+    elif mechanism.params is not Component.params:
+        problems.append("declare parameter_sizes (every tensor), not params (their sum)")
     if not issubclass(getattr(mechanism, "config", object), MechanismConfig):
         problems.append("config must be a MechanismConfig subclass")
     others = [m for n, m in _REGISTERED.items() if n != name]

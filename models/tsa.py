@@ -15,6 +15,7 @@ from pydantic import field_validator
 
 from scalelab.models.dense import AllBlocks
 from scalelab.models.mechanism import (
+    Activations,
     ActiveFractions,
     Column,
     FlopCount,
@@ -85,9 +86,15 @@ class TokenSelective(Mechanism, AllBlocks):
                 f"got n_layer={model.n_layer}"
             )
 
-    def params(self, model: ModelConfig) -> int:
+    def parameter_sizes(self, model: ModelConfig) -> list[int]:
         d, r = model.d_model, tsa_router_hidden(model.d_model)
-        return (model.n_layer - 1) * (d * r + r + r + 1)  # routers r_0 .. r_{L-2}: d -> r -> 1
+        return [r * d, r, r, 1] * (model.n_layer - 1)  # routers r_0 .. r_{L-2}: d -> r -> 1
+
+    def activations(self, model: ModelConfig, seq_len: int) -> Activations:
+        # per routed block (all but the first), kept under checkpointing: the gated updates
+        # 2 h, the router's 2 r + 2 (tests/orchestrator/test_memory_activations.py)
+        h, r = model.d_model, tsa_router_hidden(model.d_model)
+        return Activations(outside=2 * h + 2 * r + 2, outside_blocks=model.n_layer - 1)
 
     def forward_flops(self, model: ModelConfig, seq_len: int, active: ActiveFractions) -> FlopCount:
         d, r = model.d_model, tsa_router_hidden(model.d_model)

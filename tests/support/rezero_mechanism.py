@@ -6,7 +6,8 @@ Every block's two residual updates are scaled by learned scalars that start at z
 
 so the network starts as the identity map of its embeddings and learns how much of each
 block to let in. This file is everything scalelab needs to know about the mechanism: the
-config, the module at its seam, the counts, the metric, the result columns and the plot.
+config, the module at its seam, the counts (parameters, activations), the metric, the
+result columns and the plot.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torch import Tensor, nn
 
 from scalelab.models.context import ForwardContext
 from scalelab.models.dense import AllBlocks
-from scalelab.models.mechanism import Column, Mechanism, MechanismConfig, MetricPlot
+from scalelab.models.mechanism import Activations, Column, Mechanism, MechanismConfig, MetricPlot
 
 if TYPE_CHECKING:
     from scalelab.models.config import ModelConfig
@@ -67,8 +68,12 @@ class ReZero(Mechanism, AllBlocks):
     )
     plots = (MetricPlot("rezero_gate", y="rezero_gate", title="ReZero: gates against model size"),)
 
-    def params(self, model: ModelConfig) -> int:
-        return super().params(model) + 2 * model.n_layer  # scaling by a gate is not a matmul
+    def parameter_sizes(self, model: ModelConfig) -> list[int]:
+        return [model.n_layer, model.n_layer]  # a_l and m_l (scaling by them is not a matmul)
+
+    def activations(self, model: ModelConfig, seq_len: int) -> Activations:
+        # each gate keeps the update it scales for its own gradient, in every block
+        return Activations(outside=2 * model.d_model, outside_blocks=model.n_layer)
 
     def build(self, model: ModelConfig) -> nn.Module:
         return ReZeroDepth(model.n_layer, self.settings(model).init)
