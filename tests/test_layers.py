@@ -379,7 +379,6 @@ IMPORTS_MECHANISMS = {
     "models.early_exit": "the baseline TSA is compared with reuses TSA's sparse FFN",
     "jobs.training.validation": "early exit's TLOps saved, defined as TSA's",
     "jobs.training.train": "which Hadamard kernel ran (and why auto fell back), on the run",
-    "orchestrator.plan.memory": "activation memory per mechanism, not declared by mechanisms yet",
     "jobs.downstream.executed": "evaluation's mode and what ran (TSA's routers, budget nets)",
 }
 

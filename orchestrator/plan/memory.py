@@ -48,10 +48,9 @@ in elements per token and layer (x16-bit: 2 bytes each):
         attention output h, FFN hidden 4h, FFN output h; the attention probabilities
         + 2 a s (mask and dropped copy) with math SDPA, which CPU falls back to for it
         (CUDA's fused kernels keep a random seed instead); the embedding h, once
-    Hadamard W_O:                                            + 0 (it keeps its input, as W_O does)
-    BudgetFormer (soft top-k training):                      + 2 h + 2 budget_hidden + a^2 + 5 a + 4
-    TSA, per routed block (all but the first):               + 2 h (gated updates) + 2 r + 2
-    activation checkpointing (attention and MLP each):       2 h, + TSA's gated updates
+    each seam's component (models/mechanism.py, `Component.activations`):
+        + what it keeps inside every block, and around the updates of the blocks it names
+    activation checkpointing (attention and MLP each):       2 h, + what is kept around them
 
 (measured against `torch.autograd.graph.saved_tensors_hooks` by
 tests/orchestrator/test_memory_activations.py). The LM head keeps the final norm's input
@@ -67,7 +66,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from scalelab.models.config import ModelConfig
-from scalelab.models.tsa_counts import tsa_router_hidden  # the router's width rule
 from scalelab.models.vocab import padded_vocab_size
 
 GIB = 2**30
@@ -100,22 +98,16 @@ Construction = Literal["full_fp32", "per_module", "sharded"]
 
 def parameter_sizes(cfg: ModelConfig) -> list[int]:
     """Elements of every parameter tensor of models.build(cfg), tied weights once (the
-    test compares this list with the built module's)."""
-    d, L, H = cfg.d_model, cfg.n_layer, cfg.n_head
+    test compares this list with the built module's): the backbone's, then what each
+    seam's component declares (the output mixing's W_O among them)."""
+    d, L = cfg.d_model, cfg.n_layer
     bias = [d] if cfg.bias else []
     norm = [d, *bias]
-    out_bias = [d] if cfg.has_attn_out_bias else []
-    out = [d * d, *out_bias] if cfg.attn_out == "dense" else [d, d]  # W_O, or Hadamard alpha, beta
-    block = [*norm, 3 * d * d, *([3 * d] if cfg.has_qkv_bias else []), *out, *norm]
+    block = [*norm, 3 * d * d, *([3 * d] if cfg.has_qkv_bias else []), *norm]
     ffn = cfg.has_ffn_bias
     block += [4 * d * d, *([4 * d] if ffn else []), 4 * d * d, *([d] if ffn else [])]
-    if cfg.budget is not None:  # f_theta: d -> hidden -> 1, g_phi: d -> H (always biased)
-        hidden = cfg.budget.budget_hidden
-        block += [hidden * d, hidden, hidden, 1, H * d, H]
     sizes = [padded_vocab_size(cfg.vocab_size) * d, cfg.block_size * d] + block * L + norm
-    if cfg.tsa is not None:
-        r = tsa_router_hidden(d)
-        sizes += [r * d, r, r, 1] * (L - 1)
+    sizes += [n for component in cfg.components for n in component.parameter_sizes(cfg)]
     if cfg.task == "classify":
         sizes += [cfg.n_classes * d, *([cfg.n_classes] if cfg.bias else [])]
     return sizes
@@ -284,8 +276,8 @@ class ActivationModel:
 
     layers: int
     layer: float  # of one block
-    routed: int  # TSA: blocks behind a router (all but the first), each with ...
-    gated: float  # ... the gated updates and the router's activations
+    routed: int  # blocks around whose updates a component keeps activations (Activations
+    gated: float  # .outside_blocks), each with these bytes (their mean, were there several)
     head: float  # the final norm, the LM head and the loss (token ids included)
     logits: float  # held outside autograd (ModelOutput) + the backward's logits gradient
     recompute: float  # activation checkpointing: one block's full activations, recomputed
@@ -322,12 +314,11 @@ def activation_model(
     full += mask * h * sum(DROPOUT_MASK_WIDTH[site] for site in sites)
     if attention == "math" and "attention_probs" in sites:
         full += a * s * (mask + act_bytes)
-    if cfg.budget is not None:
-        full += (2 * h + 2 * cfg.budget.budget_hidden + a * a + 5 * a + 4) * act_bytes
-    routed, gated = 0, 0.0
-    if cfg.tsa is not None:
-        routed = cfg.n_layer - 1
-        gated = (2 * h + 2 * tsa_router_hidden(h) + 2) * act_bytes
+    declared = [c.activations(cfg, s) for c in cfg.components]
+    full += sum(x.block for x in declared) * act_bytes
+    routed = max(x.outside_blocks for x in declared)
+    around = sum(x.outside * x.outside_blocks for x in declared) * act_bytes
+    gated = around / routed if routed else 0.0
     if cfg.task == "lm":
         v, padded = cfg.vocab_size, padded_vocab_size(cfg.vocab_size)
         head = 2 * h * act_bytes + 2 * 4 + v * 4 + 8
