@@ -30,9 +30,6 @@ if TYPE_CHECKING:
     from scalelab.orchestrator.plan.expand import Trial
 
 BUDGET_KEYS = ("tokens", "tokens_per_param", "flops")
-# Mechanisms whose layers read the training progress (step / steps: models/budget_layers.py
-# schedules its temperature and loss weights by it): their trials differ before any cooldown.
-PROGRESS_MECHANISMS = frozenset({"budget"})
 
 
 @dataclass(frozen=True)
@@ -47,9 +44,16 @@ def _steps(trial: Trial) -> int:
     return max(1, math.ceil(trial.tokens / trial.job.train.global_batch_tokens))
 
 
+def _reads_progress(trial: Trial) -> bool:
+    """A component of the model reads the training progress (step / steps: a mechanism's
+    schedule, `Component.reads_training_progress`): trials of different lengths differ
+    from the first step, before any cooldown."""
+    return any(c.reads_training_progress for c in trial.job.model.components)
+
+
 def _group_key(trial: Trial) -> str | None:
     job, t = trial.job, trial.job.train
-    if t.schedule != "wsd" or not t.branch or PROGRESS_MECHANISMS & set(job.model.mechanisms):
+    if t.schedule != "wsd" or not t.branch or _reads_progress(trial):
         return None
     tree = job.identity_tree()
     train = {k: v for k, v in tree.get("train", {}).items() if k not in BUDGET_KEYS}
