@@ -45,9 +45,10 @@ from scalelab.models.tsa_layers import TokenSelectiveDepth, add_ffn_update
 class KVCache:
     """Keys and values of every layer, allocated once for `capacity` positions.
 
-    k, v: (n_layer, B, n_head, capacity, d_head); pool_sum: (n_layer, B, d_model), the
-    running sum of each BudgetFormer layer's input (None without BudgetFormer); length: the
-    positions filled so far."""
+    k, v: (n_layer, B, n_head, capacity, d_head); pool_sum: (n_layer, B, width), fp32, the
+    state per layer that a component of the model carries between steps
+    (`Component.decode_state`: BudgetFormer's running sum of each layer's input, width
+    d_model), None when none declares any; length: the positions filled so far."""
 
     k: Tensor
     v: Tensor
@@ -65,9 +66,15 @@ class KVCache:
         weight = model.wte.weight
         shape = (cfg.n_layer, batch, cfg.n_head, capacity, cfg.d_head)
         k = torch.empty(shape, dtype=weight.dtype, device=weight.device)
+        stateful = [(c, w) for c in cfg.components if (w := c.decode_state(cfg))]
+        if len(stateful) > 1:
+            raise NotImplementedError(
+                "the cache holds one component's decode state; "
+                f"{' and '.join(type(c).__name__ for c, _ in stateful)} each declare one"
+            )
         pool = None
-        if cfg.budget is not None:
-            pool = torch.zeros(cfg.n_layer, batch, cfg.d_model, dtype=torch.float32,
+        if stateful:
+            pool = torch.zeros(cfg.n_layer, batch, stateful[0][1], dtype=torch.float32,
                                device=weight.device)  # fmt: skip
         return cls(k, torch.empty_like(k), pool)
 
