@@ -17,6 +17,9 @@ Long titles wrap to the figure's width; log axes are labelled at powers of ten, 
 
 `make_plots` writes PNGs to results/<sweep>/plots; `log_plots` attaches them to the
 sweep's parent MLflow run (artifact folder `plots/`).
+
+Why one module: one function per figure, sharing the axes, colours and labels that make the
+figures read alike.
 """
 
 from __future__ import annotations

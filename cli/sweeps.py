@@ -3,6 +3,9 @@
 Each parses its arguments, calls the orchestrator's one door (orchestrator/door.py) and
 renders what it returns. Registered onto `cli.main.app`; ray and mlflow are imported by the
 door's calls, not here.
+
+Why one module: the five sweep commands share the submit's rendering (the plan table, the
+expansion bar, the terminal's watcher); split, each would import the others.
 """
 
 from __future__ import annotations

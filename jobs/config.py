@@ -7,6 +7,9 @@ out on devices), `eval` (what is measured on the trained model), `data.tokenizer
 (where a vocabulary is), `train.compile` (how the same computation is executed),
 `train.async_checkpoint` (how checkpoints are written) and `storage` (where they are also
 kept: contract/storage.py).
+
+Why one module: a job's whole config is one pydantic tree (the sweep's JSON Schema, the
+trial id and the checks read it as one); each class is one section of the YAML.
 """
 
 from __future__ import annotations

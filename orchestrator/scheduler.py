@@ -20,6 +20,9 @@ only sends what its run still lacks, and marks a run FINISHED only once its spoo
 empty (`orchestrator/delivery.py`); a FINISHED trial whose `eval.downstream` scores are
 owed (a driver killed during that step, tasks added since) is launched for that step alone,
 and its run keeps the status and times of its training.
+
+Why one module: `run_sweep`'s loop and the steps that change its state (claim, launch,
+settle, cancel) share that state; the ledger's rooms and the backends hold the rest.
 """
 
 from __future__ import annotations

@@ -16,6 +16,10 @@ significant figures, nearly equal N sharing it. Imported rows are marked
 `curves_source = "imported"`: importing again replaces the sweep's imported rows (never its
 synced ones), and `sync` keeps them. A sweep with trained (synced) trials takes imported
 rows only when asked (`join_trained`): they would join its fits.
+
+Why one module: one importer, read top to bottom: read, check, place, label, write; its
+readers and checks are the modules beside it (import_read, import_checks, import_columns,
+import_scores).
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ Targets: `size` (a preset larger than the sweep's, at each of the variant's toke
 its parameters and FLOPs counted from the trials' own config with that size), `flops` (a
 compute budget: the law through the variant's compute frontier) or `holdout` (a size that
 was run: the law through the smaller sizes only, each of its trials a target).
+
+Why one module: a forecast and its backtest are the same computation on different targets,
+so they share the target rules and the notes.
 """
 
 from __future__ import annotations

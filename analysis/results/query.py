@@ -17,6 +17,9 @@ the trial's range, never extrapolated: a ResultsWarning says how many trials hav
 With `group_by`, `n` counts the values the statistics are over (trials without a value at
 `at` are not counted), or the trials when there is no `value` column. A filter that keeps
 no row warns too.
+
+Why one module: the `--where` language is parsed against the table it filters (each literal
+in its column's type), so the parser and the queries that use it stay together.
 """
 
 from __future__ import annotations

@@ -49,6 +49,9 @@ on ladders both can afford, q and m within ~10% of the folds on every row
 
 Everything is batched over B problems of n rows (a ladder is B = 1; a coverage test
 stacks its ladders), rows switched off by a mask.
+
+Why one module: the estimator, its covariance and the interval calibrated on the ladder are
+one method: the calibration refits the same estimator fold by fold.
 """
 
 from __future__ import annotations

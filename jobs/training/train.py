@@ -10,6 +10,9 @@ wrap it in a DeepSpeed engine, resume from the newest checkpoint that verifies, 
 count (jobs.training.checkpoint), and train with logging, validation, checkpoints, divergence checks
 and preemption handling. trials/<trial_id>/ gets job.json, deepspeed.json, curves.jsonl,
 ckpt/ and result.json (written last).
+
+Why one module: the training loop is one object (`_Trainer`) whose steps share its engine,
+data and tracker; its set-up, checkpoints and evaluation live in the modules it calls.
 """
 
 from __future__ import annotations
