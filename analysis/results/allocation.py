@@ -25,7 +25,7 @@ class Allocation:
     tokens_per_param: Interval
 
     def to_dict(self) -> dict[str, Any]:
-        from .export import interval, num
+        from .json_values import interval, num
 
         return {
             "variant": self.variant,
