@@ -14,9 +14,11 @@ runs on the driver's machine (a one-machine SLURM such as the test cluster),
 from __future__ import annotations
 
 import ipaddress
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from scalelab.orchestrator.plan.spec import BackendConfig
+if TYPE_CHECKING:
+    from scalelab.orchestrator.backends.base import BackendOptions
 
 FILE_SCHEMES = {"sqlite", "file", ""}  # MLflow's file-backed stores ('' : a plain path)
 SERVER_PORT = 5000
@@ -47,18 +49,10 @@ def loopback_host(uri: str) -> str | None:
     return host if own else None
 
 
-def writers_elsewhere(backend: BackendConfig) -> str | None:
-    """Who writes the store from other machines, in words; None when only this one does."""
-    if backend.kind == "slurm":
-        return "the SLURM jobs write it from their compute nodes"
-    if backend.kind == "ray" and backend.address != "local":
-        return f"the trials write it from the nodes of the Ray cluster at {backend.address}"
-    return None
-
-
-def tracking_refusal(backend: BackendConfig, uri: str) -> str | None:
-    """Why this backend may not write the tracking store `uri`; None when it may."""
-    who = writers_elsewhere(backend)
+def tracking_refusal(backend: BackendOptions, uri: str) -> str | None:
+    """Why this backend may not write the tracking store `uri`; None when it may. Who
+    writes it from other machines is the backend's to say (`writers_elsewhere`)."""
+    who = backend.writers_elsewhere()
     if who is None or backend.allow_file_tracking:
         return None
     host = loopback_host(uri)

@@ -5,6 +5,9 @@ scheduler waits on all of them the same way (`ray.wait`).
   local : an embedded Ray on this machine (ray.init(address='local')), on 127.0.0.1 only
   ray   : an existing Ray cluster by address (cloud GPUs through its autoscaler)
   slurm : submitit -> sbatch; a Ray task with a fraction of a CPU watches each SLURM job
+
+Each is one module (its options class and its Backend), registered by kind in
+orchestrator/backends/registry.py, where another backend is registered too.
 """
 
 from __future__ import annotations
@@ -12,29 +15,28 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from scalelab.jobs.launch import DEFAULT_JOB, JobRef
-from scalelab.orchestrator.backends.base import Backend, BackendError, ray_init
-from scalelab.orchestrator.backends.local import LocalBackend
-from scalelab.orchestrator.backends.ray import RayClusterBackend
-from scalelab.orchestrator.backends.slurm import SlurmBackend, check_slurm
+from scalelab.orchestrator.backends.base import Backend, BackendError, BackendOptions, ray_init
+from scalelab.orchestrator.backends.registry import backend_class, register, registered
 
 if TYPE_CHECKING:
     from scalelab.orchestrator.ledger import Ledger
-    from scalelab.orchestrator.plan.spec import BackendConfig
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "BackendOptions",
+    "make_backend",
+    "preflight",
+    "ray_init",
+    "register",
+    "registered",
+]
 
 
-def preflight(cfg: BackendConfig) -> None:
+def preflight(cfg: BackendOptions) -> None:
     """Check the backend is usable before anything is written to the ledger."""
-    if cfg.kind == "slurm":
-        check_slurm()
-    elif cfg.kind == "ray":
-        ray_init(cfg.address, embedded=False)
+    backend_class(cfg.kind).preflight(cfg)
 
 
-def make_backend(cfg: BackendConfig, ledger: Ledger, job: JobRef = DEFAULT_JOB) -> Backend:
-    if cfg.kind == "local":
-        return LocalBackend(cfg, ledger, job)
-    if cfg.kind == "ray":
-        return RayClusterBackend(cfg, ledger, job)
-    if cfg.kind == "slurm":
-        return SlurmBackend(cfg, ledger, job)
-    raise BackendError(f"unknown backend {cfg.kind!r}; allowed: local, ray, slurm")
+def make_backend(cfg: BackendOptions, ledger: Ledger, job: JobRef = DEFAULT_JOB) -> Backend:
+    return backend_class(cfg.kind)(cfg, ledger, job)

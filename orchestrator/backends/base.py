@@ -1,23 +1,31 @@
-"""What every backend shares: a Ray session (joined or started here, on 127.0.0.1 only when
-started) and the launch of trials as Ray tasks that call `jobs.launch.launch`."""
+"""What every backend shares: the options every sweep's `backend:` takes (`BackendOptions`,
+and `RayTaskOptions` for trials that are Ray tasks), a Ray session (joined or started here,
+on 127.0.0.1 only when started) and the launch of trials as Ray tasks that call
+`jobs.launch.launch`. A backend is a `Backend` subclass and its options class, in one module,
+registered by kind (orchestrator/backends/registry.py)."""
 
 from __future__ import annotations
 
 import ipaddress
 import logging
+import math
 import os
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import Field, field_validator
 
 from scalelab.contract import workdir
+from scalelab.contract.config import FrozenConfig
+from scalelab.contract.placement import DeviceAsk
 from scalelab.contract.runs import job_ref
+from scalelab.jobs.gpus import gpu_spec
 from scalelab.jobs.launch import DEFAULT_JOB, JobRef, launch
 from scalelab.models.catalog import MECHANISMS_ENV
 
 if TYPE_CHECKING:
     from scalelab.orchestrator.ledger import Ledger, TrialRecord
     from scalelab.orchestrator.plan.expand import Trial
-    from scalelab.orchestrator.plan.spec import BackendConfig
 
 
 # Ray 2.60 waits a fixed 30 s for a new node to register (ray/_private/node.py), which an
@@ -43,6 +51,139 @@ def shared_with_cluster() -> dict[str, str]:
 
 class BackendError(RuntimeError):
     """A backend cannot be used (not reachable, not installed); nothing was submitted."""
+
+
+class BackendOptions(FrozenConfig):
+    """Where trials run: the keys of `backend:` that every kind takes (placement, not
+    science: nothing here is part of a trial's id). A backend's options class derives from
+    it, narrows `kind` to its own name (`kind: Literal["slurm"] = "slurm"`) and adds its
+    keys; its properties below tell the planner (orchestrator/plan/planner.py), the CPU-rate
+    probe and the tracking-store check what the backend's trials get, and a backend whose
+    trials are not one process group on one node overrides them (SlurmOptions)."""
+
+    kind: str
+    gpu: str | None = Field(
+        None,
+        description="the GPU model of the trials' nodes, e.g. 'H100 SXM' (jobs/gpus.py): "
+        "the plan checks each trial's memory against it and times it at its peak",
+    )
+    concurrency: int = Field(2, ge=1, description="trials running at once")
+    cpus_per_trial: float = Field(1.0, ge=0)
+    gpus_per_trial: float = Field(0.0, ge=0)
+    ranks_per_trial: int | None = Field(
+        None,
+        ge=1,
+        description="local/ray: training processes per trial, started inside the trial's task "
+        "with their rendezvous on 127.0.0.1 (DeepSpeed shards across them); default: one per "
+        "GPU, else 1",
+    )
+    allow_file_tracking: bool = Field(
+        False,
+        description="slurm, or ray with a cluster address: let the trials write a "
+        "file-backed tracking store (sqlite, file:) or one at a loopback address (127.0.0.1, "
+        "localhost, ::1). Only where every job runs on the driver's machine: several machines "
+        "writing one sqlite file lock it up or corrupt it, and a node's loopback address is "
+        "the node itself (docs/running-on-slurm.md, 'The tracking store on a cluster')",
+    )
+    max_retries: int = Field(2, ge=0, description="re-runs of a FAILED trial")
+    retry_backoff_s: float = Field(5.0, ge=0, description="first retry delay; doubles")
+
+    # Whether every trial runs on this machine (the driver's): the CPU-rate probe then
+    # measures the trials' own CPU, and the trials may write a file-backed tracking store.
+    trials_run_here: ClassVar[bool] = False
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, name: str | None) -> str | None:
+        return None if name is None else gpu_spec(name).name
+
+    @property
+    def ranks(self) -> int:
+        """Training processes a trial's task starts (ranks_per_trial, else one per GPU)."""
+        return self.ranks_per_trial or max(1, int(self.gpus_per_trial))
+
+    @property
+    def nodes(self) -> int:
+        """Nodes per trial."""
+        return 1
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.ranks
+
+    @property
+    def world_size(self) -> int:
+        """Training processes per trial."""
+        return self.nodes * self.ranks_per_node
+
+    @property
+    def gpus_per_node(self) -> float:
+        """GPUs a trial gets on each of its nodes (0: a CPU trial)."""
+        return self.gpus_per_trial
+
+    @property
+    def host_bytes_per_node(self) -> int | None:
+        """Host RAM a trial may use on each node, where the options say; None: unknown."""
+        return None
+
+    @property
+    def device(self) -> str | None:
+        """'cuda' or 'cpu' for the trials, where the options decide it (Ray hides the GPUs
+        from a task that asks for none); None where the node decides."""
+        return "cuda" if self.gpus_per_trial > 0 else "cpu"
+
+    @property
+    def device_ask(self) -> DeviceAsk:
+        """What a trial's job must find on its node (contract/placement.py): on Ray the GPUs
+        the task is given (Ray hides the others), named by `gpu` only when it asks some."""
+        gpus = math.ceil(self.gpus_per_trial)
+        return DeviceAsk(gpus, self.gpu if gpus else None)
+
+    @property
+    def time_limit_s(self) -> float | None:
+        """A job's wall-clock limit, after which it requeues itself; None: no limit."""
+        return None
+
+    @property
+    def nodes_key(self) -> str | None:
+        """The dotted sweep key that sets the nodes per trial (the plan's fix may raise it);
+        None where a trial has one node."""
+        return None
+
+    def writers_elsewhere(self) -> str | None:
+        """Who writes the tracking store from machines other than this one, in words (the
+        store must then be a server they reach); None when only this machine does."""
+        if self.trials_run_here:
+            return None
+        return f"the trials of backend {self.kind!r} write it from their own machines"
+
+
+# Ray's own resources, which its `resources=` option refuses (num_cpus, num_gpus, ...)
+RAY_BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
+
+
+class RayTaskOptions(BackendOptions):
+    """The options of a backend whose trials are Ray tasks (`Backend.launch_many`)."""
+
+    resources_per_trial: dict[str, float] = Field(
+        default_factory=dict,
+        description="local/ray: Ray custom resources each trial asks for besides its CPUs and "
+        "GPUs, e.g. {gpu_a100: 1} to place it on the node type that offers it (docs/"
+        "running-on-ray.md): a cluster's autoscaler adds such nodes when trials ask",
+    )
+
+    @field_validator("resources_per_trial")
+    @classmethod
+    def _custom_resources(cls, asked: dict[str, float]) -> dict[str, float]:
+        for name, amount in asked.items():
+            if not name.strip() or name in RAY_BUILTIN_RESOURCES:
+                raise ValueError(
+                    f"{name!r} is not a custom resource (CPUs and GPUs have their own keys: "
+                    "cpus_per_trial, gpus_per_trial)"
+                )
+            if not amount > 0:
+                raise ValueError(f"{name}: the amount must be > 0, got {amount}")
+        return asked
 
 
 def ray_init(address: str, *, embedded: bool, workers: int | None = None) -> bool:
@@ -152,13 +293,24 @@ def ray_shutdown() -> None:
 
 
 class Backend:
-    """Launch trials as Ray tasks; subclasses change where the work happens."""
+    """Launch trials as Ray tasks; subclasses change where the work happens. A subclass
+    names its `kind` (the sweep's `backend.kind`) and its `options` class, whose `kind`
+    is that name, and is registered (orchestrator/backends/registry.py). Every handle
+    `launch_many` returns is a Ray ObjectRef that resolves to the trial's outcome dict."""
 
-    kind = "local"
+    kind: ClassVar[str]
+    options: ClassVar[type[BackendOptions]]
 
-    def __init__(self, cfg: BackendConfig, ledger: Ledger, job: JobRef = DEFAULT_JOB):
+    cfg: Any  # an instance of `options` (Any: each backend reads its own keys)
+
+    def __init__(self, cfg: BackendOptions, ledger: Ledger, job: JobRef = DEFAULT_JOB):
         self.cfg, self.ledger, self.job = cfg, ledger, job
         self.owns_ray = False
+
+    @classmethod
+    def preflight(cls, cfg: BackendOptions) -> None:
+        """Check the backend is usable before anything is written to the ledger; raise
+        BackendError if not."""
 
     def start(self) -> None:
         """Connect to (or start) the Ray that runs the trials."""

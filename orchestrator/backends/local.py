@@ -8,12 +8,23 @@ is set and the driver joins that cluster instead.
 from __future__ import annotations
 
 import os
+from typing import ClassVar, Literal
 
-from scalelab.orchestrator.backends.base import Backend, ray_init
+from scalelab.orchestrator.backends.base import Backend, RayTaskOptions, ray_init
+
+
+class LocalOptions(RayTaskOptions):
+    """`backend: {kind: local, ...}` (the default): the keys every backend takes, and Ray's
+    custom resources."""
+
+    kind: Literal["local"] = "local"
+
+    trials_run_here: ClassVar[bool] = True
 
 
 class LocalBackend(Backend):
     kind = "local"
+    options = LocalOptions
 
     def start(self) -> None:
         address = os.environ.get("RAY_ADDRESS") or "local"

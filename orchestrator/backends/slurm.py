@@ -17,14 +17,17 @@ import subprocess
 import time
 from collections.abc import Iterable
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
 
 from scalelab.contract import workdir
+from scalelab.contract.config import FrozenConfig
 from scalelab.contract.outcome import EXIT_REFUSED, EXIT_REQUEUE
 from scalelab.contract.placement import DeviceAsk
 from scalelab.contract.runs import Status, Tag, job_ref
 from scalelab.jobs.launch import JobRef, launch
-from scalelab.orchestrator.backends.base import Backend, BackendError, ray_init
+from scalelab.orchestrator.backends.base import Backend, BackendError, BackendOptions, ray_init
 
 if TYPE_CHECKING:
     from scalelab.orchestrator.ledger import TrialRecord
@@ -35,6 +38,97 @@ if TYPE_CHECKING:
 MAX_TIME_LIMIT_SLICES = 10_000
 ACTIVE = {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "CONFIGURING", "COMPLETING"}
 WATCHER_CPUS = 0.05
+
+
+class SlurmSettings(FrozenConfig):
+    """`backend.slurm`: submitit's AutoExecutor parameters (placement only: never part of a
+    trial's id)."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_min: int = Field(60, ge=1, description="wall-clock limit per job, minutes")
+    signal_delay_s: int = Field(
+        180,
+        ge=10,
+        description="SLURM's warning signal comes this many seconds before the time limit: "
+        "time to finish the step and write a checkpoint, then the job requeues itself",
+    )
+    nodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(0, ge=0)
+    tasks_per_node: int = Field(1, ge=1)
+    cpus_per_task: int = Field(1, ge=1)
+    mem_gb: float | None = Field(None, gt=0)
+    constraint: str | None = None
+    extra_sbatch: list[str] = Field(
+        default_factory=list, description="raw '#SBATCH' lines, e.g. '--exclusive'"
+    )
+    array: bool | None = Field(
+        None, description="job arrays: None = when several small (single-node) trials wait"
+    )
+    array_parallelism: int = Field(64, ge=1)
+    max_array_size: int | None = Field(
+        None, ge=1, description="default: the cluster's MaxArraySize (scontrol show config)"
+    )
+    poll_s: float = Field(5.0, gt=0, description="how often a watcher polls its job")
+
+    @model_validator(mode="after")
+    def _warning_within_the_limit(self) -> SlurmSettings:
+        if self.signal_delay_s >= self.time_min * 60:
+            raise ValueError(
+                f"signal_delay_s ({self.signal_delay_s}) must be shorter than time_min "
+                f"({self.time_min} min = {self.time_min * 60} s)"
+            )
+        return self
+
+
+class SlurmOptions(BackendOptions):
+    """`backend: {kind: slurm, slurm: {...}, ...}`: one SLURM job per trial, its nodes and
+    tasks (one rank each) from `slurm`."""
+
+    kind: Literal["slurm"] = "slurm"
+    slurm: SlurmSettings = SlurmSettings()
+
+    @field_validator("slurm", mode="before")
+    @classmethod
+    def _unset_is_default(cls, value: Any) -> Any:
+        return SlurmSettings() if value is None else value  # `slurm:` with nothing under it
+
+    @property
+    def nodes(self) -> int:
+        return self.slurm.nodes
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.slurm.tasks_per_node
+
+    @property
+    def gpus_per_node(self) -> float:
+        return self.slurm.gpus_per_node
+
+    @property
+    def host_bytes_per_node(self) -> int | None:
+        return int(self.slurm.mem_gb * 1e9) if self.slurm.mem_gb else None
+
+    @property
+    def device(self) -> str | None:
+        return None  # the node decides
+
+    @property
+    def device_ask(self) -> DeviceAsk:
+        """The node's GPUs (`gpus_per_node`, or any GPU where only `gpu` names one)."""
+        return DeviceAsk(self.slurm.gpus_per_node, self.gpu)
+
+    @property
+    def time_limit_s(self) -> float | None:
+        return self.slurm.time_min * 60
+
+    @property
+    def nodes_key(self) -> str | None:
+        return "backend.slurm.nodes"
+
+    def writers_elsewhere(self) -> str | None:
+        return "the SLURM jobs write it from their compute nodes"
 
 
 def check_slurm(timeout_s: float = 15.0) -> None:
@@ -188,6 +282,11 @@ def watch_slurm(folder: str, job_id: str, poll_s: float) -> dict[str, Any]:
 
 class SlurmBackend(Backend):
     kind = "slurm"
+    options = SlurmOptions
+
+    @classmethod
+    def preflight(cls, cfg: SlurmOptions) -> None:
+        check_slurm()
 
     def start(self) -> None:
         check_slurm()

@@ -39,14 +39,13 @@ class CpuRate:
 def cpu_rate(spec: SweepSpec) -> CpuRate | None:
     """The rate of the sweep's CPU ranks; None for a sweep on GPUs."""
     b = spec.backend
-    gpus = b.slurm.gpus_per_node if b.kind == "slurm" and b.slurm else b.gpus_per_trial
-    if gpus:
+    if b.gpus_per_node:
         return None
     est = spec.estimate
     mfu = est.mfu if "mfu" in est.model_fields_set else CPU_MFU
     if est.peak_flops is not None:
         return CpuRate(est.peak_flops, mfu, "estimate.peak_flops")
-    where = "this machine" + (", not the cluster's nodes" if b.kind != "local" else "")
+    where = "this machine" + ("" if b.trials_run_here else ", not the cluster's nodes")
     return CpuRate(probe_flops(), mfu, f"measured on {where}: fp32 matmul, 1 thread")
 
 

@@ -70,13 +70,9 @@ class Placement:
 
     @classmethod
     def of(cls, spec: SweepSpec, cpu: CpuRate | None = None) -> Placement:
-        b = spec.backend
+        b = spec.backend  # what the backend's options say a trial gets
         gpu = gpu_spec(b.gpu) if b.gpu else None
-        if b.kind == "slurm" and b.slurm is not None:
-            s = b.slurm
-            host = int(s.mem_gb * 1e9) if s.mem_gb else None
-            return cls(s.nodes, s.tasks_per_node, s.gpus_per_node, gpu, host, cpu)
-        return cls(1, b.ranks, int(b.gpus_per_trial), gpu, None, cpu)
+        return cls(b.nodes, b.ranks_per_node, int(b.gpus_per_node), gpu, b.host_bytes_per_node, cpu)
 
 
 @dataclass(frozen=True)
@@ -154,7 +150,8 @@ def plan_trial(
     changes = fixes[key]
     if changes is None:
         return plan
-    fitted = _plan(trial, _changed(job, changes), spec, _moved(placement, changes))
+    moved = _moved(placement, changes, spec.backend.nodes_key)
+    fitted = _plan(trial, _changed(job, changes), spec, moved)
     return replace(plan, fix=Fix(changes, fitted.peak_gpu_bytes, fitted.wall_s or 0.0))
 
 
@@ -252,10 +249,11 @@ def _wall_s(trial: Trial, job: JobConfig, spec: SweepSpec, placement: Placement)
 
 
 def _slices(wall_s: float | None, spec: SweepSpec) -> int | None:
-    slurm = spec.backend.slurm
-    if wall_s is None or spec.backend.kind != "slurm" or slurm is None:
+    """The jobs of the backend's time limit a trial takes (it requeues itself after each)."""
+    limit = spec.backend.time_limit_s
+    if wall_s is None or limit is None:
         return None
-    return max(1, math.ceil(wall_s / (slurm.time_min * 60)))
+    return max(1, math.ceil(wall_s / limit))
 
 
 # ----------------------------------------------------------------------------- the fix
@@ -269,8 +267,8 @@ def smallest_fix(trial: Trial, spec: SweepSpec, placement: Placement) -> dict[st
     """The cheapest change that fits, as dotted sweep keys and values: fewest knobs changed
     first, then knobs in the order micro-batch (same computation, more accumulation steps),
     ZeRO stage (more communication, no more FLOPs), activation checkpointing (a third more
-    FLOPs), nodes (more GPUs; SLURM only); within a knob the smallest step. None when
-    nothing tried fits."""
+    FLOPs), nodes (more GPUs; where the backend has a key for them, `nodes_key`: SLURM's);
+    within a knob the smallest step. None when nothing tried fits."""
     job, ds = trial.job, trial.job.deepspeed
     seqs = job.train.global_batch_tokens // job.data.seq_len
     micro_now = ds.micro_batch_size or max(1, seqs // placement.world)
@@ -279,8 +277,9 @@ def smallest_fix(trial: Trial, spec: SweepSpec, placement: Placement) -> dict[st
         "deepspeed.micro_batch_size": [None, *_divisors_below(seqs, micro_now)],
         "deepspeed.zero_stage": [None, *range(ds.zero_stage + 1, 4)],
         "deepspeed.activation_checkpointing": [None] + ([True] if not ds.activation_checkpointing else []),
-        "backend.slurm.nodes": [None] + (nodes if spec.backend.kind == "slurm" else []),
     }  # fmt: skip
+    if spec.backend.nodes_key:
+        options[spec.backend.nodes_key] = [None, *nodes]
     best: tuple[tuple[Any, ...], dict[str, Any]] | None = None
     for combo in itertools.product(*options.values()):
         changes = {k: v for k, v in zip(options, combo, strict=True) if v is not None}
@@ -291,7 +290,8 @@ def smallest_fix(trial: Trial, spec: SweepSpec, placement: Placement) -> dict[st
         cost = (len(changes), knobs, steps)
         if best is not None and cost >= best[0]:
             continue
-        if _plan(trial, _changed(job, changes), spec, _moved(placement, changes)).fits:
+        moved = _moved(placement, changes, spec.backend.nodes_key)
+        if _plan(trial, _changed(job, changes), spec, moved).fits:
             best = (cost, changes)
     return None if best is None else best[1]
 
@@ -301,8 +301,8 @@ def _changed(job: JobConfig, changes: dict[str, Any]) -> JobConfig:
     return job.model_copy(update={"deepspeed": job.deepspeed.model_copy(update=update)})
 
 
-def _moved(placement: Placement, changes: dict[str, Any]) -> Placement:
-    return replace(placement, nodes=changes.get("backend.slurm.nodes", placement.nodes))
+def _moved(placement: Placement, changes: dict[str, Any], nodes_key: str | None) -> Placement:
+    return replace(placement, nodes=changes.get(nodes_key or "", placement.nodes))
 
 
 def plan_sweep(spec: SweepSpec, trials: list[Trial], cpu: CpuRate | None = None) -> list[TrialPlan]:

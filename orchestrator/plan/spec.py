@@ -19,6 +19,8 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     Field,
+    PlainValidator,
+    SerializeAsAny,
     ValidationError,
     field_validator,
     model_validator,
@@ -30,13 +32,14 @@ from scalelab.contract.config import (
     format_config_error,
     sub_config_class,
 )
-from scalelab.contract.placement import DeviceAsk
 from scalelab.contract.runs import SWEEP_NAME_MAX, SWEEP_NAME_PATTERN
 from scalelab.contract.storage import StorageURI
 from scalelab.jobs.config import JobCheckError, JobConfig
 from scalelab.jobs.gpus import gpu_spec
 from scalelab.models import catalog
 from scalelab.models.sizes import get_size
+from scalelab.orchestrator.backends import registry
+from scalelab.orchestrator.backends.base import BackendOptions
 from scalelab.orchestrator.plan.sweep_file import SourceMap, SpecError, load_yaml, read_sweep
 
 __all__ = ["SourceMap", "SpecError", "SweepSpec", "load_spec", "parse_spec"]
@@ -107,149 +110,19 @@ class IsoFlopAxis(FrozenConfig):
         return names
 
 
-class SlurmOptions(FrozenConfig):
-    """submitit's AutoExecutor parameters (placement only: never part of a trial's id)."""
+class _BackendSchema:
+    """`backend`'s JSON Schema: one of the registered backends' options, made when asked
+    (orchestrator/backends/registry.py)."""
 
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    time_min: int = Field(60, ge=1, description="wall-clock limit per job, minutes")
-    signal_delay_s: int = Field(
-        180,
-        ge=10,
-        description="SLURM's warning signal comes this many seconds before the time limit: "
-        "time to finish the step and write a checkpoint, then the job requeues itself",
-    )
-    nodes: int = Field(1, ge=1)
-    gpus_per_node: int = Field(0, ge=0)
-    tasks_per_node: int = Field(1, ge=1)
-    cpus_per_task: int = Field(1, ge=1)
-    mem_gb: float | None = Field(None, gt=0)
-    constraint: str | None = None
-    extra_sbatch: list[str] = Field(
-        default_factory=list, description="raw '#SBATCH' lines, e.g. '--exclusive'"
-    )
-    array: bool | None = Field(
-        None, description="job arrays: None = when several small (single-node) trials wait"
-    )
-    array_parallelism: int = Field(64, ge=1)
-    max_array_size: int | None = Field(
-        None, ge=1, description="default: the cluster's MaxArraySize (scontrol show config)"
-    )
-    poll_s: float = Field(5.0, gt=0, description="how often a watcher polls its job")
-
-    @model_validator(mode="after")
-    def _warning_within_the_limit(self) -> SlurmOptions:
-        if self.signal_delay_s >= self.time_min * 60:
-            raise ValueError(
-                f"signal_delay_s ({self.signal_delay_s}) must be shorter than time_min "
-                f"({self.time_min} min = {self.time_min * 60} s)"
-            )
-        return self
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> dict[str, Any]:
+        return registry.options_schema(handler)
 
 
-# Ray's own resources, which its `resources=` option refuses (num_cpus, num_gpus, ...)
-RAY_BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
-
-
-class BackendConfig(FrozenConfig):
-    """Where trials run. Placement, not science."""
-
-    kind: Literal["local", "ray", "slurm"] = "local"
-    address: str | None = Field(None, description="ray: cluster address (ray://host:10001)")
-    gpu: str | None = Field(
-        None,
-        description="the GPU model of the trials' nodes, e.g. 'H100 SXM' (jobs/gpus.py): "
-        "the plan checks each trial's memory against it and times it at its peak",
-    )
-    concurrency: int = Field(2, ge=1, description="trials running at once")
-    cpus_per_trial: float = Field(1.0, ge=0)
-    gpus_per_trial: float = Field(0.0, ge=0)
-    resources_per_trial: dict[str, float] = Field(
-        default_factory=dict,
-        description="local/ray: Ray custom resources each trial asks for besides its CPUs and "
-        "GPUs, e.g. {gpu_a100: 1} to place it on the node type that offers it (docs/"
-        "running-on-ray.md): a cluster's autoscaler adds such nodes when trials ask",
-    )
-    ranks_per_trial: int | None = Field(
-        None,
-        ge=1,
-        description="local/ray: training processes per trial, started inside the trial's task "
-        "with their rendezvous on 127.0.0.1 (DeepSpeed shards across them); default: one per "
-        "GPU, else 1",
-    )
-    allow_file_tracking: bool = Field(
-        False,
-        description="slurm, or ray with a cluster address: let the trials write a "
-        "file-backed tracking store (sqlite, file:) or one at a loopback address (127.0.0.1, "
-        "localhost, ::1). Only where every job runs on the driver's machine: several machines "
-        "writing one sqlite file lock it up or corrupt it, and a node's loopback address is "
-        "the node itself (docs/running-on-slurm.md, 'The tracking store on a cluster')",
-    )
-    max_retries: int = Field(2, ge=0, description="re-runs of a FAILED trial")
-    retry_backoff_s: float = Field(5.0, ge=0, description="first retry delay; doubles")
-    slurm: SlurmOptions | None = None
-
-    @field_validator("resources_per_trial")
-    @classmethod
-    def _custom_resources(cls, asked: dict[str, float]) -> dict[str, float]:
-        for name, amount in asked.items():
-            if not name.strip() or name in RAY_BUILTIN_RESOURCES:
-                raise ValueError(
-                    f"{name!r} is not a custom resource (CPUs and GPUs have their own keys: "
-                    "cpus_per_trial, gpus_per_trial)"
-                )
-            if not amount > 0:
-                raise ValueError(f"{name}: the amount must be > 0, got {amount}")
-        return asked
-
-    @field_validator("gpu")
-    @classmethod
-    def _known_gpu(cls, name: str | None) -> str | None:
-        return None if name is None else gpu_spec(name).name
-
-    @property
-    def ranks(self) -> int:
-        return self.ranks_per_trial or max(1, int(self.gpus_per_trial))
-
-    @property
-    def world_size(self) -> int:
-        """Training processes per trial (SLURM: one per task)."""
-        if self.kind == "slurm" and self.slurm is not None:
-            return self.slurm.nodes * self.slurm.tasks_per_node
-        return self.ranks
-
-    @property
-    def device(self) -> str | None:
-        """'cuda' or 'cpu' for the trials, where the config decides it: Ray hides the GPUs
-        from a task that asks for none; under SLURM the node decides (None)."""
-        if self.kind == "slurm":
-            return None
-        return "cuda" if self.gpus_per_trial > 0 else "cpu"
-
-    @property
-    def device_ask(self) -> DeviceAsk:
-        """What a trial's job must find on its node (contract/placement.py): under SLURM the
-        node's GPUs (`gpus_per_node`, or any GPU where only `gpu` names one); on Ray the
-        GPUs the task is given (Ray hides the others), named by `gpu` only when it asks some."""
-        if self.kind == "slurm" and self.slurm is not None:
-            return DeviceAsk(self.slurm.gpus_per_node, self.gpu)
-        gpus = math.ceil(self.gpus_per_trial)
-        return DeviceAsk(gpus, self.gpu if gpus else None)
-
-    @model_validator(mode="after")
-    def _options_match_kind(self) -> BackendConfig:
-        if self.slurm is not None and self.kind != "slurm":
-            raise ValueError(f"'slurm' options need kind='slurm', got kind={self.kind!r}")
-        if self.address is not None and self.kind != "ray":
-            raise ValueError(f"'address' needs kind='ray', got kind={self.kind!r}")
-        if self.resources_per_trial and self.kind == "slurm":
-            raise ValueError("'resources_per_trial' is for kind 'local' or 'ray' (Ray resources)")
-        if self.kind == "ray" and not self.address:
-            raise ValueError("kind='ray' needs an address (e.g. ray://head:10001 or auto)")
-        if self.kind == "slurm" and self.slurm is None:
-            self.__dict__["slurm"] = SlurmOptions()
-        return self
+# `backend:` is validated by the options class of the backend its `kind` names, looked up in
+# the registry as the sweep is validated (a backend registered later is known then)
+BackendField = Annotated[
+    SerializeAsAny[BackendOptions], PlainValidator(registry.parse_options), _BackendSchema()
+]
 
 
 class EstimateConfig(FrozenConfig):
@@ -296,7 +169,11 @@ class SweepSpec(FrozenConfig):
         default_factory=dict, description="dotted key -> values; lists of equal length, paired"
     )
     isoflop: IsoFlopAxis | None = None
-    backend: BackendConfig = BackendConfig()
+    backend: BackendField = Field(
+        default_factory=registry.default_options,
+        description="where trials run: kind (local, ray, slurm, or another registered backend) "
+        "and its options",
+    )
     storage: StorageURI | None = Field(
         None,
         description="object storage (a pyarrow.fs URI: s3://bucket/prefix, gs://...) that "
