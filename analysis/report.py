@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scalelab.analysis.results.render import markdown_table, sections
+from scalelab.analysis.results.render import markdown_sections, markdown_table
 
 # Part of the summary cache's key: a summary cached by an older layout is made again.
 SUMMARY_FORMAT = 3
@@ -57,8 +57,7 @@ def write_report(
     warnings = check_lines(fit)
     if warnings:
         md += ["", "**Fits to read with care.**", ""] + [f"- {line}" for line in warnings]
-    for title, (head, rows) in sections(fit):
-        md += ["", f"## {title}", "", markdown_table(head, rows)]
+    md += markdown_sections(fit)
     if plots:
         md += ["", "## Plots", ""]
         for name, path in plots.items():
@@ -125,8 +124,7 @@ def _log_width(m: Interval) -> float:
 
 def check_lines(fit: SweepFit) -> list[str]:
     """Every fit whose check is not ok, and gains whose law fell back, in words."""
-    out = [f"L(C) of {v}: {c.summary()}" for v, c in fit.law_checks.items() if not c.ok]
-    out += [f"L(N, D) of {v}: {c.summary()}" for v, c in fit.chinchilla_checks.items() if not c.ok]
+    out = [f"{law} of {v}: {c.summary()}" for law, v, c in fit.checks() if not c.ok]
     fell = [g.variant for g in fit.gains if g.fit.baseline.fallback]
     if fell:
         out.append(

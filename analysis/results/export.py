@@ -5,16 +5,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .json_values import boot, interval, num
+from . import laws
+from .json_values import interval, num
 
 if TYPE_CHECKING:
     from .fit import SweepFit
 
-__all__ = ["advice_dict", "boot", "interval", "num", "sweep_fit_dict"]
+__all__ = ["advice_dict", "interval", "num", "sweep_fit_dict"]
+
+# --json's first keys, in the order they were printed before the laws were registered; the
+# keys of the laws registered after the built-in ones follow (before "gains")
+FIRST_KEYS = ("sweep", "baseline", "loss", "level", "n_trials", "n_used", "variants",
+              "power_law", "frontier", "chinchilla", "allocation", "huber_delta", "where",
+              "isoflop")  # fmt: skip
 
 
 def sweep_fit_dict(fit: SweepFit) -> dict[str, Any]:
-    return {
+    """The whole fit: its trials, each registered law's keys (laws/), the gains, cells,
+    backtest, advice and notes."""
+    out = {
         "sweep": fit.sweep,
         "baseline": fit.baseline,
         "loss": fit.loss,
@@ -22,34 +31,9 @@ def sweep_fit_dict(fit: SweepFit) -> dict[str, Any]:
         "n_trials": fit.n_trials,
         "n_used": fit.n_used,
         "variants": fit.variants,
-        "power_law": {
-            v: {
-                "form": law.form,
-                "fitted_on": "compute frontier",
-                "n_trials": law.n,
-                "constants": {k: interval(i) for k, i in law.intervals(fit.level).items()},
-                "check": fit.law_checks[v].to_dict(),
-            }
-            for v, law in fit.laws.items()
-        },
-        "frontier": fit.frontier,
-        "chinchilla": {
-            v: {**boot(b), "form": b.point.form, "check": fit.chinchilla_checks[v].to_dict()}
-            for v, b in fit.chinchilla.items()
-        },
-        "allocation": [a.to_dict() for a in fit.allocation],
         "huber_delta": fit.huber_delta,
         "where": fit.where,
-        "isoflop": {
-            v: {
-                "a": f.a,
-                "b": f.b,
-                "k_n": f.k_n,
-                "k_d": f.k_d,
-                "budgets": [{k: num(x) for k, x in vars(o).items()} for o in f.budgets],
-            }
-            for v, f in fit.isoflop.items()
-        },
+        **{key: value for law in laws.registered() for key, value in law.to_json(fit).items()},
         "gains": [
             {
                 "variant": g.variant,
@@ -103,6 +87,7 @@ def sweep_fit_dict(fit: SweepFit) -> dict[str, Any]:
         "advice": [advice_dict(a) for a in fit.advice],
         "notes": fit.notes,
     }
+    return {key: out[key] for key in FIRST_KEYS if key in out} | out
 
 
 def advice_dict(a: Any) -> dict[str, Any]:

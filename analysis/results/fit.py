@@ -11,17 +11,23 @@ through both variants' trials), the per-cell differences, and what to run next. 
 baseline's largest size is held out and forecast from the smaller ones (the backtest).
 A part that the data cannot support is skipped with the reason; if no law at all can be
 fitted, `fit_sweep` raises ResultsError (e.g. a sweep with one size).
+
+The laws are those registered in laws/ (L(C), L(N, D), IsoFLOP, in that order, and any
+`laws.register` adds), each variant's fits in `SweepFit.law_fits[law][variant]`; `laws`,
+`chinchilla`, `isoflop` and their checks read the built-in ones from there.
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import laws as law_registry
+from .laws import FitOptions, LawFit, VariantTrials
 from .query import trials_where
 from .tables import ResultsError
 from .usable import usable_trials
@@ -38,6 +44,8 @@ if TYPE_CHECKING:
     from .loss_forecast import Forecast
 
 LOSS = "final_val_loss"
+# the built-in laws (laws/) by name, as the properties of SweepFit read them
+POWER_LAW, CHINCHILLA, ISOFLOP = "power_law", "chinchilla", "isoflop"
 
 
 @dataclass
@@ -50,12 +58,9 @@ class SweepFit:
     n_used: int
     variants: list[str]
     table: pa.Table  # the trials used (FINISHED, finite loss)
-    laws: dict[str, LsqFit] = field(default_factory=dict)  # L(C) per variant, on its frontier
-    law_checks: dict[str, FitCheck] = field(default_factory=dict)
+    # every registered law's fits (laws/): law name -> variant -> its fit
+    law_fits: dict[str, dict[str, LawFit]] = field(default_factory=dict)
     frontier: dict[str, list[str]] = field(default_factory=dict)  # trial ids by compute
-    chinchilla: dict[str, Bootstrap] = field(default_factory=dict)
-    chinchilla_checks: dict[str, FitCheck] = field(default_factory=dict)
-    isoflop: dict[str, IsoFlopFit] = field(default_factory=dict)
     gains: list[Gain] = field(default_factory=list)  # unpaired
     paired: list[PairedGain] = field(default_factory=list)
     slope_law: LsqFit | None = None  # the baseline's log-log slope the paired gains use
@@ -67,6 +72,12 @@ class SweepFit:
     notes: list[str] = field(default_factory=list)
     huber_delta: float | None = None  # the robust L(N, D) fit's (fit_table sets it)
     where: str | None = None  # the filter the trials went through, if any
+    # L(C)'s checks of a SweepFit built by hand (read back as the `law_checks` property)
+    law_checks: InitVar[dict[str, FitCheck] | None] = None
+
+    def __post_init__(self, law_checks: dict[str, FitCheck] | None) -> None:
+        for v, check in (law_checks or {}).items():
+            self.law_fits.setdefault(POWER_LAW, {})[v] = LawFit(None, check=check)
 
     def to_dict(self) -> dict[str, Any]:
         from .export import sweep_fit_dict
@@ -75,6 +86,69 @@ class SweepFit:
 
     def paired_gain(self, variant: str) -> PairedGain | None:
         return next((p for p in self.paired if p.variant == variant), None)
+
+    def results(self, law: str) -> dict[str, Any]:
+        """The law's own fits (an LsqFit, a Bootstrap, ...) by variant."""
+        fits = self.law_fits.get(law, {})
+        return {v: r.result for v, r in fits.items() if r.result is not None}
+
+    def checks_of(self, law: str) -> dict[str, FitCheck]:
+        """The law's checks by variant."""
+        fits = self.law_fits.get(law, {})
+        return {v: r.check for v, r in fits.items() if r.check is not None}
+
+    def checks(self) -> list[tuple[str, str, FitCheck]]:
+        """(the law's short label, variant, check) of every checked fit, laws in order."""
+        out = []
+        for name, fits in self.law_fits.items():
+            law = law_registry.law_named(name)
+            label = (law.short or law.label or name) if law is not None else name
+            out += [(label, v, r.check) for v, r in fits.items() if r.check is not None]
+        return out
+
+    # the built-in laws' fits by the names they had before the registry
+    @property
+    def laws(self) -> dict[str, LsqFit]:
+        """L(C) per variant, on its frontier."""
+        return self.results(POWER_LAW)
+
+    @property
+    def chinchilla(self) -> dict[str, Bootstrap]:
+        """L(N, D) per variant (and "<variant> without outliers")."""
+        return self.results(CHINCHILLA)
+
+    @property
+    def chinchilla_checks(self) -> dict[str, FitCheck]:
+        return self.checks_of(CHINCHILLA)
+
+    @property
+    def isoflop(self) -> dict[str, IsoFlopFit]:
+        return self.results(ISOFLOP)
+
+    def predict(
+        self, law: str, variant: str, *, n_params: Any = np.nan, tokens: Any = np.nan,
+        flops: Any = np.nan, level: float | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+        """The loss of new runs of `variant` at (N, D, C) by a registered law that
+        forecasts (Law.predict): (estimate, low, high) at `level` (default the fit's)."""
+        fitted = self.law_fits.get(law, {}).get(variant)
+        found = law_registry.law_named(law)
+        if fitted is None or fitted.result is None or found is None:
+            raise ResultsError(f"no {law} fit of {variant!r} in sweep {self.sweep!r}")
+        shape = np.broadcast(n_params, tokens, flops).shape or (1,)
+        n, d, c = (np.broadcast_to(np.asarray(x, float), shape) for x in (n_params, tokens, flops))
+        level = self.level if level is None else level
+        out = found.predict(fitted, n_params=n, tokens=d, flops=c, level=level)
+        if out is None:
+            raise ResultsError(f"the {law} law does not forecast a run's loss")
+        return out
+
+
+# L(C)'s checks by variant; also the keyword of __init__ that sets them (an InitVar), so the
+# property goes on after the dataclass is made
+SweepFit.law_checks = property(  # type: ignore[assignment]
+    lambda self: self.checks_of(POWER_LAW), doc="L(C)'s checks by variant."
+)
 
 
 def fit_sweep(
@@ -145,23 +219,17 @@ def fit_table(
                     f"{what}: {w.message}" for w in caught if issubclass(w.category, ScalingWarning)
                 )
 
-    boot_opts = {"n_resamples": n_resamples, "level": level, "seed": seed} if resample else None
+    options = FitOptions(level, n_resamples, seed, resample, fit.huber_delta,
+                         isoflop_bin_width, exclude_outliers, budgets)  # fmt: skip
+    laws = law_registry.registered()
+    fit.law_fits = {law.name: {} for law in laws}
     for v in variants:
-        _fit_variant(fit, used.filter(_eq(used, "variant", v)), v, attempt, boot_opts,
-                     exclude_outliers, isoflop_bin_width)  # fmt: skip
-    if fit.chinchilla:
-        from .allocation import allocate, default_budgets
-
-        chosen = tuple(budgets) if budgets else default_budgets(used)
-        for v, law in fit.chinchilla.items():
-            found = attempt(f"allocation of {v}", lambda v=v, law=law: allocate(v, law, chosen))
-            fit.allocation += found or []
-    elif budgets:
-        fit.notes.append(
-            "allocation at --budget: needs Chinchilla's L(N, D) (3 or more sizes and token "
-            "counts), which no variant has"
-        )
-    if not fit.laws and not fit.chinchilla and not fit.isoflop:
+        rows = used.filter(_eq(used, "variant", v))
+        for law in laws:
+            law_registry.fit_law(law, VariantTrials(v, rows, loss, options, fit, attempt))
+    for law in laws:
+        law.after(fit, options, attempt)
+    if not any(law.results(fit) for law in laws):
         sizes = sorted(set(used["size"].to_pylist()))
         why = (
             f"one size ({sizes[0]}): no fit possible"
@@ -169,6 +237,7 @@ def fit_table(
             else (fit.notes[-1] if fit.notes else "too few trials")
         )
         raise ResultsError(f"no scaling law could be fitted for sweep {sweep!r}: {why}")
+    boot_opts = options.bootstrap
     if len(variants) > 1:
         _compare(fit, used, attempt, boot_opts, (effect, power))
     else:
@@ -196,104 +265,6 @@ def fit_table(
                                    level=level),
         )  # fmt: skip
     return fit
-
-
-def _fit_variant(
-    fit: SweepFit, rows: pa.Table, v: str, attempt: Any, boot_opts: dict | None,
-    exclude_outliers: bool = False,
-    bin_width: float | None = None,
-) -> None:  # fmt: skip
-    """The per-variant laws: L(C) on the frontier, Chinchilla (unless boot_opts is None;
-    with exclude_outliers, again without the points its check flags, as
-    "<variant> without outliers"), IsoFLOP (on nominal budgets, or on the real FLOPs
-    binned `bin_width` decades wide)."""
-    from functools import partial
-
-    from scalelab.analysis.scaling import pareto_frontier
-    from scalelab.analysis.scaling.checks import check_chinchilla, check_power_law
-    from scalelab.analysis.scaling.chinchilla import bootstrap_chinchilla
-    from scalelab.analysis.scaling.lsq import lsq_power_law
-
-    c, y = _col(rows, "flops"), _col(rows, fit.loss)
-    ids = rows["trial_id"].to_pylist()
-    front = attempt(f"frontier of {v}", lambda: pareto_frontier(c, y))
-    if front is not None:
-        fit.frontier[v] = [ids[i] for i in front]
-        if front.size < 3 or np.unique(c[front]).size < 2:
-            fit.notes.append(
-                f"L(C) of {v}: its frontier has {front.size} trial(s), too few: fitted on all "
-                f"{rows.num_rows} trials"
-            )
-            front = np.arange(rows.num_rows)
-        law = attempt(f"L(C) of {v}", lambda: lsq_power_law(c[front], y[front]))
-        if law is not None:
-            fit.laws[v] = law
-            labels = [ids[i] for i in front]
-            fit.law_checks[v] = check_power_law(law, c[front], y[front], labels=labels)
-    n, d = _col(rows, "n_params"), _col(rows, "tokens")
-    rich = np.unique(n).size >= 3 and np.unique(d).size >= 3 and rows.num_rows >= 6
-    robust = partial(bootstrap_chinchilla, delta=fit.huber_delta)
-    if boot_opts is not None and rich:
-        ch = attempt(
-            f"Chinchilla L(N, D) of {v}",
-            lambda: robust(n, d, y, **boot_opts),
-        )
-        if ch is not None:
-            fit.chinchilla[v] = ch
-            check = check_chinchilla(ch.point, n, d, y, intervals=ch.intervals, labels=ids)
-            fit.chinchilla_checks[v] = check
-            if exclude_outliers and check.outliers:
-                keep = ~check.outlier_mask(y.size)
-                name = f"{v} without outliers"
-                clean = attempt(
-                    f"Chinchilla L(N, D) of {name}",
-                    lambda: robust(n[keep], d[keep], y[keep], **boot_opts),
-                )
-                if clean is not None:
-                    fit.chinchilla[name] = clean
-                    fit.chinchilla_checks[name] = check_chinchilla(
-                        clean.point, n[keep], d[keep], y[keep], intervals=clean.intervals,
-                        labels=[i for i, k in zip(ids, keep, strict=True) if k],
-                    )  # fmt: skip
-                    fit.notes.append(
-                        f"{name}: refitted without {len(check.outliers)} flagged point(s): "
-                        + ", ".join(o.label for o in check.outliers)
-                    )
-    _fit_isoflop(fit, rows, v, attempt, bin_width)
-
-
-def _fit_isoflop(
-    fit: SweepFit, rows: pa.Table, v: str, attempt: Any, bin_width: float | None
-) -> None:
-    """IsoFLOP parabolas on the nominal budgets (an isoflop axis), or with `bin_width` on
-    the real FLOPs binned (bins with fewer than 3 sizes are left out, and said)."""
-    from scalelab.analysis.scaling import fit_isoflop
-    from scalelab.analysis.scaling.isoflop import bin_budgets
-
-    n, d, y = _col(rows, "n_params"), _col(rows, "tokens"), _col(rows, fit.loss)
-    if bin_width is not None:
-        budgets = bin_budgets(_col(rows, "flops"), bin_width)
-        keep = np.zeros(rows.num_rows, bool)
-        for b in np.unique(budgets[np.isfinite(budgets)]):
-            members = budgets == b
-            keep |= members & (np.unique(n[members]).size >= 3)
-        dropped = np.unique(budgets[~keep & np.isfinite(budgets)]).size
-        if dropped:
-            fit.notes.append(
-                f"IsoFLOP of {v}: {dropped} FLOPs bin(s) {bin_width:g} decades wide with "
-                "fewer than 3 sizes left out"
-            )
-        budgets, n, d, y = budgets[keep], n[keep], d[keep], y[keep]
-    elif "budget_flops" in rows.column_names:
-        budgets = _col(rows, "budget_flops")
-    else:
-        return
-    if budgets.size and np.isfinite(budgets).all() and np.unique(budgets).size >= 2:
-        iso = attempt(f"IsoFLOP of {v}", lambda: fit_isoflop(budgets, n, y, tokens=d))
-        if iso is not None:
-            fit.isoflop[v] = iso
-    elif bin_width is not None:
-        fit.notes.append(f"IsoFLOP of {v}: fewer than 2 FLOPs bins with 3 or more sizes")
 
 
 def _compare(

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .allocation import allocation_rows
+from . import laws
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -73,37 +73,6 @@ def gains_rows(fit: SweepFit) -> Rows:
     return head, rows
 
 
-def laws_rows(fit: SweepFit) -> Rows:
-    head = ["variant", "law (frontier)", "E", "A", "alpha", "trials", "max |residual|", "check"]
-    rows = []
-    for v, law in fit.laws.items():
-        i = law.intervals(fit.level)
-        check = fit.law_checks[v]
-        rows.append(
-            [
-                v,
-                law.form,
-                str(i["E"]) if law.has_E else "—",
-                str(i["A"]),
-                str(i["alpha"]),
-                f"{law.n} of {len(_rows_of(fit, v))}",
-                f"{check.max_residual:.1%}",
-                check.summary(),
-            ]
-        )
-    return head, rows
-
-
-def chinchilla_rows(fit: SweepFit) -> Rows:
-    head = ["variant", "law", "E", "A", "B", "alpha", "beta", "N* ∝ C^a", "check"]
-    rows = [
-        [v, b.point.form, str(b["E"]) if b.point.has_E else "—", str(b["A"]), str(b["B"]),
-         str(b["alpha"]), str(b["beta"]), str(b["a"]), fit.chinchilla_checks[v].summary()]
-        for v, b in fit.chinchilla.items()
-    ]  # fmt: skip
-    return head, rows
-
-
 def backtest_rows(fit: SweepFit) -> Rows:
     b = fit.backtest
     if b is None:
@@ -142,36 +111,6 @@ def advice_rows(fit: SweepFit) -> Rows:
                 not a.current.meets_target else "",
             ]
         )  # fmt: skip
-    return head, rows
-
-
-def _rows_of(fit: SweepFit, variant: str) -> list[str]:
-    return [v for v in fit.table["variant"].to_pylist() if v == variant]
-
-
-def isoflop_rows(fit: SweepFit) -> Rows:
-    head = [
-        "variant",
-        "budget C (FLOPs)",
-        "N_opt",
-        "D_opt (tokens)",
-        "loss at optimum",
-        "inside sampled N",
-    ]
-    rows = []
-    for v, iso in fit.isoflop.items():
-        for o in iso.budgets:
-            rows.append(
-                [
-                    v,
-                    f"{o.flops:.3g}",
-                    f"{o.n_opt:.3g}",
-                    f"{o.d_opt:.3g}",
-                    _g(o.loss_opt),
-                    "yes" if o.interior else "no (extrapolated)",
-                ]
-            )
-        rows.append([v, "N_opt ∝ C^a", f"a = {iso.a:.3f}", f"b = {iso.b:.3f}", "", ""])
     return head, rows
 
 
@@ -229,8 +168,24 @@ def _cell(value: object) -> str:
 
 def sections(fit: SweepFit) -> list[tuple[str, Rows]]:
     """(title, rows) of every non-empty table, headline first."""
+    return [(title, rows) for title, rows, _ in _sections(fit)]
+
+
+def markdown_sections(fit: SweepFit) -> list[str]:
+    """The report's tables: each section's title and Markdown table, and after a law's
+    tables the Markdown it adds (Law.report_lines)."""
+    md = []
+    for title, (head, rows), extra in _sections(fit):
+        md += ["", f"## {title}", "", markdown_table(head, rows)]
+        md += ["", *extra] if extra else []
+    return md
+
+
+def _sections(fit: SweepFit) -> list[tuple[str, Rows, list[str]]]:
+    """(title, rows, the report's Markdown after it) of every non-empty table: the gains
+    and advice, then each registered law's tables (laws/), the backtest, per cell."""
     effect = fit.advice[0].effect if fit.advice else 0.05
-    out = [
+    before = [
         (
             f"Compute-equivalent gain vs {fit.baseline}: paired (same cell and seed) and "
             "unpaired (laws through each variant's trials)",
@@ -242,15 +197,8 @@ def sections(fit: SweepFit) -> list[tuple[str, Rows]]:
             "estimator",
             advice_rows(fit),
         ),
-        ("Loss vs compute: L(C) through each variant's compute frontier (t intervals)",
-         laws_rows(fit)),
-        ("Chinchilla: L(N, D) = E + A/N^alpha + B/D^beta", chinchilla_rows(fit)),
-        (
-            f"Compute-optimal allocation from L(N, D) at C = 6ND ({fit.level:.0%} bootstrap "
-            "intervals)",
-            allocation_rows(fit.allocation),
-        ),
-        ("IsoFLOP optima", isoflop_rows(fit)),
+    ]  # fmt: skip
+    after = [
         (
             f"Forecast backtest: {fit.backtest.variant} on held-out {fit.backtest.holdout} "
             f"from {fit.backtest.fitted_on} ({fit.backtest.law.name}, "
@@ -264,7 +212,14 @@ def sections(fit: SweepFit) -> list[tuple[str, Rows]]:
             cells_rows(fit),
         ),
     ]  # fmt: skip
-    return [(title, rows) for title, rows in out if rows[1]]
+    out = [(title, rows, []) for title, rows in before]
+    for law in laws.registered():
+        shown = [(title, rows, []) for title, rows in law.sections(fit) if rows[1]]
+        if shown:
+            shown[-1][2].extend(law.report_lines(fit))
+        out += shown
+    out += [(title, rows, []) for title, rows in after]
+    return [(title, rows, extra) for title, rows, extra in out if rows[1]]
 
 
 def rich_tables(fit: SweepFit) -> list[Table]:

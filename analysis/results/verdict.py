@@ -166,10 +166,10 @@ _KINDS = (
 
 
 def fit_checks_line(fit: SweepFit, report: str = "report.md") -> str:
-    """Every fitted law's check (L(C) and L(N, D) per variant), the unpaired gains' common
-    law and the forecast backtest, folded into one line that points at the report, which
-    lists each one ('Fits to read with care')."""
-    checks: list[FitCheck] = [*fit.law_checks.values(), *fit.chinchilla_checks.values()]
+    """Every fitted law's check (L(C) and L(N, D) per variant, and any registered law's),
+    the unpaired gains' common law and the forecast backtest, folded into one line that
+    points at the report, which lists each one ('Fits to read with care')."""
+    checks: list[FitCheck] = [check for _, _, check in fit.checks()]
     flagged = [c for c in checks if not c.ok]
     parts = []
     if checks:
