@@ -105,6 +105,9 @@ def submit_detached(
     """Submit `scalelab submit SWEEP` as a Ray job; returns (submission id, dashboard)."""
     from ray.job_submission import JobSubmissionClient
 
+    from scalelab.models.catalog import MECHANISMS_ENV
+    from scalelab.orchestrator.backends.registry import BACKENDS_ENV
+
     address = ensure_head()
     env = {
         "SCALELAB_HOME": str(workdir.scalelab_home()),
@@ -113,6 +116,9 @@ def submit_detached(
         "RAY_USAGE_STATS_ENABLED": "0",
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }
+    for name in (MECHANISMS_ENV, BACKENDS_ENV):  # code outside scalelab the driver needs
+        if os.environ.get(name):
+            env[name] = os.environ[name]
     entry = [sys.executable, "-m", "scalelab.cli.main", "submit", str(sweep), "--job", job,
              "--max-trials", str(max_trials), *(overrides or [])]  # fmt: skip
     client = JobSubmissionClient(address, headers=_headers(head_token()))

@@ -88,7 +88,7 @@ def costing(table: pa.Table, spec: SweepSpec | None = None) -> Costing:
         )
     b = spec.backend
     ranks = max(1, b.world_size)
-    gpus = b.slurm.gpus_per_node if b.kind == "slurm" and b.slurm else b.gpus_per_trial
+    gpus = b.gpus_per_node  # what the backend gives a trial on each node
     if not gpus:  # the plan's rule for a CPU rank (orchestrator/plan/cpu_rate.py), measured only
         rate = _cpu_rate(spec) if not np.isfinite(per_flop) else None  # when no trial timed
         per_hour = gpu_hours(1.0, rate.mfu, rate.flops) if rate else float("nan")

@@ -6,13 +6,17 @@ and its own keys) and its `Backend` subclass (`kind = "K"`, `options = ...`; sta
 launch_many, cancel, stop), registered with `register`. The built-ins are in BUILTIN; a
 backend outside scalelab is registered by the process that validates and drives its sweeps
 (the driver: Ray's workers run trials, never a backend), e.g. `with registered(MyBackend):`
-in a test. Nothing is cached that `register`/`unregister` could leave stale: the spec
+in a test, or for the CLI by naming its module in the SCALELAB_BACKENDS environment variable
+(comma-separated importable modules: every Backend with a `kind` they define is registered
+on first use; only the environment names code to import, never a sweep or trial file). Nothing is cached that `register`/`unregister` could leave stale: the spec
 validates `backend` (`parse_options`) and writes its JSON Schema (`options_schema`) from the
 registry as it is when asked. Torch-free to import.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -32,6 +36,8 @@ BUILTIN: tuple[type[Backend], ...] = (LocalBackend, RayClusterBackend, SlurmBack
 DEFAULT_KIND = "local"  # a sweep's backend without `kind`
 _KIND = re.compile(r"^[a-z][a-z0-9_]*$")
 _REGISTERED: dict[str, type[Backend]] = {}
+BACKENDS_ENV = "SCALELAB_BACKENDS"
+_loaded: set[str] = set()  # modules of SCALELAB_BACKENDS whose backends are registered
 _ERROR_TYPES = frozenset(get_args(ErrorType))
 
 
@@ -76,13 +82,32 @@ def registered(*backends: type[Backend]) -> Iterator[None]:
             unregister(backend.kind)
 
 
+def _load_from_environment() -> None:
+    """Register the backends of the modules SCALELAB_BACKENDS names, once each."""
+    for name in filter(None, (m.strip() for m in os.environ.get(BACKENDS_ENV, "").split(","))):
+        if name in _loaded:
+            continue
+        module = importlib.import_module(name)
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, Backend)
+                and value.__module__ == module.__name__
+                and isinstance(value.__dict__.get("kind"), str)
+            ):
+                register(value)
+        _loaded.add(name)
+
+
 def registry() -> Mapping[str, type[Backend]]:
     """What is registered now, by kind."""
+    _load_from_environment()
     return dict(_REGISTERED)
 
 
 def backend_class(kind: str) -> type[Backend]:
     """The backend registered as `kind`; BackendError (naming the registered kinds) if none."""
+    _load_from_environment()
     try:
         return _REGISTERED[kind]
     except KeyError:
@@ -104,6 +129,7 @@ def parse_options(value: Any) -> BackendOptions:
     unknown key (with the kind's keys), and the options' own errors."""
     if isinstance(value, BackendOptions):
         return value
+    _load_from_environment()
     kinds = list(_REGISTERED)
     if not isinstance(value, Mapping):
         raise PydanticCustomError(
@@ -193,6 +219,7 @@ def _details(error: ValidationError, options: type[BackendOptions]) -> list[Init
 def options_schema(handler: Any) -> dict[str, Any]:
     """`backend`'s JSON Schema: one of the registered kinds' options; `kind` is required
     except for the default kind's, so a mapping matches exactly one."""
+    _load_from_environment()
     members = []
     for kind, backend in _REGISTERED.items():
         ref = handler(backend.options.__pydantic_core_schema__)

@@ -94,3 +94,30 @@ def test_a_backend_must_declare_its_kind_and_options():
     with registered(RecordingBackend), pytest.raises(ValueError, match="another backend"):
         register(type("Again", (RecordingBackend,), {}))
     assert set(registry()) == {"local", "ray", "slurm"}
+
+
+def test_the_cli_knows_a_backend_its_environment_names(tmp_path):
+    """SCALELAB_BACKENDS names the module (as SCALELAB_MECHANISMS does a mechanism's): the
+    command, a process of its own, validates and plans a sweep of that kind; without it,
+    the kind is unknown."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    support = Path(__file__).resolve().parent.parent / "support"
+    path = tmp_path / "sweep.yaml"
+    path.write_text(sweep_yaml("env-backend", seeds=1, first_seed=9100, backend=RECORDING))
+    env = {**os.environ, "SCALELAB_HOME": str(tmp_path / "home"), "PYTHONPATH": str(support)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    command = [sys.executable, "-m", "scalelab.cli.main", "submit", str(path), "--dry-run"]
+
+    def dry(**extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*command, "--json"], env={**env, **extra}, capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+
+    known = dry(SCALELAB_BACKENDS="recording_backend")
+    assert known.returncode == 0, known.stderr
+    assert len(json.loads(known.stdout)["trials"]) == 1
+    unknown = dry()
+    assert unknown.returncode == 2 and "got 'recording'" in unknown.stderr
