@@ -228,9 +228,9 @@ def summarise_sweep(
     summary that says why."""
     from rich.console import Console
 
+    from scalelab.analysis import door
     from scalelab.analysis import plots as plotting
     from scalelab.analysis.parent_record import record_on_parent
-    from scalelab.analysis import door
     from scalelab.analysis.results import sweep_dir
     from scalelab.analysis.results.advice import costing, recorded_spec
     from scalelab.analysis.results.fit import fit_sweep
