@@ -9,12 +9,11 @@ leave stale: every answer is read from the registry when asked.
 
 from __future__ import annotations
 
-import importlib
 import itertools
-import os
 from collections.abc import Mapping
 from typing import Any
 
+from scalelab.contract.plugins import defined_classes
 from scalelab.models.mechanism import (
     DENSE,
     Column,
@@ -37,18 +36,12 @@ def _load() -> None:
         for mechanism in (hadamard.Hadamard, budget.BudgetFormer, tsa.TokenSelective):
             register(mechanism)
         _loaded.add("builtin")
-    for name in filter(None, (m.strip() for m in os.environ.get(MECHANISMS_ENV, "").split(","))):
-        if name not in _loaded:
-            module = importlib.import_module(name)
-            for value in vars(module).values():
-                if (
-                    isinstance(value, type)
-                    and issubclass(value, Mechanism)
-                    and value.__module__ == module.__name__
-                    and "config" in value.__dict__
-                ):
-                    register(value)
-            _loaded.add(name)
+    for mechanism in defined_classes(MECHANISMS_ENV, Mechanism, _loaded, _declares_config):
+        register(mechanism)
+
+
+def _declares_config(mechanism: type[Mechanism]) -> bool:
+    return "config" in mechanism.__dict__  # a mechanism, not a base it derives from
 
 
 def mechanisms() -> tuple[Mechanism, ...]:

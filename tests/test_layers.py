@@ -34,11 +34,11 @@ ALLOWED = {
 }
 # Cycles that exist today, each as its set of modules (none: a new one is a defect).
 KNOWN_CYCLES: set[frozenset[str]] = set()
-# Modules that turn a string into code: the mechanism catalog's SCALELAB_MECHANISMS and the
-# backend registry's SCALELAB_BACKENDS (read from the environment only), and the job
+# Modules that turn a string into code: the modules SCALELAB_MECHANISMS and SCALELAB_BACKENDS
+# name (contract/plugins.py; read from the environment only), and the job
 # reference of `jobs.launch` (the CLI's developer hook `--job module:function`); never a
 # sweep or trial file.
-STRING_IMPORTS = {"models/catalog.py", "orchestrator/backends/registry.py", "jobs/launch.py"}
+STRING_IMPORTS = {"contract/plugins.py", "jobs/launch.py"}
 # Imported when the CLI starts (scalelab --help, status, cancel, submit --dry-run's parse).
 TORCH_FREE = (
     "cli.main",

@@ -15,8 +15,6 @@ registry as it is when asked. Torch-free to import.
 
 from __future__ import annotations
 
-import importlib
-import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -27,6 +25,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_core.core_schema import ErrorType
 
 from scalelab.contract.config import FrozenConfig, did_you_mean, sub_config_class
+from scalelab.contract.plugins import defined_classes
 from scalelab.orchestrator.backends.base import Backend, BackendError, BackendOptions
 from scalelab.orchestrator.backends.local import LocalBackend
 from scalelab.orchestrator.backends.ray import RayClusterBackend
@@ -84,19 +83,12 @@ def registered(*backends: type[Backend]) -> Iterator[None]:
 
 def _load_from_environment() -> None:
     """Register the backends of the modules SCALELAB_BACKENDS names, once each."""
-    for name in filter(None, (m.strip() for m in os.environ.get(BACKENDS_ENV, "").split(","))):
-        if name in _loaded:
-            continue
-        module = importlib.import_module(name)
-        for value in vars(module).values():
-            if (
-                isinstance(value, type)
-                and issubclass(value, Backend)
-                and value.__module__ == module.__name__
-                and isinstance(value.__dict__.get("kind"), str)
-            ):
-                register(value)
-        _loaded.add(name)
+    for backend in defined_classes(BACKENDS_ENV, Backend, _loaded, _declares_kind):
+        register(backend)
+
+
+def _declares_kind(backend: type[Backend]) -> bool:
+    return isinstance(backend.__dict__.get("kind"), str)  # a backend, not a base
 
 
 def registry() -> Mapping[str, type[Backend]]:
