@@ -6,43 +6,19 @@ from __future__ import annotations
 
 import pytest
 import torch
+from made_mechanisms import mechanism
 from rezero_mechanism import ReZero
 
 from scalelab.models.build import build
 from scalelab.models.config import ModelConfig
 from scalelab.models.decode import KVCache
 from scalelab.models.dense import AllBlocks, AllHeads
-from scalelab.models.mechanism import Mechanism, MechanismConfig, registered
+from scalelab.models.mechanism import registered
 
-
-class _CountingConfig(MechanismConfig):
-    pass
-
-
-class _Counting(Mechanism, AllHeads):
-    """Carries 3 numbers per sequence and layer between decode steps (test-only)."""
-
-    name = "counting_test"
-    config = _CountingConfig
-    order = 911
-
-    def decode_state(self, model: ModelConfig) -> int:
-        return 3
-
-
-class _CarryingConfig(MechanismConfig):
-    pass
-
-
-class _Carrying(Mechanism, AllBlocks):
-    """Carries 1 at another seam (test-only)."""
-
-    name = "carrying_test"
-    config = _CarryingConfig
-    order = 912
-
-    def decode_state(self, model: ModelConfig) -> int:
-        return 1
+_Counting = mechanism(  # carries 3 numbers per sequence and layer between decode steps
+    "counting_test", AllHeads, 911, decode_state=lambda self, model: 3
+)
+_Carrying = mechanism("carrying_test", AllBlocks, 912, decode_state=lambda self, model: 1)
 
 
 def _cache(**mechanisms: dict) -> KVCache:

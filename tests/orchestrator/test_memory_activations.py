@@ -8,43 +8,20 @@ divided by 2 layers and the tokens; what is left at L layers is the embedding an
 
 import pytest
 import torch
+from saved_tensors import saved_bytes
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from scalelab.jobs.training.train import _checkpointed
-from scalelab.models.build import build
 from scalelab.models.config import ModelConfig
 from scalelab.orchestrator.plan.memory import activation_model
 
 B, T = 2, 64
 
 
-def _saved_bytes(cfg: ModelConfig, checkpointing: bool, dtype: torch.dtype) -> int:
-    torch.manual_seed(0)
-    model = build(cfg).to(dtype).train()
-    if checkpointing:  # as jobs/training/train.py wraps the blocks
-        for block in model.blocks:
-            block.mlp_update = _checkpointed(block.mlp_update)
-            block.attn_update = _checkpointed(block.attn_update)
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    saved: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in params:
-            saved[storage.data_ptr()] = storage.nbytes()
-        return t
-
-    idx = torch.randint(0, cfg.vocab_size, (B, T))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(idx, idx)
-    return sum(saved.values())
-
-
 def _measured(model: dict, checkpointing: bool = False, dtype=torch.float32):
     """Saved bytes per token of the 2- and the 4-layer model, and the two configs."""
     cfgs = [ModelConfig(size="micro", n_layer=n, vocab_size=256, block_size=T, **model)
             for n in (2, 4)]  # fmt: skip
-    return [_saved_bytes(c, checkpointing, dtype) / (B * T) for c in cfgs], cfgs
+    return [saved_bytes(c, B, checkpointing, dtype) / (B * T) for c in cfgs], cfgs
 
 
 def _assert_estimate_matches_saved_tensors(

@@ -9,14 +9,15 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
+from made_mechanisms import mechanism
 from rezero_mechanism import ReZero
+from saved_tensors import saved_bytes
 
 from scalelab.models.build import build
 from scalelab.models.config import ModelConfig
 from scalelab.models.dense import AllBlocks, AllHeads
 from scalelab.models.flops import count_params
-from scalelab.models.mechanism import Activations, Mechanism, MechanismConfig, registered
+from scalelab.models.mechanism import Activations, registered
 from scalelab.orchestrator.plan.branching import branches
 from scalelab.orchestrator.plan.expand import expand
 from scalelab.orchestrator.plan.memory import activation_model, parameter_sizes
@@ -42,30 +43,6 @@ def test_the_walkthrough_mechanisms_parameter_tensors_are_the_built_modules():
 B, T = 2, 32
 
 
-def _saved_bytes_per_token(cfg: ModelConfig, checkpointing: bool) -> float:
-    """What autograd keeps for backward (parameters left out), per token (fp32)."""
-    from scalelab.jobs.training.train import _checkpointed
-
-    torch.manual_seed(0)
-    model = build(cfg).train()
-    if checkpointing:  # as jobs/training/train.py wraps the blocks
-        for block in model.blocks:
-            block.mlp_update = _checkpointed(block.mlp_update)
-            block.attn_update = _checkpointed(block.attn_update)
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    saved: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        if t.untyped_storage().data_ptr() not in params:
-            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    idx = torch.randint(0, cfg.vocab_size, (B, T))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(idx, idx)
-    return sum(saved.values()) / (B * T)
-
-
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_the_walkthrough_mechanisms_activations_are_what_autograd_keeps(checkpointing):
     """Its gates keep the updates they scale, outside the blocks' checkpoints."""
@@ -76,23 +53,13 @@ def test_the_walkthrough_mechanisms_activations_are_what_autograd_keeps(checkpoi
             )
             planned = activation_model(cfg, T, 4, checkpointing, "flash", "cpu")
             assert planned.routed == n_layer and planned.gated == 2 * cfg.d_model * 4
-            measured = _saved_bytes_per_token(cfg, checkpointing)
+            measured = saved_bytes(cfg, B, checkpointing) / (B * T)
             assert measured == pytest.approx(planned.saved_per_token(), rel=0.01)
 
 
-class _WideConfig(MechanismConfig):
-    pass
-
-
-class _Wide(Mechanism, AllHeads):
-    """Keeps 7 elements per token in every block (test-only)."""
-
-    name = "wide_test"
-    config = _WideConfig
-    order = 901
-
-    def activations(self, model: ModelConfig, seq_len: int) -> Activations:
-        return Activations(block=7)
+_Wide = mechanism(  # keeps 7 elements per token in every block
+    "wide_test", AllHeads, 901, activations=lambda self, model, seq_len: Activations(block=7)
+)
 
 
 def test_a_declared_block_term_is_kept_or_recomputed_with_the_block():
@@ -107,29 +74,8 @@ def test_a_declared_block_term_is_kept_or_recomputed_with_the_block():
                 assert b.layer - a.layer == 7 * 2 and b.recompute == a.recompute == 0
 
 
-class _ProgressConfig(MechanismConfig):
-    pass
-
-
-class _Progressive(Mechanism, AllBlocks):
-    """Schedules something by the training progress (test-only)."""
-
-    name = "progress_test"
-    config = _ProgressConfig
-    order = 902
-    reads_training_progress = True
-
-
-class _SteadyConfig(MechanismConfig):
-    pass
-
-
-class _Steady(Mechanism, AllBlocks):
-    """The same, reading no progress (test-only)."""
-
-    name = "steady_test"
-    config = _SteadyConfig
-    order = 903
+_Progressive = mechanism("progress_test", AllBlocks, 902, reads_training_progress=True)
+_Steady = mechanism("steady_test", AllBlocks, 903)  # the same, reading no progress
 
 
 def test_a_mechanism_that_reads_training_progress_shares_no_wsd_trunk():
@@ -155,16 +101,7 @@ grid:
 
 
 def test_a_mechanism_declares_its_tensors_not_their_sum():
-    class _SumConfig(MechanismConfig):
-        pass
-
-    class _Sum(Mechanism, AllBlocks):
-        name = "sum_test"
-        config = _SumConfig
-        order = 904
-
-        def params(self, model: ModelConfig) -> int:
-            return 2 * model.n_layer
+    _Sum = mechanism("sum_test", AllBlocks, 904, params=lambda self, model: 2 * model.n_layer)
 
     with pytest.raises(ValueError, match="declare parameter_sizes"):
         with registered(_Sum):
