@@ -21,7 +21,14 @@ from scalelab.cli.wide_tables import print_table
 from scalelab.contract.runs import TERMINAL, ExperimentTag, Status
 from scalelab.orchestrator import door
 
-STATUSES = (Status.RUNNING, Status.SCHEDULED, Status.FINISHED, Status.FAILED, Status.KILLED)
+STATUSES = (
+    Status.RUNNING,
+    Status.STARTING,
+    Status.SCHEDULED,
+    Status.FINISHED,
+    Status.FAILED,
+    Status.KILLED,
+)
 # MLflow 3's UI keeps "GenAI" or "Model training" as a browser setting (GenAI unless
 # changed), whatever the experiment's kind tag; this query in a link picks model training
 # the model-training mode and scalelab's saved view of the trials (orchestrator/ledger/ui_view.py),

@@ -47,6 +47,11 @@ class Tag:
     STARTED = "scalelab.started"  # its first launch (UTC, ISO 8601): its run was created then
     STARTED_MS = "scalelab.started_ms"  # read only: epoch ms, as older runs have it
     QUEUED_S = "scalelab.queued_s"  # from its placeholder's creation to that launch
+    # its run time is the sum of its attempts' (contract/trial_time.py):
+    LAUNCHED = "scalelab.launched"  # its latest attempt's launch (UTC, ISO 8601)
+    ATTEMPT_ENDED = "scalelab.attempt_ended"  # that attempt's end, when its run did not end
+    EARLIER_S = "scalelab.earlier_s"  # running seconds of its attempts before the latest
+    RUN_S = "scalelab.run_s"  # its run time, once a trial that ran more than once ended
     N_TRIALS = "scalelab.n_trials"  # on the parent
     SPEC_YAML = "scalelab.spec_yaml"  # on the parent: the sweep file's text
     SPEC_PATH = "scalelab.spec_path"
@@ -95,7 +100,10 @@ class Role:
 
 
 class Status:
-    """MLflow run statuses, and PREEMPTED: a job's outcome (the run stays RUNNING)."""
+    """MLflow run statuses, and PREEMPTED: a job's outcome (the run stays RUNNING), and
+    STARTING: what the views show of a SCHEDULED run whose latest attempt was launched and
+    whose process is not running yet (`contract.trial_time.shown_status`), never written to
+    MLflow, whose statuses are fixed."""
 
     SCHEDULED = "SCHEDULED"
     RUNNING = "RUNNING"
@@ -103,6 +111,7 @@ class Status:
     FAILED = "FAILED"
     KILLED = "KILLED"
     PREEMPTED = "PREEMPTED"
+    STARTING = "STARTING"
 
 
 TERMINAL = frozenset({Status.FINISHED, Status.FAILED, Status.KILLED})

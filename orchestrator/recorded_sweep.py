@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from scalelab.contract import workdir
 from scalelab.contract.runs import TERMINAL
+from scalelab.contract.trial_time import shown_status
 from scalelab.orchestrator.ledger import Ledger, TrialRecord, find_sweep
 from scalelab.orchestrator.plan.spec import load_spec
 
@@ -77,14 +78,16 @@ class SweepSummary:
 
 def sweeps() -> list[SweepSummary]:
     """Every sweep recorded in the tracking store, by name, with its trials counted by
-    status (each trial's latest run, as `status` shows it); read only, on the default sqlite
-    store without building MLflow's client."""
+    status (each trial's latest run, as `status` shows it: STARTING too); read only, on
+    the default sqlite store without building MLflow's client."""
     from scalelab.orchestrator.ledger.view import read_sweep, sweep_names
 
     found = []
     for name in sweep_names():
         view = read_sweep(name)
-        counts = Counter(r.status for r in view.records().values())
+        counts = Counter(
+            shown_status(r.status, r.tags, r.end_time) for r in view.records().values()
+        )
         found.append(SweepSummary(name, view.experiment, dict(counts)))
     return found
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scalelab.contract import workdir
-from scalelab.contract.runs import Status, Tag
-from scalelab.contract.trial_time import timestamp_text
+from scalelab.contract.runs import TERMINAL, Status, Tag
+from scalelab.contract.trial_time import next_attempt_tags, run_seconds, timestamp_text
 from scalelab.jobs.launch import DEFAULT_JOB, JobRef
 from scalelab.jobs.tracking.outbox import ENDED_BY_DRIVER, Outbox
 from scalelab.orchestrator import delivery
@@ -358,6 +358,7 @@ def _launch(ledger: Ledger, backend: Any, claimed: list[_Live], inflight: dict) 
     planned = [_planned_tags(backend, live) for live in claimed]
     first = [(live, tags) for live, tags in zip(claimed, planned, strict=True)
              if not live.rec.launched]  # fmt: skip
+    launch_ms, firsts = int(time.time() * 1000), {id(live) for live, _ in first}
     started = ledger.start_runs([live.rec for live, _ in first], [tags for _, tags in first])
     for (live, _), rec in zip(first, started, strict=True):
         live.rec = rec  # its run from now on, created as it starts (Ledger.start_runs)
@@ -373,10 +374,14 @@ def _launch(ledger: Ledger, backend: Any, claimed: list[_Live], inflight: dict) 
     writes = []
     launched = backend.launch_many(items)
     for live, tags, (handle, job_ref) in zip(claimed, planned, launched, strict=True):
+        reattached = False
         if not tags:  # the launch named the job (a SLURM job id)
             reattached = job_ref == live.rec.tags.get(Tag.JOB_REF)  # a SLURM job still alive
             attempt = live.rec.attempts + (0 if reattached or live.requeued else 1)
             tags = {Tag.ATTEMPTS: str(attempt), Tag.JOB_REF: job_ref}
+        if id(live) not in firsts and not (live.trained or reattached):  # a later attempt:
+            # its launch, and the time of those before it (its run time sums them)
+            tags = tags | next_attempt_tags(live.rec.tags, live.rec.end_time, launch_ms)
         live.requeued = False
         # never Tag.CANCEL: a `scalelab cancel` may have landed since the claim
         if any(live.rec.tags.get(k) != v for k, v in tags.items()):
@@ -418,6 +423,11 @@ def _settle(
     status = outcome["status"]
     if max_retries < 0 and status != Status.FINISHED:  # cancelled on request, however it ended
         status = Status.KILLED
+    now_ms = int(time.time() * 1000)  # the attempt's end
+
+    def ended(run_status: str) -> dict[str, str]:
+        return _attempt_end(live, run_status, now_ms)
+
     if status == Status.FINISHED and live.trained and live.rec.end_time:
         # evaluated a trial whose run had ended trained: its curve is there and its times are
         # the training's, which an evaluation never moves (docs/evaluation.md, 'In a sweep')
@@ -431,7 +441,9 @@ def _settle(
         spooled = outbox.pending() or outcome.get("metrics_pending") or 0
         if not spooled:
             earlier_error = live.rec.attempts > 1 or Tag.ERROR in live.rec.tags
-            ledger.set_status(run_id, Status.FINISHED, clear_error=earlier_error)
+            if tags := ended(Status.FINISHED):
+                ledger.set_tags(run_id, tags)
+            ledger.set_status(run_id, Status.FINISHED, clear_error=earlier_error, end_ms=now_ms)
             out.finished.append(tid)
         elif outbox.exists():  # MLflow was unreachable when the job ended: send the rest
             sends.add(tid, run_id)
@@ -439,34 +451,57 @@ def _settle(
             ledger.set_tags(run_id, {Tag.OUTBOX_PENDING: str(spooled)})
             out.undelivered.append(tid)
     elif status == Status.PREEMPTED:
-        ledger.set_tags(run_id, {Tag.PREEMPTED: timestamp_text(int(time.time() * 1000))})
+        ledger.set_tags(run_id, {Tag.PREEMPTED: timestamp_text(now_ms)} | ended(Status.RUNNING))
         live.not_before, live.requeued = 0.0, True
         pending.insert(0, live)  # same run id, resumes from its checkpoint
     elif status == Status.KILLED:
-        ledger.set_status(run_id, Status.KILLED)
+        if tags := ended(Status.KILLED):
+            ledger.set_tags(run_id, tags)
+        ledger.set_status(run_id, Status.KILLED, end_ms=now_ms)
         out.killed.append(tid)
     elif outcome.get("refused"):  # the same node and software refuse it again: no retry
         error = f"{outcome.get('reason')} (not retried: fix the nodes' environment, submit again)"
         tags = {Tag.ERROR: error, Tag.REFUSED: "1", Tag.ATTEMPTS: str(live.rec.attempts - 1)}
-        ledger.set_tags(run_id, tags)
-        ledger.set_status(run_id, Status.FAILED)
+        ledger.set_tags(run_id, tags | ended(Status.FAILED))
+        ledger.set_status(run_id, Status.FAILED, end_ms=now_ms)
         out.failed.append(tid)
     elif outcome.get("diverged"):
         error = str(outcome.get("reason") or "diverged")
-        ledger.set_tags(run_id, {Tag.ERROR: error, Tag.DIVERGED: "1"})
-        ledger.set_status(run_id, Status.FAILED)
+        ledger.set_tags(run_id, {Tag.ERROR: error, Tag.DIVERGED: "1"} | ended(Status.FAILED))
+        ledger.set_status(run_id, Status.FAILED, end_ms=now_ms)
         out.failed.append(tid)
         out.diverged.append(tid)
     elif live.rec.attempts < max_retries + 1:
         delay = backoff_s * 2 ** (live.rec.attempts - 1)
-        ledger.set_tags(run_id, {Tag.ERROR: str(outcome.get("reason") or "failed")})
+        error = {Tag.ERROR: str(outcome.get("reason") or "failed")}
+        ledger.set_tags(run_id, error | ended(Status.SCHEDULED))
         ledger.set_status(run_id, Status.SCHEDULED)
         live.not_before = time.monotonic() + delay
         pending.append(live)
     else:
-        ledger.set_tags(run_id, {Tag.ERROR: str(outcome.get("reason") or "failed")})
-        ledger.set_status(run_id, Status.FAILED)
+        error = {Tag.ERROR: str(outcome.get("reason") or "failed")}
+        ledger.set_tags(run_id, error | ended(Status.FAILED))
+        ledger.set_status(run_id, Status.FAILED, end_ms=now_ms)
         out.failed.append(tid)
+
+
+def _attempt_end(live: _Live, run_status: str, now_ms: int) -> dict[str, str]:
+    """The tags of an attempt that ended at `now_ms` (contract/trial_time.py), its run then
+    `run_status`: its end where its run goes on (a retry, a requeue), where the run's end
+    time does not say it; the whole run time of a trial that ran more than once where it
+    ends, for MLflow's table. Kept on the live record too, which the next launch reads. An
+    evaluation of a trained trial is no attempt: {}."""
+    if live.trained:
+        return {}
+    if run_status not in TERMINAL:
+        tags = {Tag.ATTEMPT_ENDED: timestamp_text(now_ms)}
+    elif Tag.EARLIER_S in live.rec.tags:
+        total = run_seconds(live.rec.tags, run_status, now_ms)
+        tags = {Tag.RUN_S: f"{total:.1f}"}
+    else:  # one attempt: the run's own start and end say its run time
+        tags = {}
+    live.rec.tags.update(tags)
+    return tags
 
 
 def _apply_cancels(

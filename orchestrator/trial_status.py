@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from scalelab.contract import workdir as paths
 from scalelab.contract.runs import Status, Tag
-from scalelab.contract.trial_time import queued_seconds, run_seconds
+from scalelab.contract.trial_time import queued_seconds, run_seconds, shown_status
 
 if TYPE_CHECKING:
     from scalelab.orchestrator.ledger import Ledger, TrialRecord
@@ -49,7 +49,9 @@ def trial_rows(ledger: SweepReads) -> list[dict[str, Any]]:
 
 def status_row(rec: TrialRecord, error: str) -> dict[str, Any]:
     """One trial: what it is (name, swept settings, tokens, lr), where it is, and how it went
-    (loss, run time and queue time as contract/trial_time.py defines them, attempts, error)."""
+    (loss, run time, queue time and status as contract/trial_time.py defines them: the run
+    time sums its attempts', the status is STARTING between a launch and its job's start;
+    attempts, error)."""
     return {
         "trial_id": rec.trial_id,
         "run_id": rec.run_id,
@@ -62,7 +64,7 @@ def status_row(rec: TrialRecord, error: str) -> dict[str, Any]:
         "val_loss": rec.metrics.get("val/loss"),
         "duration_s": run_seconds(rec.tags, rec.status, rec.end_time),
         "queued_s": queued_seconds(rec.tags),
-        "status": rec.status,
+        "status": shown_status(rec.status, rec.tags, rec.end_time),  # STARTING: launched
         "diverged": rec.tags.get(Tag.DIVERGED) == "1",
         "attempts": rec.attempts,
         "job_ref": rec.tags.get(Tag.JOB_REF, ""),

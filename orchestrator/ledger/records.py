@@ -77,9 +77,11 @@ class TrialRecord:
 
 
 def _start_tags(placeholder: TrialRecord, now_ms: int) -> dict[str, str]:
-    """A first launch's tags: when it started, and how long it queued since its submit."""
+    """A first launch's tags: when it started (the trial, and its first attempt: `status`
+    shows it STARTING until its job runs), and how long it queued since its submit."""
     queued_s = (now_ms - placeholder.start_time) / 1000
-    return {Tag.STARTED: timestamp_text(now_ms), Tag.QUEUED_S: f"{queued_s:.1f}"}
+    at = timestamp_text(now_ms)
+    return {Tag.STARTED: at, Tag.LAUNCHED: at, Tag.QUEUED_S: f"{queued_s:.1f}"}
 
 
 def record_of(run: Any) -> TrialRecord:
