@@ -108,33 +108,39 @@ def _expanded(load: Callable[[_ExpandBar], door.Sweep]) -> door.Sweep:
 
 
 def _plan_table(plan: door.SweepPlan) -> Table:
+    """The dry-run's table. Without GPUs it leaves out the GPU columns (memory per GPU, fits)
+    and the FLOPs per trial (a GPU's time is FLOPs at its MFU; the caption has their sum,
+    the CPU-hours and wall time say the cost), and says host GiB per node as GiB/node (the
+    only memory): a small CPU sweep (the demo) fits 120 columns. Columns with nothing to say
+    are left out too: `swept` when only the token budget varies (it has its column), `data
+    tokens` when no trial's data has been counted yet. --json has every number."""
     spec = plan.sweep.spec
     table = Table(title=f"sweep {spec.name}: {len(plan.trials)} trials on {spec.backend.kind}")
     hours = "CPU" if plan.on_cpu else "GPU"
-    columns = ("trial_id", "variant", "size", "swept", "params", "tokens", "FLOPs", f"{hours}-h")
-    for col in (*columns, "status"):
-        right = col in ("params", "tokens", "FLOPs", f"{hours}-h")
-        table.add_column(col, justify="right" if right else "left")
-    table.add_column("data")  # readiness, tokens needed / prepared
-    table.add_column("data tokens", justify="right")
-    for col in door.PLAN_COLUMNS:  # memory, fit, time, checkpoint
-        table.add_column(col, justify="right")
+    swept = {p.trial.trial_id: _swept_text(p) for p in plan.trials}
+    counted = any(p.tokens_available is not None for p in plan.trials)
+    columns: list[tuple[str, Callable[[door.PlannedTrial], str]]] = [
+        ("trial_id", lambda p: p.trial.trial_id),
+        ("variant", lambda p: p.trial.variant),
+        ("size", lambda p: p.trial.size),
+        *([("swept", lambda p: swept[p.trial.trial_id])] if any(swept.values()) else []),
+        ("params", lambda p: _count(p.trial.n_params)),
+        ("tokens", lambda p: _count(p.trial.tokens)),
+        *([] if plan.on_cpu else [("FLOPs", lambda p: f"{p.trial.flops:.3e}")]),
+        (f"{hours}-h", lambda p: f"{p.hours:.3g}"),
+        ("status", lambda p: f"{p.status} (skip)" if p.status == Status.FINISHED else p.status),
+        ("data", lambda p: p.data),  # readiness
+        *([("data tokens", _data_tokens)] if counted else []),  # needed / prepared
+    ]
+    right = {"params", "tokens", "FLOPs", f"{hours}-h", "data tokens"}
+    for col, _ in columns:
+        table.add_column(col, justify="right" if col in right else "left")
+    plan_columns = plan.plan_columns  # memory, fit, time, checkpoint
+    for col in plan_columns:
+        header = "GiB/node" if plan.on_cpu and col == "host GiB/node" else col
+        table.add_column(header, justify="right")
     for p in plan.trials:
-        t = p.trial
-        table.add_row(
-            t.trial_id,
-            t.variant,
-            t.size,
-            " ".join(f"{k.rsplit('.', 1)[-1]}={door.short_value(v)}" for k, v in p.swept.items()),
-            _count(t.n_params),
-            _count(t.tokens),
-            f"{t.flops:.3e}",
-            f"{p.hours:.3g}",
-            f"{p.status} (skip)" if p.status == Status.FINISHED else p.status,
-            p.data,
-            _data_tokens(p),
-            *p.cells,
-        )
+        table.add_row(*(cell(p) for _, cell in columns), *p.cells_of(plan_columns))
     live = plan.live
     at = (
         "the CPU rate below"
@@ -147,6 +153,15 @@ def _plan_table(plan: door.SweepPlan) -> Table:
         f"{len(plan.trials) - len(live)}\n" + plan.placement
     )
     return table
+
+
+def _swept_text(p: door.PlannedTrial) -> str:
+    """The swept settings but the token budget, which has its column."""
+    return " ".join(
+        f"{k.rsplit('.', 1)[-1]}={door.short_value(v)}"
+        for k, v in p.swept.items()
+        if k != "train.tokens"
+    )
 
 
 def _count(n: int) -> str:
@@ -237,9 +252,10 @@ def _show_plan(loaded: door.Sweep, as_json: bool) -> None:
             out.print(plan.branching, soft_wrap=True, highlight=False)
         for line in plan.unfit:
             out.print(f"does not fit: {line}", soft_wrap=True, highlight=False)
-        for command in plan.prepare:  # data that trials would otherwise prepare
-            out.print(f"prepare the data first (or the first trial does): {command}",
-                      soft_wrap=True, highlight=False)  # fmt: skip
+        if plan.prepare:  # data that trials would otherwise prepare; a command a line
+            out.print("prepare the data first (or the first trial does):", highlight=False)
+        for command in plan.prepare:
+            out.print(f"  {command}", soft_wrap=True, highlight=False, markup=False)
         if plan.blockers:
             out.print(f"blockers ({len(plan.blockers)}): a submit refuses this sweep until "
                       "its data is here", highlight=False)  # fmt: skip

@@ -16,6 +16,7 @@ from scalelab.orchestrator.plan.planner import (
     TrialPlan,
     placement_summary,
     plan_cells,
+    plan_columns,
     plan_sweep,
     unfit_lines,
 )
@@ -42,6 +43,11 @@ class PlannedTrial:
     def cells(self) -> list[str]:
         """The plan's numbers as table cells, in PLAN_COLUMNS order."""
         return list(plan_cells(self.plan).values())
+
+    def cells_of(self, columns: tuple[str, ...]) -> list[str]:
+        """The plan's cells of `columns` (planner.plan_columns), in their order."""
+        cells = plan_cells(self.plan)
+        return [cells[c] for c in columns]
 
     def as_dict(self) -> dict[str, Any]:
         t = self.trial
@@ -72,6 +78,11 @@ class SweepPlan:
     def on_cpu(self) -> bool:
         """Its trials run without GPUs: hours are CPU-hours."""
         return any(p.hours_unit == "cpu_hours" for p in self.trials)
+
+    @property
+    def plan_columns(self) -> tuple[str, ...]:
+        """The table's plan columns: on CPU, without those that mean something on GPUs only."""
+        return plan_columns(self.on_cpu)
 
     @property
     def live(self) -> list[PlannedTrial]:

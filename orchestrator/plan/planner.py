@@ -333,6 +333,15 @@ def plan_cells(plan: TrialPlan) -> dict[str, str]:
 
 
 PLAN_COLUMNS = ("GiB/GPU", "fits", "wall", "host GiB/node", "ckpt GB")
+# Without GPUs: no memory per GPU, nothing to fit it to (--json keeps every number)
+GPU_ONLY_COLUMNS = ("GiB/GPU", "fits")
+CPU_PLAN_COLUMNS = tuple(c for c in PLAN_COLUMNS if c not in GPU_ONLY_COLUMNS)
+
+
+def plan_columns(on_cpu: bool) -> tuple[str, ...]:
+    """The dry-run table's plan columns: a sweep whose trials run without GPUs leaves out
+    those that only mean something on a GPU."""
+    return CPU_PLAN_COLUMNS if on_cpu else PLAN_COLUMNS
 
 
 def placement_summary(spec: SweepSpec, placement: Placement | None = None) -> str:
@@ -344,7 +353,7 @@ def placement_summary(spec: SweepSpec, placement: Placement | None = None) -> st
             if p.cpu
             else ""
         )
-        return f"each trial: {where}, no GPUs (memory per rank shown, nothing to check it against){rate}"
+        return f"each trial: {where}, no GPUs (host RAM per node shown){rate}"
     if p.gpu is None:
         gpu = f"{p.gpus} GPU(s) of an unnamed model (set backend.gpu to check memory)"
     else:
