@@ -77,14 +77,36 @@ def submit(
 ) -> SweepRun | Detached:
     """Record the sweep in MLflow and run every trial that is not FINISHED
     (`scalelab submit`). Blocking, it prints a line per trial as it ends (not with `quiet`)
-    and returns the SweepRun (`.ok`, `.outcome`, `.failures`); `detach` runs the driver as
-    a Ray job and returns at once. Raises SweepRefused when nothing would be submitted."""
+    and returns the SweepRun (`.ok`, `.outcome`, `.failures`) after a line that counts the
+    outcome (`outcome_text`: trials another sweep had trained count as finished, "N finished
+    (M reused from other sweeps)"; they are in `.outcome.reused`, not `.outcome.finished`);
+    `detach` runs the driver as a Ray job and returns at once. Raises SweepRefused when nothing would be submitted."""
     from scalelab.orchestrator import door
 
     loaded = _loaded(sweep)
     if detach:
         return door.detach(loaded, ignore_fit=ignore_fit)
-    return door.run(loaded, ignore_fit=ignore_fit, watcher=None if quiet else _Lines(loaded))
+    ran = door.run(loaded, ignore_fit=ignore_fit, watcher=None if quiet else _Lines(loaded))
+    if not quiet:
+        print(f"sweep {loaded.name}: {outcome_text(ran.outcome)}")
+    return ran
+
+
+def outcome_text(outcome: Any) -> str:
+    """What a submit did, counted: a trial another sweep had trained (its curve copied,
+    `outcome.reused`) counts as finished and is said to be reused, as the `finished` lines
+    printed while the sweep ran counted it."""
+    reused = len(outcome.reused)
+    finished = f"{len(outcome.finished) + reused} finished"
+    if reused:
+        finished += f" ({reused} reused from other sweeps)"
+    parts = [finished, f"{len(outcome.skipped)} skipped (already finished)",
+             f"{len(outcome.failed)} failed", f"{len(outcome.killed)} cancelled"]  # fmt: skip
+    if outcome.elsewhere:
+        parts.append(f"{len(outcome.elsewhere)} run by another driver")
+    if outcome.undelivered:
+        parts.append(f"{len(outcome.undelivered)} trained, metrics not sent yet")
+    return ", ".join(parts)
 
 
 class _Lines:
