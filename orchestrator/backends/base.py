@@ -202,6 +202,7 @@ def ray_init(address: str, *, embedded: bool, workers: int | None = None) -> boo
         driver_pythonpath,
         driver_session,
         scoped_environ,
+        spilling_directory,
     )
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -226,6 +227,8 @@ def ray_init(address: str, *, embedded: bool, workers: int | None = None) -> boo
         kwargs.update(include_dashboard=False, logging_level="WARNING")
     if starts:
         kwargs["_system_config"] = _embedded_workers(workers)
+        if spill := spilling_directory():  # the user's RAY_object_spilling_config, stably
+            kwargs["object_spilling_directory"] = spill
     session = driver_session() if starts else None
     if session:
         kwargs["_temp_dir"] = str(session.temp_dir)

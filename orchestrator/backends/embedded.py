@@ -30,6 +30,7 @@ afterwards (sbatch jobs inherit the submitting environment) carries none of them
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -50,6 +51,42 @@ SINGLE_NODE = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 TOKEN_FILE = "auth_token"
 RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+SPILL_ENV = "RAY_object_spilling_config"  # Ray's unstable way to say where objects spill
+RAY_NODE_LOGGER = "ray._private.node"
+
+
+def _not_the_unstable_spilling_advice(record: logging.LogRecord) -> bool:
+    """Ray warns, in every process that reads RAY_object_spilling_config, that it is an
+    unstable API: the user's setting, not scalelab's, and nothing a sweep's user can act on."""
+    return "object spilling config is specified from an unstable" not in record.getMessage()
+
+
+def spilling_directory() -> str | None:
+    """The directory of a RAY_object_spilling_config that says no more than one directory
+    on the filesystem: a cluster started here gets it through ray.init's stable
+    `object_spilling_directory` (which does not warn), and its processes do not inherit the
+    variable (which makes each of them warn: the driver, and each worker as it starts). Any
+    other config (another storage, buffer sizes) is left to Ray as it is."""
+    text = os.environ.get(SPILL_ENV)
+    try:
+        config = json.loads(text) if text else None
+    except ValueError:
+        return None
+    if not isinstance(config, dict) or config.get("type") != "filesystem":
+        return None
+    params = config.get("params")
+    if (
+        set(config) - {"type", "params"}
+        or not isinstance(params, dict)
+        or set(params) != {"directory_path"}
+    ):
+        return None
+    path = params["directory_path"]
+    if isinstance(path, list) and len(path) == 1:
+        path = path[0]
+    return path if isinstance(path, str) and path else None
 
 
 def _not_the_opt_out_advice(record: logging.LogRecord) -> bool:
@@ -110,12 +147,17 @@ class DriverSession:
         turns auth on; that is put back too."""
         ray_auth_log = logging.getLogger(RAY_AUTH_LOGGER)
         ray_auth_log.addFilter(_not_the_opt_out_advice)
+        ray_node_log = logging.getLogger(RAY_NODE_LOGGER)  # a spilling config Ray must read
+        ray_node_log.addFilter(_not_the_unstable_spilling_advice)
         inherited = {**(workers_env or {}), **SINGLE_NODE, SESSION_VAR: self.mark, **self.auth}
         try:
-            with scoped_environ(inherited, AUTH_VARS):
+            with scoped_environ(inherited, (*AUTH_VARS, SPILL_ENV)):
+                if spilling_directory():  # given to ray.init as its directory (ray_init)
+                    del os.environ[SPILL_ENV]
                 yield
         finally:
             ray_auth_log.removeFilter(_not_the_opt_out_advice)
+            ray_node_log.removeFilter(_not_the_unstable_spilling_advice)
 
     def end_clusters(self) -> int:
         """Stop what is left of this driver's clusters (after ray.shutdown); how many."""
