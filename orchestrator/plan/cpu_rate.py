@@ -45,7 +45,9 @@ def cpu_rate(spec: SweepSpec) -> CpuRate | None:
     mfu = est.mfu if "mfu" in est.model_fields_set else CPU_MFU
     if est.peak_flops is not None:
         return CpuRate(est.peak_flops, mfu, "estimate.peak_flops")
-    where = "this machine" + ("" if b.trials_run_here else ", not the cluster's nodes")
+    where = "the machine you submit from" + (
+        "" if b.trials_run_here else ", not the cluster's nodes"
+    )
     return CpuRate(probe_flops(), mfu, f"measured on {where}: fp32 matmul, 1 thread")
 
 

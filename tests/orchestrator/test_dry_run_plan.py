@@ -59,7 +59,7 @@ def test_dry_run_offline_prints_the_plan_and_the_blockers_at_once(tmp_path):
     assert "CPU-h" in out and "CPU-hours" in out and "GPU-h" not in out
     words = " ".join(out.split())  # the placement line wraps at 250 columns
     assert "wall time (training only: starting a trial takes seconds more)" in words
-    assert "per CPU rank (measured on this machine" in words
+    assert "per CPU rank (measured on the machine you submit from" in words
 
 
 def test_dry_run_json_has_the_plan_and_the_blockers(tmp_path, monkeypatch):
