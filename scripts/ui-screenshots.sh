@@ -61,7 +61,7 @@ PROFILES=$(mktemp -d)
 shot() {  # name, URL fragment; a fresh profile: what a first visit shows
   "$CHROMIUM" --headless=new --no-sandbox --disable-gpu --hide-scrollbars \
     --user-data-dir="$(mktemp -d -p "$PROFILES")" --window-size=1600,1000 \
-    --virtual-time-budget=30000 --screenshot="$OUT/$1.png" "$BASE/$2" >/dev/null 2>&1
+    --virtual-time-budget=120000 --screenshot="$OUT/$1.png" "$BASE/$2" >/dev/null 2>&1
   echo "$OUT/$1.png"
 }
 VIEW="viewStateShareKey=scalelab-trials"  # the saved view (orchestrator/ledger/ui_view.py)
