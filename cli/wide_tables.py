@@ -56,11 +56,14 @@ def print_table(console: Console, table: Table, pager: Pager | None = None) -> N
         return
     for part in fold(console, table):
         console.print(part)
+    if table.caption:  # under the parts, at the screen's width: the last part may be narrow
+        console.print(table.caption, justify="center", style="table.caption")
 
 
 def fold(console: Console, table: Table) -> list[Table]:
     """`table`'s columns in groups that each fit the console's width, the first column
-    repeated at the left of each; the title on the first part, the caption on the last."""
+    repeated at the left of each; the title on the first part (print_table prints the
+    caption under them all)."""
     columns = table.columns
     widths = [_natural_width(console, column) for column in columns]
     borders = 1 if table.show_edge else -1
@@ -78,7 +81,6 @@ def fold(console: Console, table: Table) -> list[Table]:
     for n, group in enumerate(groups):
         part = Table(
             title=table.title if n == 0 else None,
-            caption=table.caption if n == len(groups) - 1 else None,
             box=table.box,
             show_edge=table.show_edge,
             show_lines=table.show_lines,

@@ -43,6 +43,19 @@ def test_a_wide_table_is_folded_into_parts_that_fit_when_not_a_terminal():
     assert text.count("sweep x") == 1 and text.count("3 rows") == 1
 
 
+def test_a_folded_tables_caption_reads_at_the_screens_width():
+    """The caption comes under the parts on lines as wide as the screen allows, not wrapped
+    in the last part's width (a part may be one narrow column)."""
+    caption = (
+        "to run: 4 trials, 2.019e+11 FLOPs, ~0.000862 CPU-hours at the CPU rate below; finished: 0"
+    )
+    table = _table()
+    table.caption = caption
+    buf = io.StringIO()
+    print_table(Console(file=buf, width=100), table)
+    assert caption in buf.getvalue()  # on one line
+
+
 def test_a_wide_table_is_paged_at_its_natural_width_on_a_terminal():
     buf, pager = io.StringIO(), Recorder()
     console = Console(file=buf, width=80, force_terminal=True)
