@@ -79,6 +79,18 @@ def next_attempt_tags(tags: Mapping[str, str], end_ms: int | None, now_ms: int) 
     return {Tag.LAUNCHED: timestamp_text(now_ms), Tag.EARLIER_S: f"{earlier:.1f}"}
 
 
+def attempt_end_tags(tags: Mapping[str, str], run_status: str, now_ms: int) -> dict[str, str]:
+    """The tags of a trial's attempt that ended at `now_ms`, its run then `run_status`: the
+    attempt's end where the run goes on (a retry, a requeue), which the run's end time does
+    not say; where the run ends after more than one attempt, its whole run time, for
+    MLflow's table; nothing after a single attempt (the run's start and end say it)."""
+    if run_status not in TERMINAL:
+        return {Tag.ATTEMPT_ENDED: timestamp_text(now_ms)}
+    if Tag.EARLIER_S in tags:
+        return {Tag.RUN_S: f"{run_seconds(tags, run_status, now_ms):.1f}"}
+    return {}
+
+
 def timestamp_text(epoch_ms: int) -> str:
     """'2026-12-02T23:45:01.123Z': how a time is written in a tag, read by people in the
     MLflow UI and by `parse_timestamp`."""

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scalelab.contract import workdir
-from scalelab.contract.runs import TERMINAL, Status, Tag
-from scalelab.contract.trial_time import next_attempt_tags, run_seconds, timestamp_text
+from scalelab.contract.runs import Status, Tag
+from scalelab.contract.trial_time import attempt_end_tags, next_attempt_tags, timestamp_text
 from scalelab.jobs.launch import DEFAULT_JOB, JobRef
 from scalelab.jobs.tracking.outbox import ENDED_BY_DRIVER, Outbox
 from scalelab.orchestrator import delivery
@@ -493,13 +493,7 @@ def _attempt_end(live: _Live, run_status: str, now_ms: int) -> dict[str, str]:
     evaluation of a trained trial is no attempt: {}."""
     if live.trained:
         return {}
-    if run_status not in TERMINAL:
-        tags = {Tag.ATTEMPT_ENDED: timestamp_text(now_ms)}
-    elif Tag.EARLIER_S in live.rec.tags:
-        total = run_seconds(live.rec.tags, run_status, now_ms)
-        tags = {Tag.RUN_S: f"{total:.1f}"}
-    else:  # one attempt: the run's own start and end say its run time
-        tags = {}
+    tags = attempt_end_tags(live.rec.tags, run_status, now_ms)
     live.rec.tags.update(tags)
     return tags
 
