@@ -41,7 +41,10 @@ class NothingStarts:
 @pytest.fixture
 def sweep(work_home, sweep_name, monkeypatch):
     """Two SCHEDULED placeholders, and a way to launch and settle the first trial."""
-    import ray
+    from scalelab.orchestrator.backends.embedded import SINGLE_NODE, scoped_environ
+
+    with scoped_environ(SINGLE_NODE):  # as ray_init imports it: Ray reads this once, on its
+        import ray  # first import, and an embedded cluster started later in this process needs it
 
     spec, source = parse_spec(sweep_yaml(sweep_name, seeds=2, first_seed=9200))
     trials = expand(spec, source)
