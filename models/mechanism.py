@@ -217,7 +217,13 @@ class Mechanism:
 
 
 def mechanism_of(config: MechanismConfig) -> Mechanism:
+    """The registered mechanism whose config `config` is, else the class that defined it
+    last (a class defined with another's config, registered or not, takes no registered
+    mechanism's place)."""
     for cls in type(config).__mro__:
+        for mechanism in _REGISTERED.values():
+            if mechanism.config is cls:
+                return mechanism()
         if cls in _BY_CONFIG:
             return _BY_CONFIG[cls]()
     raise TypeError(f"{type(config).__name__} is not the config of a mechanism")

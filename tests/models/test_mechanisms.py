@@ -17,6 +17,7 @@ from scalelab.models.flops import count_params, forward_flops_per_token
 from scalelab.models.mechanism import (
     Mechanism,
     MechanismConfig,
+    Seam,
     mechanism_of,
     register,
     registered,
@@ -95,6 +96,20 @@ def test_register_refuses_bad_declarations():
 
     with pytest.raises(ValueError, match="'dropout' is a model field"):
         register(Field)
+
+
+def test_a_class_defined_with_a_registered_mechanisms_config_does_not_take_its_place():
+    """A class that reuses ReZeroConfig (as the refused `Unnamed` above does) is defined, not
+    registered: a model with `rezero` still builds ReZero's gates (before, the last class
+    defined with a config answered for it, and later tests built dense blocks)."""
+
+    class Reused(Mechanism, AllBlocks):
+        name, config, order = "reused", ReZeroConfig, 902
+
+    with registered(ReZero):
+        cfg = ModelConfig(size="nano", rezero={})
+        assert type(cfg.component(Seam.DEPTH_ROUTING)) is ReZero
+        assert build(cfg, device="meta").depth.attn_gate.numel() == cfg.n_layer
 
 
 def test_registration_is_undone_after_the_block():
