@@ -117,10 +117,13 @@ class _Lines:
 
         self.sweep, self.names, self.done = sweep, run_names(list(sweep.trials)), 0
 
-    def started(self, ledger: Any, finished: set[str]) -> None:
+    def started(self, ledger: Any, finished: set[str], reused: set[str]) -> None:
         self.done = len(finished & set(self.names))
-        total = len(self.sweep.trials)
-        print(f"sweep {self.sweep.name}: {total - self.done} of {total} trials to run")
+        total, copied = len(self.sweep.trials), len(reused)
+        line = f"sweep {self.sweep.name}: {total - self.done - copied} of {total} trials to train"
+        if copied:
+            line += f", {copied} trained before in another sweep (metrics copied)"
+        print(line)
 
     def update(self, counts: dict[str, int]) -> None:
         pass

@@ -46,18 +46,22 @@ class TrialLines:
         already_done: set[str],
         ledger: Ledger,
         scored: list[str] | None = None,
+        reused: set[str] = frozenset(),
     ) -> None:
         self.console, self.ledger = console, ledger
         self.scored = scored  # an evaluation's tasks (`eval SWEEP`): the lines show their scores
         self.trials = {t.trial_id: t for t in trials}
         self.names = run_names(trials)
-        self.to_run = sum(t.flops for t in trials if t.trial_id not in already_done)
+        # the ETA counts what is trained here: a reused trial's curve is copied in a second
+        self.reused = reused
+        self.to_run = sum(t.flops for t in trials if t.trial_id not in already_done | reused)
         self.done_flops = 0.0
         self.t0 = time.monotonic()
 
     def ended(self, trial_id: str, outcome: str) -> None:
         t = self.trials[trial_id]
-        self.done_flops += t.flops
+        if trial_id not in self.reused:
+            self.done_flops += t.flops
         if self.scored is not None:
             self.scores(trial_id, "evaluated" if outcome == "finished" else outcome)
             return

@@ -293,12 +293,12 @@ class _Terminal:
         self.progress, self.sweep, self.scored = progress, loaded, scored
         self.task = progress.add_task(f"sweep {loaded.name}", total=len(loaded.trials))
 
-    def started(self, ledger: Any, finished: set[str]) -> None:
+    def started(self, ledger: Any, finished: set[str], reused: set[str]) -> None:
         from scalelab.analysis.live_figure import LiveFigure
         from scalelab.cli.sweep_view import TrialLines
 
         console, trials = self.progress.console, list(self.sweep.trials)
-        self.lines = TrialLines(console, trials, finished, ledger, self.scored)
+        self.lines = TrialLines(console, trials, finished, ledger, self.scored, reused)
         self.figure = LiveFigure(ledger, trials, warn=lambda m: console.print(f"note: {m}"))
 
     def trial_ended(self, trial_id: str, outcome: str) -> None:
@@ -340,15 +340,16 @@ def _drive(
         terminal.figure.flush()
         progress.update(terminal.task, completed=len(loaded.trials) - len(ran.outcome.elsewhere))
     result = ran.outcome
+    finished = f"{len(result.finished) + len(result.reused)} finished"
+    if result.reused:
+        finished += f" ({len(result.reused)} trained before in another sweep: metrics copied)"
     summary = (
-        f"{len(result.finished)} finished, {len(result.skipped)} skipped (already done), "
+        f"{finished}, {len(result.skipped)} skipped (already done), "
         f"{len(result.failed)} failed, {len(result.killed)} cancelled, "
         f"{len(result.elsewhere)} run by another driver"
     )
     if result.untrained:
         summary += f", {len(result.untrained)} not trained yet (left to `scalelab submit`)"
-    if result.reused:
-        summary += f", {len(result.reused)} trained before in another sweep (metrics copied)"
     if result.undelivered:
         summary += (
             f", {len(result.undelivered)} trained but with metrics still spooled on the "

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from scalelab.contract.outcome import trained
 from scalelab.contract.runs import Status
 from scalelab.jobs.launch import DEFAULT_JOB, JobRef
 from scalelab.orchestrator.backends import BackendError
@@ -276,8 +277,9 @@ class Watcher(Protocol):
     """What a caller of `run` hears while the sweep runs (the CLI's progress bar and lines,
     the live figure on the parent run)."""
 
-    def started(self, ledger: Ledger, finished: set[str]) -> None:
-        """The sweep is recorded; `finished`: trial ids already FINISHED (skipped)."""
+    def started(self, ledger: Ledger, finished: set[str], reused: set[str]) -> None:
+        """The sweep is recorded; `finished`: trial ids already FINISHED (skipped);
+        `reused`: trial ids another sweep trained, whose curves are copied, not trained."""
 
     def update(self, counts: dict[str, int]) -> None:
         """Counts by state ('done', 'running', ...), at every scheduler tick."""
@@ -323,8 +325,9 @@ def run(
         raise SweepRefused(f"{e}; nothing submitted") from None
     ledger = Ledger(spec.name, spec.experiment_name)
     if watcher is not None:
-        finished = {tid for tid, s in ledger.statuses().items() if s == Status.FINISHED}
-        watcher.started(ledger, finished)
+        records = ledger.records()
+        finished = {tid for tid, rec in records.items() if rec.status == Status.FINISHED}
+        watcher.started(ledger, finished, _trained_elsewhere(sweep.trials, records, finished))
     try:
         outcome = run_sweep(
             spec, list(sweep.trials), ledger, job=job,
@@ -336,6 +339,20 @@ def run(
     except LedgerUnavailable as e:  # mid-sweep: what MLflow holds is the state to resume
         raise SweepStopped(str(e)) from None
     return SweepRun(sweep, outcome, tuple(failures(ledger, outcome.failed)), ran_line(sweep.trials))
+
+
+def _trained_elsewhere(
+    trials: tuple[Trial, ...], records: dict[str, Any], finished: set[str]
+) -> set[str]:
+    """The trials not FINISHED here whose training another sweep's run finished: their
+    curves are copied (scheduler._adopt_trained), nothing is trained."""
+    out = set()
+    for tid in (t.trial_id for t in trials if t.trial_id not in finished):
+        rec = records.get(tid)
+        trained_in = (trained(tid) or {}).get("run_id")
+        if trained_in is not None and (rec is None or trained_in != rec.run_id):
+            out.add(tid)
+    return out
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ def test_the_notebook_example_runs_as_written(tmp_path, monkeypatch):
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
-    assert "8 trials" in out and "8 of 8 trials to run" in out
+    assert "8 trials" in out and "8 of 8 trials to train" in out
     assert "finished: 8 failed: 0" in out
     gain = re.search(r"hadamard: (\d+\.\d\d)x dense's compute \[(\d+\.\d\d), (\d+\.\d\d)\]", out)
     assert gain, out

@@ -29,7 +29,7 @@ def test_a_second_sweep_sharing_a_trial_gets_its_metrics_without_training_it(tmp
     assert second.run_id != first.run_id and second.status == "FINISHED"
     assert mlflow_points(uri, second.run_id) == mlflow_points(uri, first.run_id)
     assert len(mlflow_points(uri, second.run_id)["train/loss"]) == 12
-    assert "1 trained before in another sweep" in again.stdout
+    assert "1 finished (1 trained before in another sweep: metrics copied)" in again.stdout
     assert second.tags["scalelab.trained_in_run"] == first.run_id
     assert {p: p.read_bytes() for p in before} == before  # trained once: nothing rewritten
 

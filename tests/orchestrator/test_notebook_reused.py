@@ -1,6 +1,7 @@
 """The notebook's submit counts a trial another sweep had trained (its run copies the
 trained curve, scheduler._adopt_trained) as finished, and says it was reused: its
-`outcome.finished` is empty, which `len(run.outcome.finished)` read as nothing done."""
+`outcome.finished` is empty, which `len(run.outcome.finished)` read as nothing done; the
+opening line does not count it among the trials to train."""
 
 from __future__ import annotations
 
@@ -27,5 +28,8 @@ def test_the_notebook_counts_a_trial_reused_from_another_sweep(
     printed = capsys.readouterr().out
     assert second.ok and second.outcome.reused == first.outcome.finished, second.outcome
     assert second.outcome.finished == []  # trained elsewhere: only its curve was copied
+    assert f"sweep {sweep_name}-b: 0 of 1 trials to train, 1 trained before in another " in (
+        printed
+    )  # the opening line: nothing is trained
     assert ": finished (1/1)" in printed  # the trial's line
     assert f"sweep {sweep_name}-b: 1 finished (1 reused from other sweeps)" in printed, printed
