@@ -40,6 +40,12 @@ def _ci(m: Interval) -> str:
     return f"[{_x(m.low)}, {_x(m.high)}]"
 
 
+def _unpaired_missing(fit: SweepFit, variant: str) -> str:
+    """The unpaired cell of a variant without an unpaired gain: why, when a note says."""
+    failed = any(n.startswith(f"unpaired gain of {variant} ") for n in fit.notes)
+    return "none (see note)" if failed else ""
+
+
 def gains_rows(fit: SweepFit) -> Rows:
     """Both estimators side by side; the reading is the paired one's when there is one."""
     level = fit.level
@@ -65,7 +71,11 @@ def gains_rows(fit: SweepFit) -> Rows:
                       f"{r.estimate - 1:+.2%} [{r.low - 1:+.2%}, {r.high - 1:+.2%}]"]  # fmt: skip
         else:
             paired = ["", "", "", ""]
-        unpaired = [_x(g.multiplier.estimate), _ci(g.multiplier)] if g is not None else ["", ""]
+        unpaired = (
+            [_x(g.multiplier.estimate), _ci(g.multiplier)]
+            if g is not None
+            else [_unpaired_missing(fit, v), ""]
+        )
         read = reading(p.multiplier if p is not None else g.multiplier)  # type: ignore[union-attr]
         if g is not None and g.fit.baseline.fallback:
             unpaired[0] += " (no E)"
