@@ -51,7 +51,7 @@ class Tag:
     LAUNCHED = "scalelab.launched"  # its latest attempt's launch (UTC, ISO 8601)
     ATTEMPT_ENDED = "scalelab.attempt_ended"  # that attempt's end, when its run did not end
     EARLIER_S = "scalelab.earlier_s"  # running seconds of its attempts before the latest
-    RUN_S = "scalelab.run_s"  # its run time, once a trial that ran more than once ended
+    RUN_S = "scalelab.run_s"  # its run time in seconds (the sum of its attempts), once ended
     N_TRIALS = "scalelab.n_trials"  # on the parent
     SPEC_YAML = "scalelab.spec_yaml"  # on the parent: the sweep file's text
     SPEC_PATH = "scalelab.spec_path"

@@ -13,8 +13,8 @@ The tags of an attempt: the scheduler tags each launch's time (`Tag.LAUNCHED`; t
 launch's is `Tag.STARTED` too) and, at a later launch, the running time of the attempts
 before it (`Tag.EARLIER_S`); an attempt that ends while its run goes on (a retry waits, a
 preempted trial is requeued) is tagged with its end (`Tag.ATTEMPT_ENDED`), where a run's
-end time says when its last attempt ended. A trial that ran more than once is tagged with
-its whole run time when it ends (`Tag.RUN_S`), for MLflow's table."""
+end time says when its last attempt ended. A trial is tagged with its whole run time when
+it ends (`Tag.RUN_S`), for MLflow's table."""
 
 from __future__ import annotations
 
@@ -82,13 +82,11 @@ def next_attempt_tags(tags: Mapping[str, str], end_ms: int | None, now_ms: int) 
 def attempt_end_tags(tags: Mapping[str, str], run_status: str, now_ms: int) -> dict[str, str]:
     """The tags of a trial's attempt that ended at `now_ms`, its run then `run_status`: the
     attempt's end where the run goes on (a retry, a requeue), which the run's end time does
-    not say; where the run ends after more than one attempt, its whole run time, for
-    MLflow's table; nothing after a single attempt (the run's start and end say it)."""
+    not say; where the run ends, its whole run time, a column of the MLflow UI's saved view
+    beside MLflow's Duration (which counts from the first launch, waits included)."""
     if run_status not in TERMINAL:
         return {Tag.ATTEMPT_ENDED: timestamp_text(now_ms)}
-    if Tag.EARLIER_S in tags:
-        return {Tag.RUN_S: f"{run_seconds(tags, run_status, now_ms):.1f}"}
-    return {}
+    return {Tag.RUN_S: f"{run_seconds(tags, run_status, now_ms):.1f}"}
 
 
 def timestamp_text(epoch_ms: int) -> str:

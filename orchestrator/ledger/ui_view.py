@@ -5,8 +5,9 @@ MLflow 3.17's runs table has no experiment-level default for its columns, groupi
 a browser keeps its own per experiment. What an experiment can carry is saved views, the
 experiment tags `mlflow.sharedViewState.<id>` its "Views" menu lists (and an address with
 `viewStateShareKey=<id>` opens). scalelab saves one, `scalelab-trials`: the trials grouped by
-variant; `val/loss` the first column after the run's name, then the swept settings, tokens
-and parameters; every run in the charts (not the first ten), each in its variant's colour
+variant; `val/loss` the first column after the run's name, then the swept settings, tokens,
+parameters and the run time (`scalelab.run_s`, seconds: MLflow's Duration counts from the
+first launch, waits between attempts included); every run in the charts (not the first ten), each in its variant's colour
 (the run tag `mlflow.runColor`); and the charts it opens on (`compareRunsMode=CHART` in the
 address, `cli/watch.py`), in the sections `val` and `train` before the others:
 
@@ -117,10 +118,11 @@ def view_state(swept_params: list[str]) -> dict[str, object]:
     params += [f"params.`{key}`" for key in swept_params if key != "model.size"]
     metrics = [f"metrics.`{m}`" for m in TABLE_METRICS]
     variant, n_params = f"tags.`{Tag.VARIANT}`", f"params.`{Param.N_PARAMS}`"
+    run_s = f"tags.`{Tag.RUN_S}`"  # the run time: MLflow's Duration counts waits between attempts
     # the table's order: val/loss first (right after the run's name, which stays pinned)
-    order = [metrics[0], variant, *params, *metrics[1:], n_params]
+    order = [metrics[0], variant, *params, *metrics[1:], n_params, run_s]
     return {
-        "selectedColumns": [variant, *params, *metrics, n_params],
+        "selectedColumns": [variant, *params, *metrics, n_params, run_s],
         "columnOrder": order,
         "groupBy": {
             "aggregateFunction": "min",  # a group's row: its best val/loss

@@ -57,6 +57,7 @@ def test_the_experiment_holds_a_view_of_the_trials_by_variant(work_home, sweep_n
     assert {"tags.`scalelab.variant`", "params.`seed`", "metrics.`val/loss`",
             "metrics.`compute/tokens`"} <= set(columns)  # fmt: skip
     assert "metrics.`compute/flops`" not in columns  # a raw integer cut to the column's width
+    assert columns[-1] == "tags.`scalelab.run_s`"  # the run time, not MLflow's Duration
     assert state["columnOrder"][0] == "metrics.`val/loss`"  # the first column after the name
     assert set(state["columnOrder"]) == set(columns)
     assert "chartsSearchFilter" not in state  # no chart hidden behind a search

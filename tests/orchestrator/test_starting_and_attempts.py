@@ -107,6 +107,10 @@ def test_a_trial_cancelled_and_submitted_again_runs_for_its_attempts_only(sweep)
     time.sleep(1.0)
     sweep["settle"](live, inflight, "KILLED")  # cancelled
     assert _status(name)[first.trial_id]["status"] == "KILLED"
+    once = ledger.record(live.rec.run_id)  # one attempt: its run time is the run's span
+    assert float(once.tags["scalelab.run_s"]) == pytest.approx(
+        (once.end_time - once.start_time) / 1000, abs=0.05
+    )
     time.sleep(2.5)  # idle: no attempt runs
 
     live, inflight = sweep["launch"]()  # submitted again: the same run
