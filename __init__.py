@@ -115,11 +115,15 @@ class _Lines:
     def __init__(self, sweep: Sweep) -> None:
         from scalelab.orchestrator.door import run_names
 
-        self.sweep, self.names, self.done = sweep, run_names(list(sweep.trials)), 0
+        self.sweep, self.trials, self.done = sweep, list(sweep.trials), 0
+        self.names = run_names(self.trials)
 
-    def started(self, ledger: Any, finished: set[str], reused: set[str]) -> None:
+    def started(self, ledger: Any, trials: list, finished: set[str], reused: set[str]) -> None:
+        from scalelab.orchestrator.door import run_names
+
+        self.trials, self.names = trials, run_names(trials)
         self.done = len(finished & set(self.names))
-        total, copied = len(self.sweep.trials), len(reused)
+        total, copied = len(trials), len(reused)
         line = f"sweep {self.sweep.name}: {total - self.done - copied} of {total} trials to train"
         if copied:
             line += f", {copied} trained before in another sweep (metrics copied)"
@@ -130,7 +134,7 @@ class _Lines:
 
     def trial_ended(self, trial_id: str, outcome: str) -> None:
         self.done += 1
-        total = len(self.sweep.trials)
+        total = len(self.trials)
         print(f"  {self.names.get(trial_id, trial_id)}: {outcome} ({self.done}/{total})")
 
 

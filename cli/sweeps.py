@@ -293,11 +293,14 @@ class _Terminal:
         self.progress, self.sweep, self.scored = progress, loaded, scored
         self.task = progress.add_task(f"sweep {loaded.name}", total=len(loaded.trials))
 
-    def started(self, ledger: Any, finished: set[str], reused: set[str]) -> None:
+    def started(self, ledger: Any, trials: list, finished: set[str], reused: set[str]) -> None:
         from scalelab.analysis.live_figure import LiveFigure
         from scalelab.cli.sweep_view import TrialLines
 
-        console, trials = self.progress.console, list(self.sweep.trials)
+        console = self.progress.console
+        self.progress.update(self.task, total=len(trials))  # a tuned sweep's second stage: all
+        if hasattr(self, "figure"):
+            self.figure.flush()
         self.lines = TrialLines(console, trials, finished, ledger, self.scored, reused)
         self.figure = LiveFigure(ledger, trials, warn=lambda m: console.print(f"note: {m}"))
 
@@ -338,7 +341,7 @@ def _drive(
                 loaded, job=job, ignore_fit=ignore_fit, watcher=terminal, trained_only=trained_only
             )
         terminal.figure.flush()
-        progress.update(terminal.task, completed=len(loaded.trials) - len(ran.outcome.elsewhere))
+        progress.update(terminal.task, completed=len(ran.sweep.trials) - len(ran.outcome.elsewhere))
     result = ran.outcome
     finished = f"{len(result.finished) + len(result.reused)} finished"
     if result.reused:
@@ -363,6 +366,8 @@ def _drive(
             terminal.lines.scores(tid, "scored")
     if ran.branching:
         out.print(ran.branching, highlight=False, soft_wrap=True)
+    if ran.tuning:
+        out.print(ran.tuning, highlight=False, soft_wrap=True)
     for line in failure_lines(ran.failures, loaded.name):
         out.print(line, highlight=False, soft_wrap=True)
     return ran

@@ -42,6 +42,7 @@ class Tag:
     REFUSED = "scalelab.refused"  # "1": its node could not run it as placed (not retried)
     HADAMARD_BACKEND = "scalelab.hadamard_backend"  # the kernel(s) that ran; why auto fell back
     BRANCHED_FROM = "scalelab.branched_from"  # "<trunk id>@<step>": a wsd cooldown branch
+    STAGE = "scalelab.stage"  # a sweep with `tune:`: tune, ladder or tune+ladder
     SWEPT = "scalelab.swept"  # JSON {dotted key: value} of the settings its axes vary
     TOKENS = "scalelab.tokens"  # the trial's resolved token budget
     STARTED = "scalelab.started"  # its first launch (UTC, ISO 8601): its run was created then

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from scalelab.contract import workdir
 from scalelab.contract.outcome import trained
@@ -123,3 +123,15 @@ class Deliveries:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def trained_elsewhere(trials: list[Any], records: dict[str, Any], finished: set[str]) -> set[str]:
+    """The trials not FINISHED here whose training another sweep's run finished: their
+    curves are copied (scheduler._adopt_trained), nothing is trained."""
+    out = set()
+    for tid in (t.trial_id for t in trials if t.trial_id not in finished):
+        rec = records.get(tid)
+        trained_in = (trained(tid) or {}).get("run_id")
+        if trained_in is not None and (rec is None or trained_in != rec.run_id):
+            out.add(tid)
+    return out

@@ -21,11 +21,10 @@ refuse what `plan` refuses, so a dry-run and a submit run the same checks. Torch
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from scalelab.contract.outcome import trained
 from scalelab.contract.runs import Status
 from scalelab.jobs.launch import DEFAULT_JOB, JobRef
 from scalelab.orchestrator.backends import BackendError
@@ -33,14 +32,14 @@ from scalelab.orchestrator.backends import BackendError
 # What the CLI, the results side and the notebook API read of the orchestrator besides the
 # calls below: every caller outside the orchestrator imports this module only
 # (tests/test_layers.py).
-from scalelab.orchestrator.delivery import send_owed
+from scalelab.orchestrator.delivery import send_owed, trained_elsewhere
 from scalelab.orchestrator.ledger import Ledger, LedgerUnavailable
 from scalelab.orchestrator.ledger.parent import read_long_tag
 from scalelab.orchestrator.ledger.records import record_of
 from scalelab.orchestrator.migrate import MigrationRefused
 from scalelab.orchestrator.plan.branching import ran_line
 from scalelab.orchestrator.plan.cpu_rate import cpu_rate
-from scalelab.orchestrator.plan.expand import Trial, check_size, expand, gpu_hours
+from scalelab.orchestrator.plan.expand import Trial, check_size, gpu_hours
 from scalelab.orchestrator.plan.job_checks import Missing, check_trials
 from scalelab.orchestrator.plan.planner import (
     PLAN_COLUMNS,
@@ -59,6 +58,8 @@ from scalelab.orchestrator.plan.spec import (
     read_sweep,
 )
 from scalelab.orchestrator.plan.trial_names import run_names, short_count, short_value
+from scalelab.orchestrator.plan.tuning import expand_sweep as expand
+from scalelab.orchestrator.plan.tuning import search_loss, tuning_text
 from scalelab.orchestrator.recorded_sweep import (
     Cancelled,
     Migrated,
@@ -277,8 +278,11 @@ class Watcher(Protocol):
     """What a caller of `run` hears while the sweep runs (the CLI's progress bar and lines,
     the live figure on the parent run)."""
 
-    def started(self, ledger: Ledger, finished: set[str], reused: set[str]) -> None:
-        """The sweep is recorded; `finished`: trial ids already FINISHED (skipped);
+    def started(
+        self, ledger: Ledger, trials: list[Trial], finished: set[str], reused: set[str]
+    ) -> None:
+        """The sweep is recorded and `trials` are to run (a sweep with `tune:`: the
+        search's, then all of them); `finished`: trial ids already FINISHED (skipped);
         `reused`: trial ids another sweep trained, whose curves are copied, not trained."""
 
     def update(self, counts: dict[str, int]) -> None:
@@ -294,6 +298,7 @@ class SweepRun:
     outcome: SweepOutcome  # trial ids by what happened to them here
     failures: tuple[Failure, ...]  # the failed trials as MLflow recorded them
     branching: str | None = None  # what cooldown branches saved (orchestrator/plan/branching.py)
+    tuning: str | None = None  # each variant's tuned rate and the checks on it (plan/tuning.py)
 
     @property
     def ok(self) -> bool:
@@ -316,6 +321,7 @@ def run(
     from scalelab.orchestrator.backends import preflight
     from scalelab.orchestrator.scheduler import run_sweep
     from scalelab.orchestrator.trial_status import failures
+    from scalelab.orchestrator.tuned_run import run_tuned
 
     _refuse_what_plan_refuses(sweep, ignore_fit)
     spec = sweep.spec
@@ -324,35 +330,34 @@ def run(
     except BackendError as e:
         raise SweepRefused(f"{e}; nothing submitted") from None
     ledger = Ledger(spec.name, spec.experiment_name)
-    if watcher is not None:
-        records = ledger.records()
-        finished = {tid for tid, rec in records.items() if rec.status == Status.FINISHED}
-        watcher.started(ledger, finished, _trained_elsewhere(sweep.trials, records, finished))
-    try:
-        outcome = run_sweep(
-            spec, list(sweep.trials), ledger, job=job,
+
+    def run_stage(trials: list[Trial], close: bool) -> SweepOutcome:
+        if watcher is not None:
+            records = ledger.records()
+            finished = {tid for tid, rec in records.items() if rec.status == Status.FINISHED}
+            reused = trained_elsewhere(trials, records, finished)
+            watcher.started(ledger, trials, finished, reused)
+        return run_sweep(
+            spec, trials, ledger, job=job,
             on_update=watcher.update if watcher else None,
             on_trial=watcher.trial_ended if watcher else None,
             spec_yaml=sweep.text, spec_path=sweep.path, overrides=sweep.overrides,
-            trained_only=trained_only,
+            trained_only=trained_only, close=close,
         )  # fmt: skip
+
+    try:
+        if spec.tune is None or trained_only:
+            trials, outcome = list(sweep.trials), run_stage(list(sweep.trials), True)
+        else:
+            again = lambda: _expanded(spec, SourceMap(sweep.path, None), sweep.max_trials, None)[0]  # noqa: E731
+            trials, outcome = run_tuned(list(sweep.trials), ledger, run_stage, again)
+            sweep = replace(sweep, trials=tuple(trials))
     except LedgerUnavailable as e:  # mid-sweep: what MLflow holds is the state to resume
         raise SweepStopped(str(e)) from None
-    return SweepRun(sweep, outcome, tuple(failures(ledger, outcome.failed)), ran_line(sweep.trials))
-
-
-def _trained_elsewhere(
-    trials: tuple[Trial, ...], records: dict[str, Any], finished: set[str]
-) -> set[str]:
-    """The trials not FINISHED here whose training another sweep's run finished: their
-    curves are copied (scheduler._adopt_trained), nothing is trained."""
-    out = set()
-    for tid in (t.trial_id for t in trials if t.trial_id not in finished):
-        rec = records.get(tid)
-        trained_in = (trained(tid) or {}).get("run_id")
-        if trained_in is not None and (rec is None or trained_in != rec.run_id):
-            out.add(tid)
-    return out
+    return SweepRun(
+        sweep, outcome, tuple(failures(ledger, outcome.failed)), ran_line(sweep.trials),
+        tuning_text(sweep.spec, trials, search_loss),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

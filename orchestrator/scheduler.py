@@ -112,11 +112,14 @@ def run_sweep(
     spec_path: str = "",
     overrides: list[str] | tuple[str, ...] = (),
     trained_only: bool = False,
+    close: bool = True,
 ) -> SweepOutcome:
     """Run every live trial of the sweep to a terminal state (or until cancelled).
     `on_update(counts)` follows the counts; `on_trial(trial_id, outcome)` is called once
     per trial this driver ran, when it ends ('finished', 'failed', 'diverged', 'killed').
-    `trained_only`: a trial not FINISHED is left as it is (`scalelab eval SWEEP`)."""
+    `trained_only`: a trial not FINISHED is left as it is (`scalelab eval SWEEP`).
+    `close=False`: a stage of the sweep, more trials follow (orchestrator/plan/tuning.py):
+    the sweep's run is not ended and this driver's claim is kept."""
     cfg = spec.backend
     out = SweepOutcome()
     records = ledger.sync(
@@ -157,8 +160,9 @@ def run_sweep(
     spent = [records[tid] for tid in out.skipped if records[tid].status == Status.FAILED]
     delivery.send_owed(spent, ledger.uri)
     if not pending:  # nothing to run: the statuses just read are the sweep's
-        _close_parent(ledger, out, {tid: rec.status for tid, rec in records.items()})
-        ledger.retire()
+        if close:
+            _close_parent(ledger, out, {tid: rec.status for tid, rec in records.items()})
+            ledger.retire()
         return out
 
     holds = branching.branches(trials)  # wsd cooldown branches wait for their trunk's seed
@@ -226,8 +230,9 @@ def run_sweep(
         sends.close()
         if started:
             backend.stop()
-    _close_parent(ledger, out)
-    ledger.retire()
+    if close:
+        _close_parent(ledger, out)
+        ledger.retire()
     return out
 
 
@@ -521,6 +526,12 @@ def _apply_cancels(
         if live.rec.run_id in cancelled and handle not in killing:
             killing.add(handle)
             backend.cancel(handle, live.rec)  # its ObjectRef then settles as KILLED
+
+
+def close_sweep(ledger: Ledger, out: SweepOutcome) -> None:
+    """End a sweep run in stages (`run_sweep(close=False)`) after its last stage."""
+    _close_parent(ledger, out)
+    ledger.retire()
 
 
 def _close_parent(

@@ -74,6 +74,7 @@ def trials_schema(extra: list[str]) -> pa.Schema:
         ("code_version", pa.string()),
         ("curves_source", pa.string()),
         ("branched_from", pa.string()),  # "<trunk trial id>@<step>": a wsd cooldown branch
+        ("stage", pa.string()),  # a sweep with `tune:`: tune, ladder, tune+ladder
     ]
     fields += [(name, types[kind]) for name, kind in config_columns()]
     fields += [(c, pa.float64()) for c in extra]

@@ -109,6 +109,7 @@ def sync(
                 and t.status == FINISHED
                 and prev.get("run_id") == t.run_id
                 and prev.get("eval", {}) == _eval_scores(t)  # `scalelab eval` after it finished
+                and prev.get("stage") == t.tags.get(Tag.STAGE)  # a search point the ladder took
                 and t.trial_id in old_ids
             )
 
@@ -155,7 +156,8 @@ def sync(
         state_path = tables.save_state(
             sweep,
             {
-                t.trial_id: {"run_id": t.run_id, "status": t.status, "eval": _eval_scores(t)}
+                t.trial_id: {"run_id": t.run_id, "status": t.status, "eval": _eval_scores(t),
+                             "stage": t.tags.get(Tag.STAGE)}
                 for t in runs.trials
             },
             root,
@@ -255,6 +257,7 @@ def _read_trial(t: TrialRun, client: Any) -> tuple[dict[str, Any], pa.Table]:
         "code_version": t.tags.get("scalelab.code_version"),
         "curves_source": source,
         "branched_from": t.tags.get(Tag.BRANCHED_FROM),
+        "stage": t.tags.get(Tag.STAGE),
         "steps": _first(result.get("steps"), _max(raw, "step")),
         "tokens": _first(
             result.get("tokens"),

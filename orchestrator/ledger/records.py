@@ -165,6 +165,8 @@ class Records(SweepStore):
                 Tag.IDENTITY_RULE: identity.IDENTITY_RULE,
                 Tag.RUN_COLOR: colours[t.variant],
             }
+            if t.stage:
+                tags[Tag.STAGE] = t.stage
             run = self.client.create_run(eid, tags=tags, run_name=tags[Tag.RUN_NAME])
             params = mlflow_params(t.job) | {Param.N_PARAMS: str(t.n_params)}
             if "train.tokens" not in params:  # a budget in FLOPs or tokens per parameter

@@ -53,6 +53,10 @@ class Trial:
     axes: dict[str, Any] = field(default_factory=dict)  # what the axes set, for display
     # (dotted key, value, YAML key path) of each setting: where a later check's error points
     settings: tuple[Setting, ...] = field(default=(), repr=False, compare=False)
+    # a sweep with `tune:`: "tune" (the rate search), "ladder" (the sweep's own trials at a
+    # tuned rate) or "pending" (its trials before the search ended: planned, not run);
+    # orchestrator/plan/tuning.py
+    stage: str = field(default="", compare=False)
 
 
 def _axes(spec: SweepSpec) -> list[list[list[Setting]]]:
@@ -290,7 +294,10 @@ def expand(
 ) -> list[Trial]:
     """All trials of a sweep, smallest training compute first, each wsd trunk's job naming
     its cooldown branches (orchestrator/plan/branching.py); bad values, and more axis
-    combinations than `max_trials` (None: no limit), raise SpecError."""
+    combinations than `max_trials` (None: no limit), raise SpecError. A sweep with
+    `tune:` has two stages: plan.tuning.expand_sweep."""
+    if spec.tune is not None:
+        raise ValueError("a sweep with tune: is expanded by plan.tuning.expand_sweep")
     source = source or SourceMap("<sweep>", None)
     check_size(spec, source, max_trials)
     trials = list(iter_trials(spec, source, progress))

@@ -17,7 +17,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     Field,
     PlainValidator,
     SerializeAsAny,
@@ -28,21 +27,31 @@ from pydantic import (
 
 from scalelab.contract.config import (
     FrozenConfig,
-    did_you_mean,
     format_config_error,
-    sub_config_class,
 )
 from scalelab.contract.runs import SWEEP_NAME_MAX, SWEEP_NAME_PATTERN
 from scalelab.contract.storage import StorageURI
 from scalelab.jobs.config import JobCheckError, JobConfig
 from scalelab.jobs.gpus import gpu_spec
 from scalelab.models import catalog
+from scalelab.models.mechanism import DENSE
 from scalelab.models.sizes import get_size
 from scalelab.orchestrator.backends import registry
 from scalelab.orchestrator.backends.base import BackendOptions
+from scalelab.orchestrator.plan.axis_keys import AxisKey, AxisValues, check_dotted_key
 from scalelab.orchestrator.plan.sweep_file import SourceMap, SpecError, load_yaml, read_sweep
+from scalelab.orchestrator.plan.tune_spec import TuneSpec
 
-__all__ = ["SourceMap", "SpecError", "SweepSpec", "load_spec", "parse_spec"]
+__all__ = [
+    "AxisKey",
+    "SourceMap",
+    "SpecError",
+    "SweepSpec",
+    "TuneSpec",
+    "check_dotted_key",
+    "load_spec",
+    "parse_spec",
+]
 
 DEFAULT_GPU = "H100 SXM"  # the peak assumed when a sweep names no GPU
 
@@ -82,16 +91,6 @@ class _PartialJobSchema:
 
 
 Base = Annotated[dict[str, Any], _PartialJobSchema()]
-AxisValues = list[Any]
-
-
-def _dotted_key(key: str) -> str:
-    check_dotted_key(key)
-    return key
-
-
-# an axis' keys are checked one by one, so every misspelt key of a grid is reported
-AxisKey = Annotated[str, AfterValidator(_dotted_key)]
 
 
 class IsoFlopAxis(FrozenConfig):
@@ -181,6 +180,11 @@ class SweepSpec(FrozenConfig):
         "filesystem (docs/running-on-ray.md); default: the work directory alone",
     )
     estimate: EstimateConfig = EstimateConfig()
+    tune: TuneSpec | None = Field(
+        None,
+        description="search each variant's learning rate at small width first, then run "
+        "the sweep at each one's own rate (docs/sweep-yaml.md, 'Tuning the learning rate')",
+    )
 
     @property
     def experiment_name(self) -> str:
@@ -246,26 +250,15 @@ class SweepSpec(FrozenConfig):
         clash = sorted({k for k in keys if keys.count(k) > 1})
         if clash:
             raise ValueError(f"these keys are set by more than one axis: {clash}")
+        if self.tune is not None:
+            if "train.lr" in keys:
+                raise ValueError("train.lr is tuned (tune.lr): no axis may set it too")
+            names = self.variants or [DENSE]
+            if self.tune.baseline not in names:
+                raise ValueError(
+                    f"tune.baseline {self.tune.baseline!r} is not one of the variants {names}"
+                )
         return self
-
-
-def check_dotted_key(key: str) -> None:
-    """'model.size' must name a JobConfig field; raise with the allowed keys otherwise."""
-    cls: type[BaseModel] | None = JobConfig
-    parts = key.split(".")
-    for i, part in enumerate(parts):
-        if cls is None:
-            raise ValueError(f"{key!r}: {'.'.join(parts[:i])} has no sub-keys")
-        keys = cls.config_keys() if issubclass(cls, FrozenConfig) else sorted(cls.model_fields)
-        if part not in keys:
-            where = ".".join(parts[:i]) or "a job"
-            raise ValueError(
-                f"{key!r}: {part!r} is not a key of {where}{did_you_mean(part, keys)} "
-                f"(allowed: {', '.join(keys)})"
-            )
-        if cls.__name__ == "DeepSpeedConfig" and part == "extra":
-            return  # free-form DeepSpeed keys below
-        cls = sub_config_class(cls, part)
 
 
 # ---------------------------------------------------------------- the file

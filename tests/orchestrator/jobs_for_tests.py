@@ -286,3 +286,32 @@ def status_at_start(job: JobConfig, run_id: str | None = None) -> dict:
 
     _record(job, run_id, f"status-{MlflowClient(tracking_uri()).get_run(run_id).info.status}")
     return {"status": "FINISHED"}
+
+
+# lr_bowl: a val loss that is a known law in compute times a bowl in log-rate around
+# LR_OPTIMUM, for the tuning stage's tests (orchestrator/plan/tuning.py)
+LR_OPTIMUM = 2e-3
+LR_SHIFT = {"hadamard": 4.0}  # the variant's effective rate is 4x its lr: optimum at 5e-4
+BOWL = 0.05  # relative loss per (ln rate)^2 off the optimum
+
+
+def lr_bowl(job: JobConfig, run_id: str | None = None) -> dict:
+    """Writes the trial's result.json as a finished training does, with final_val_loss =
+    50 * C^-0.1 * (1 + BOWL * ln(lr * shift / LR_OPTIMUM)^2) (C its training FLOPs; shift:
+    LR_SHIFT of its variant, else 1), plus a per-seed wobble of 0.1%."""
+    import math
+
+    from scalelab.contract.workdir import RESULT_FILE, trial_dir
+    from scalelab.models.flops import count_params, train_flops_per_token
+
+    _record(job, run_id)
+    flops = job.train.tokens * train_flops_per_token(job.model, job.data.seq_len)
+    off = math.log(job.train.lr * LR_SHIFT.get(job.model.variant, 1.0) / LR_OPTIMUM)
+    loss = 50 * flops**-0.1 * (1 + BOWL * off**2) * (1 + 0.001 * math.sin(7 * job.seed + 1))
+    result = {"status": "FINISHED", "final_val_loss": loss, "best_val_loss": loss,
+              "flops": flops, "tokens": job.train.tokens, "n_params": count_params(job.model),
+              "run_id": run_id}  # fmt: skip
+    path = trial_dir(job.trial_id) / RESULT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result))
+    return result

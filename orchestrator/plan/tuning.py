@@ -1,0 +1,241 @@
+"""A sweep's tuning stage (`tune:`, docs/sweep-yaml.md, "Tuning the learning rate").
+
+A comparison at one shared learning rate can credit a variant with what is only its
+distance from its own optimum. With `tune:` a sweep runs in two stages:
+
+1. **the search** ("tune" trials): every variant at each rate of `tune.lr`, where `tune.at`
+   says (a small width); each point an ordinary trial with its own identity, so a finished
+   one is never trained again;
+2. **the ladder** ("ladder" trials): the sweep's own trials, each variant at its own optimum
+   (the vertex of a parabola in log-rate through its search, orchestrator/plan/lr_optimum.py,
+   at the search point of largest compute), and with `compare_at_baseline_rate` every
+   other variant also at the baseline's optimum, so the gain is known at both rates.
+
+Until every search trial has ended, the ladder's trials are planned at base's rate and
+marked "pending": the dry-run shows their compute (which the rate does not change), the
+driver does not run them. The optimum is read again from the search's results at every
+submit, so a driver stopped mid-search resumes it and decides the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from scalelab.contract import workdir
+from scalelab.contract.runs import Status
+from scalelab.models.mechanism import DENSE
+from scalelab.orchestrator.plan.branching import with_trunks
+from scalelab.orchestrator.plan.expand import Trial, check_size, expand, iter_trials
+from scalelab.orchestrator.plan.lr_optimum import (
+    RateOptimum,
+    rate_optimum,
+    rounded,
+    transfer_holds,
+)
+from scalelab.orchestrator.plan.spec import DEFAULT_MAX_TRIALS, SourceMap, SweepSpec
+
+TUNE, LADDER, PENDING = "tune", "ladder", "pending"
+BOTH = "tune+ladder"  # a ladder trial that is also a search point (the same computation)
+
+# a search trial's loss: a float (NaN: it diverged), None while it has not ended
+SearchLoss = Callable[[str], float | None]
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """What the search found: every variant's optimum at each search point (the values of
+    `tune.at`'s keys, e.g. "nano"), and the rate its ladder trials use."""
+
+    optima: dict[str, dict[str, RateOptimum]]  # variant -> search point -> optimum
+    rates: dict[str, float]  # variant -> its ladder rate (the largest point's, rounded)
+    baseline: str
+
+    def lines(self, compared_at_baseline: bool) -> list[str]:
+        """Each variant's optimum per search point and its rate, then the fairness checks."""
+        out = []
+        for variant, by_point in sorted(self.optima.items()):
+            at = "; ".join(f"{o.rate_text()} at {p or 'base'}" for p, o in by_point.items())
+            out.append(f"tuning: {variant}: lr {at} -> its trials at {self.rates[variant]:.3g}")
+        for variant, by_point in sorted(self.optima.items()):
+            for point, o in by_point.items():
+                if o.at_edge:
+                    end = "largest" if o.losses.index(_best(o)) == len(o.rates) - 1 else "smallest"
+                    out.append(
+                        f"check: {variant}'s best rate at {point or 'base'} is the grid's {end} "
+                        f"({o.rates[0 if end == 'smallest' else -1]:.1e}): widen tune.lr"
+                    )
+                elif not o.fitted:
+                    out.append(
+                        f"check: {variant} at {point or 'base'}: no parabola through its best "
+                        "rates (too noisy, or too few that did not diverge): its best grid point "
+                        "is used"
+                    )
+            if len(by_point) > 1 and not transfer_holds(list(by_point.values())):
+                moved = ", ".join(f"{p} {o.rate:.1e}" for p, o in by_point.items())
+                out.append(
+                    f"check: {variant}'s optimum moves with width more than its interval "
+                    f"({moved}): the rate does not transfer here (model.parametrization: mup "
+                    "is meant to make it)"
+                )
+        base_rate = self.rates.get(self.baseline)
+        for variant, by_point in sorted(self.optima.items()):
+            own = list(by_point.values())[-1]
+            if not compared_at_baseline or variant == self.baseline or base_rate is None:
+                continue
+            if not (own.low <= base_rate <= own.high):
+                out.append(
+                    f"check: {variant} at {self.baseline}'s rate ({base_rate:.3g}) is off its own "
+                    f"optimum ({own.rate_text()}): the gain at the shared rate is biased; read "
+                    "the gain at its own rate"
+                )
+        return out
+
+
+def search_spec(spec: SweepSpec) -> SweepSpec:
+    """The search as a sweep of its own: the variants at every rate where `tune.at` says."""
+    assert spec.tune is not None
+    grid = {**spec.tune.at, "train.lr": list(spec.tune.lr)}
+    return spec.model_copy(update={"grid": grid, "zip": {}, "isoflop": None, "tune": None})
+
+
+def ladder_spec(spec: SweepSpec, variant: str | None, rate: float) -> SweepSpec:
+    """The sweep's own trials of one variant (None: base's model) at one rate."""
+    train = {**spec.base.get("train", {}), "lr": rate}
+    update: dict[str, Any] = {"base": {**spec.base, "train": train}, "tune": None}
+    if variant is not None:
+        update["variants"] = [variant]
+    return spec.model_copy(update=update)
+
+
+def point_label(trial: Trial, spec: SweepSpec) -> str:
+    """A search trial's point: its values of `tune.at`'s keys ("nano"; "" with no `at`)."""
+    assert spec.tune is not None
+    return ", ".join(str(trial.axes.get(k)) for k in spec.tune.at)
+
+
+def tuning(spec: SweepSpec, search: list[Trial], loss: SearchLoss) -> Tuning | None:
+    """Each variant's optimum from its search trials' losses; None while one has not ended."""
+    assert spec.tune is not None
+    losses = {t.trial_id: loss(t.trial_id) for t in search}
+    if any(v is None for v in losses.values()):
+        return None
+    points: dict[str, dict[str, list[Trial]]] = {}
+    for t in search:
+        points.setdefault(t.variant, {}).setdefault(point_label(t, spec), []).append(t)
+    optima: dict[str, dict[str, RateOptimum]] = {}
+    rates: dict[str, float] = {}
+    for variant, by_point in points.items():
+        optima[variant] = {}
+        for label, trials in by_point.items():
+            trials = sorted(trials, key=lambda t: t.job.train.lr)
+            optima[variant][label] = rate_optimum(
+                [t.job.train.lr for t in trials],
+                [float(losses[t.trial_id]) for t in trials],  # type: ignore[arg-type]
+            )
+        largest = max(by_point, key=lambda label: sum(t.flops for t in by_point[label]))
+        rates[variant] = rounded(optima[variant][largest].rate)
+    return Tuning(optima, rates, spec.tune.baseline)
+
+
+def expand_sweep(
+    spec: SweepSpec,
+    source: SourceMap | None = None,
+    max_trials: int | None = DEFAULT_MAX_TRIALS,
+    progress: Callable[[int], None] | None = None,
+    loss: SearchLoss | None = None,
+) -> list[Trial]:
+    """plan.expand's trials; for a sweep with `tune:` both stages' (`staged_trials`, the
+    ladder's rates from the search's losses, `search_loss` unless `loss` is given)."""
+    if spec.tune is None:
+        return expand(spec, source, max_trials, progress)
+    source = source or SourceMap("<sweep>", None)
+    check_size(spec, source, max_trials)
+    trials = staged_trials(spec, source, loss or search_loss, progress)
+    return with_trunks(sorted(trials, key=lambda t: (t.flops, t.trial_id)))
+
+
+def staged_trials(
+    spec: SweepSpec,
+    source: SourceMap,
+    loss: SearchLoss | None,
+    progress: Callable[[int], None] | None = None,
+) -> list[Trial]:
+    """The search's trials, then the ladder's at the tuned rates (or "pending" at base's
+    rate before the search ended; `loss` None: not looked up). A trial both stages hold
+    (the same computation) is in both ("tune+ladder")."""
+    assert spec.tune is not None
+    search = [replace(t, stage=TUNE) for t in iter_trials(search_spec(spec), source, progress)]
+    found = tuning(spec, search, loss) if loss is not None else None
+    variants: list[str | None] = list(spec.variants) if spec.variants else [None]
+    out = {t.trial_id: t for t in search}
+    for variant in variants:
+        name = variant or DENSE
+        if found is None:
+            rates, stage = [spec.base.get("train", {}).get("lr")], PENDING
+        else:
+            rates, stage = [found.rates[name]], LADDER
+            if spec.tune.compare_at_baseline_rate and name != spec.tune.baseline:
+                rates.append(found.rates[spec.tune.baseline])
+        for rate in rates:
+            sub = ladder_spec(spec, variant, rate) if rate is not None else _no_rate(spec, variant)
+            for t in iter_trials(sub, source, progress):
+                known = out.get(t.trial_id)
+                if known is None:
+                    out[t.trial_id] = replace(t, stage=stage)
+                elif known.stage == TUNE and stage == LADDER:
+                    out[t.trial_id] = replace(known, stage=BOTH)
+    return list(out.values())
+
+
+def in_ladder(stage: str | None) -> bool:
+    """A trial the sweep's comparison reads: a ladder trial, or one without a stage (a
+    sweep with no `tune:`)."""
+    return stage in (None, "", LADDER, BOTH)
+
+
+def _no_rate(spec: SweepSpec, variant: str | None) -> SweepSpec:
+    """Base's rate, where base sets none (the pending trials' placeholder)."""
+    update: dict[str, Any] = {"tune": None}
+    if variant is not None:
+        update["variants"] = [variant]
+    return spec.model_copy(update=update)
+
+
+def search_loss(trial_id: str) -> float | None:
+    """A search trial's final validation loss from its result.json: NaN when it diverged
+    (or finished without one), None while it has not ended (or failed otherwise: the
+    ladder waits for it to be run again)."""
+    try:
+        result = json.loads((workdir.trial_dir(trial_id) / workdir.RESULT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if result.get("status") == Status.FINISHED:
+        loss = result.get("final_val_loss")
+        return float(loss) if isinstance(loss, int | float) else math.nan
+    return math.nan if result.get("diverged") else None
+
+
+def tuning_text(spec: SweepSpec, trials: list[Trial], loss: SearchLoss) -> str | None:
+    """What the search found, for the end of a submit: each variant's optimum at every
+    search point with its interval and the rate its trials use, then the checks that say
+    when the comparison is not fair (docs/results.md, "Fairness checks"); None without
+    `tune:`."""
+    if spec.tune is None:
+        return None
+    search = [t for t in trials if t.stage in (TUNE, BOTH)]
+    found = tuning(spec, search, loss)
+    if found is None:
+        waiting = sum(loss(t.trial_id) is None for t in search)
+        return (
+            f"tuning: {waiting} of {len(search)} search trials have not ended (cancelled, or "
+            "failed without diverging): the sweep's own trials wait for them; submit again"
+        )
+    return "\n".join(found.lines(spec.tune.compare_at_baseline_rate))
+
+
+def _best(o: RateOptimum) -> float:
+    return min(v for v in o.losses if math.isfinite(v))

@@ -1,0 +1,67 @@
+"""A sweep with `tune:` run in its two stages (orchestrator/plan/tuning.py): the search's
+trials first, then, once each has ended, the sweep expanded again from their losses and
+run whole (the search's trials skipped as FINISHED). A driver stopped at any point resumes
+from what the trial folders hold: the same losses give the same rates, the same trial ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import fields
+
+from scalelab.contract.runs import Tag
+from scalelab.orchestrator.ledger import Ledger
+from scalelab.orchestrator.plan.expand import Trial
+from scalelab.orchestrator.plan.tuning import BOTH, PENDING, TUNE
+from scalelab.orchestrator.scheduler import SweepOutcome, close_sweep
+
+# runs some trials as one stage of the sweep; `close`: the last stage
+RunStage = Callable[[list[Trial], bool], SweepOutcome]
+
+
+def pending(trials: list[Trial]) -> bool:
+    return any(t.stage == PENDING for t in trials)
+
+
+def run_tuned(
+    trials: list[Trial],
+    ledger: Ledger,
+    run_stage: RunStage,
+    expand_again: Callable[[], list[Trial]],
+) -> tuple[list[Trial], SweepOutcome]:
+    """The search (when the ladder still waits for it), then the whole sweep at the tuned
+    rates; the trials as run and what happened to them. When the search does not end (a
+    trial cancelled, or failed without diverging) the ladder is left pending."""
+    first = None
+    if pending(trials):
+        first = run_stage([t for t in trials if t.stage in (TUNE, BOTH)], False)
+        trials = expand_again()
+        if pending(trials):
+            close_sweep(ledger, first)
+            return trials, first
+    _tag_stages(ledger, trials)
+    second = run_stage(trials, True)
+    return trials, second if first is None else _merged(first, second)
+
+
+def _tag_stages(ledger: Ledger, trials: list[Trial]) -> None:
+    """A search trial the ladder also takes (the same computation) is tagged as both."""
+    records = ledger.records()
+    for t in trials:
+        rec = records.get(t.trial_id)
+        if rec is not None and t.stage and rec.tags.get(Tag.STAGE) != t.stage:
+            ledger.set_tags(rec.run_id, {Tag.STAGE: t.stage})
+
+
+def _merged(first: SweepOutcome, second: SweepOutcome) -> SweepOutcome:
+    """Both stages' outcomes as one: a search trial the first stage ran is not counted
+    again as skipped by the second."""
+    ran = {
+        tid for f in fields(SweepOutcome) for tid in getattr(first, f.name) if f.name != "skipped"
+    }
+    out = SweepOutcome()
+    for f in fields(SweepOutcome):
+        later = [tid for tid in getattr(second, f.name) if not (f.name == "skipped" and tid in ran)]
+        setattr(out, f.name, list(dict.fromkeys(getattr(first, f.name) + later)))
+    out.skipped = [tid for tid in out.skipped if tid not in ran]
+    return out

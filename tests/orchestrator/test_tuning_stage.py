@@ -1,0 +1,70 @@
+"""A sweep with `tune:` (orchestrator/plan/tuning.py) on the real scheduler, Ray and MLflow:
+the search runs first, each variant's rate is the vertex of its bowl, and the sweep's own
+trials run at each variant's rate, the shifted one also at the baseline's. The trials are
+`jobs_for_tests.lr_bowl`: a known loss law times a bowl in log-rate whose optimum is 4x
+lower for hadamard (its effective rate is 4x its lr)."""
+
+from __future__ import annotations
+
+import pytest
+from jobs_for_tests import LR_OPTIMUM, LR_SHIFT
+
+from scalelab.orchestrator import door
+from scalelab.orchestrator.plan.tuning import BOTH, LADDER, PENDING, TUNE
+
+RATES = [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3]
+BACKEND = "{concurrency: 4, cpus_per_trial: 0.25, max_retries: 0}"
+
+
+def tuned_yaml(name: str) -> str:
+    return f"""
+name: {name}
+base:
+  model: {{vocab_size: 256, block_size: 64}}
+  data: {{source: "builtin:pydoc", tokenizer: byte, seq_len: 64}}
+  train: {{tokens: 4096, global_batch_tokens: 512}}
+variants: [dense, hadamard]
+grid:
+  model.size: [nano, tiny, micro]
+  seed: [9400]
+tune:
+  lr: {RATES}
+  at: {{model.size: [nano]}}
+backend: {BACKEND}
+"""
+
+
+def test_each_variant_runs_at_its_own_tuned_rate(tmp_path, work_home, ray_session, sweep_name):
+    path = tmp_path / "tuned.yaml"
+    path.write_text(tuned_yaml(sweep_name))
+    planned = door.load(path)
+    stages = {t.stage for t in planned.trials}
+    assert stages == {TUNE, PENDING}  # the ladder's rates are not known before the search
+    assert sum(t.stage == TUNE for t in planned.trials) == 2 * len(RATES)
+
+    ran = door.run(planned, job="jobs_for_tests:lr_bowl")
+    assert ran.ok and not ran.outcome.skipped, ran.outcome
+    trials = ran.sweep.trials
+    assert PENDING not in {t.stage for t in trials}
+    ladder = [t for t in trials if t.stage in (LADDER, BOTH)]
+    rates = {(t.variant, t.job.train.lr) for t in ladder}
+    dense_rate = next(r for v, r in rates if v == "dense")
+    own = {v: r for v, r in rates if v == "hadamard" and r != dense_rate}
+    assert dense_rate == pytest.approx(LR_OPTIMUM, rel=0.02)  # the bowl's vertex, not a grid point
+    assert own["hadamard"] == pytest.approx(LR_OPTIMUM / LR_SHIFT["hadamard"], rel=0.02)
+    assert {(v, round(r, 6)) for v, r in rates} == {
+        ("dense", round(dense_rate, 6)), ("hadamard", round(dense_rate, 6)),
+        ("hadamard", round(own["hadamard"], 6)),
+    }  # fmt: skip
+    assert len(ladder) == 3 * 3  # three sizes: dense, hadamard at its own and at dense's rate
+    assert len(ran.outcome.finished) == len(trials)  # each trial once, the search's first
+
+    assert ran.tuning is not None
+    lines = ran.tuning.splitlines()
+    assert any(line.startswith("tuning: hadamard: lr 5.0e-04 [") for line in lines), lines
+    (check,) = [line for line in lines if line.startswith("check:")]
+    assert "hadamard at dense's rate" in check and "off its own optimum" in check
+
+    again = door.run(door.load(path), job="jobs_for_tests:lr_bowl")  # resubmitted: all done
+    assert sorted(again.outcome.skipped) == sorted(t.trial_id for t in trials)
+    assert not again.outcome.finished
