@@ -209,6 +209,29 @@ def mlflow_ui_hint(uri: str, sweep: str) -> str:
     return f"scalelab ui {sweep}  (it prints the address of the sweep's runs)"
 
 
+def _fits(
+    sweep: str, root: Path | None, baseline: str, n_resamples: int
+) -> tuple[SweepFit, list[str]]:
+    """The sweep's fit and, for a tuned sweep, its fairness lines: the fit of each variant
+    at its own tuned rate, and the paired gains at both rates (results/tuned_gain.py)."""
+    from scalelab.analysis.results.fit import fit_sweep, fit_table
+    from scalelab.analysis.results.query import trials_where
+    from scalelab.analysis.results.tables import ResultsError
+    from scalelab.analysis.results.tuned_gain import fairness_lines, split_by_rate
+
+    split = split_by_rate(trials_where(sweep, None, root), baseline)
+    if split is None:
+        return fit_sweep(sweep, baseline=baseline, n_resamples=n_resamples, root=root), []
+    own = fit_table(split.own, sweep, baseline=baseline, n_resamples=n_resamples,
+                    per_variant=("train.lr",))  # fmt: skip
+    own.where = "each variant at its own tuned rate"
+    try:
+        shared = fit_table(split.shared, sweep, baseline=baseline, resample=False)
+    except ResultsError:
+        shared = None
+    return own, fairness_lines(own, shared, split)
+
+
 def summarise_sweep(
     sweep: str,
     tracking_uri: str | None = None,
@@ -233,7 +256,6 @@ def summarise_sweep(
     from scalelab.analysis.parent_record import record_on_parent
     from scalelab.analysis.results import sweep_dir
     from scalelab.analysis.results.advice import costing, recorded_spec
-    from scalelab.analysis.results.fit import fit_sweep
     from scalelab.analysis.results.imports import curves_of, imported_only, parent_run
     from scalelab.analysis.results.render import rich_tables
     from scalelab.analysis.results.tables import ResultsError
@@ -261,7 +283,7 @@ def summarise_sweep(
         console.print(line, highlight=False, soft_wrap=True, markup=False)
 
     try:
-        fit = fit_sweep(sweep, baseline=baseline, n_resamples=n_resamples, root=root)
+        fit, tuned = _fits(sweep, root, baseline, n_resamples)
     except ResultsError as e:
         say(f"no fit: {e}")
         _print_ranked(sweep, root, console)
@@ -276,6 +298,8 @@ def summarise_sweep(
     record_on_parent(parent_run_id, fit, report, uri)
     # the verdict first, in words; then the table it comes from; the checks in one line
     for line in verdict_lines(fit):
+        say(line)
+    for line in tuned:
         say(line)
     tables = rich_tables(fit)
     for table in tables[:1] if fit.gains or fit.paired else tables[:2]:

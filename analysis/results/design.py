@@ -46,9 +46,11 @@ def variant_keys() -> set[str]:
     return {"model.attn_out", *(f"model.{m.name}" for m in catalog.mechanisms())}
 
 
-def read_design(table: pa.Table) -> Design:
+def read_design(table: pa.Table, per_variant: tuple[str, ...] = ()) -> Design:
     """The cell axes and arms of `table` (module doc); without configs, the swept ones of
-    the size, tokens and budget columns."""
+    the size, tokens and budget columns. `per_variant`: keys that are a variant's own
+    setting here, like the keys a variant sets (a tuned sweep's `train.lr`: each variant
+    at its own rate, analysis/results/tuned_gain.py), never a cell axis."""
     import pyarrow as pa
 
     from scalelab.analysis.scaling import swept_axes
@@ -56,7 +58,7 @@ def read_design(table: pa.Table) -> Design:
     configs = _configs(table)
     if configs is None:
         return Design(table, tuple(swept_axes(table)), ())
-    own = variant_keys()
+    own = variant_keys() | set(per_variant)
     leaves = [_flatten({k: c.get(k) for k in SCIENCE}) for c in configs]
     keys = sorted({k for leaf in leaves for k in leaf})
     shared = [k for k in keys if not any(k == f or k.startswith(f + ".") for f in own)]

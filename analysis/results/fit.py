@@ -72,6 +72,7 @@ class SweepFit:
     notes: list[str] = field(default_factory=list)
     huber_delta: float | None = None  # the robust L(N, D) fit's (fit_table sets it)
     where: str | None = None  # the filter the trials went through, if any
+    per_variant: tuple[str, ...] = ()  # keys that are each variant's own, not cell axes
     # L(C)'s checks of a SweepFit built by hand (read back as the `law_checks` property)
     law_checks: InitVar[dict[str, FitCheck] | None] = None
 
@@ -182,8 +183,10 @@ def fit_table(
     huber_delta: float | None = None,
     holdout_flops: float | None = None,
     isoflop_bin_width: float | None = None,
+    per_variant: tuple[str, ...] = (),
 ) -> SweepFit:
-    """The fits (module doc). `budgets`: the compute budgets of the allocation N*(C), D*(C)
+    """The fits (module doc). `per_variant`: keys that are each variant's own setting, not
+    a cell axis (design.read_design; a tuned sweep's `train.lr`). `budgets`: the compute budgets of the allocation N*(C), D*(C)
     (default: the largest FLOPs of the trials, 10x and 100x it); `huber_delta`: the robust
     L(N, D) fit's (default objective.HUBER_DELTA); `holdout_flops`: the backtest holds out the trials above this compute
     instead of the largest size; `isoflop_bin_width`: IsoFLOP profiles from the trials'
@@ -201,6 +204,7 @@ def fit_table(
             f"(variants: {', '.join(variants)}); choose one with --baseline"
         )
     fit = SweepFit(sweep, baseline, loss, level, table.num_rows, used.num_rows, variants, used)
+    fit.per_variant = per_variant
     fit.notes.extend(notes)
     fit.huber_delta = HUBER_DELTA if huber_delta is None else huber_delta
 
@@ -286,7 +290,7 @@ def _compare(
     from .design import read_design
 
     baseline, loss = fit.baseline, fit.loss
-    design = read_design(used)
+    design = read_design(used, fit.per_variant)
     fit.axes = design.axes
     table = design.table
     base = Trials.from_table(used, baseline, loss=loss)

@@ -6,9 +6,12 @@ lower for hadamard (its effective rate is 4x its lr)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from jobs_for_tests import LR_OPTIMUM, LR_SHIFT
 
+from scalelab.analysis.report import summarise_sweep
 from scalelab.orchestrator import door
 from scalelab.orchestrator.plan.tuning import BOTH, LADDER, PENDING, TUNE
 
@@ -64,6 +67,18 @@ def test_each_variant_runs_at_its_own_tuned_rate(tmp_path, work_home, ray_sessio
     assert any(line.startswith("tuning: hadamard: lr 5.0e-04 [") for line in lines), lines
     (check,) = [line for line in lines if line.startswith("check:")]
     assert "hadamard at dense's rate" in check and "off its own optimum" in check
+
+    summary = summarise_sweep(sweep_name).splitlines()
+    (tuned,) = [line for line in summary if line.startswith("tuned: hadamard")]
+    own = re.search(r"at its own rate \(0\.0005\): ([\d.]+)×", tuned)
+    shared = re.search(r"at dense's rate \(0\.002\): ([\d.]+)×", tuned)
+    assert own and shared, tuned
+    # lr_bowl's law is the same in FLOPs for both at their optima: the right gain is 1x
+    assert float(own[1]) == pytest.approx(1.0, abs=0.02)
+    assert float(shared[1]) > 1.5  # 4x off its optimum: the loss 10% up, costlier
+    assert tuned.endswith("tuning changes the answer")
+    (row,) = [line for line in summary if line.startswith("│ hadamard")]
+    assert "│     3 │" in row  # three pairs: the ladder's cells, not the search's trials
 
     again = door.run(door.load(path), job="jobs_for_tests:lr_bowl")  # resubmitted: all done
     assert sorted(again.outcome.skipped) == sorted(t.trial_id for t in trials)
