@@ -145,6 +145,11 @@ def status_cells(row: dict[str, Any]) -> list[str]:
         status += f"\nbranch of {trunk[:8]} at step {step}"
     elif row.get("branches"):
         status += f"\ntrunk of {row['branches']}"
+    stage = row.get("stage")
+    if stage == "tune":
+        status += "\nlr search"
+    elif stage and row.get("lr") is not None:  # the sweep's own trials, at a tuned rate
+        status += f"\nat tuned lr {row['lr']:.3g}"
     error = error_tail(row["error"])
     return [
         row["name"] or row["trial_id"][:8],
@@ -171,11 +176,20 @@ def shared_settings(rows: list[dict[str, Any]]) -> str:
 
 
 def status_notes(rows: list[dict[str, Any]]) -> list[str]:
-    """What the table's rows do not say: MLflow writes still spooled, per trial."""
-    return [
+    """What the table's rows do not say: MLflow writes still spooled, per trial; a tuned
+    sweep whose own trials wait for the learning-rate search."""
+    notes = [
         f"note: {r['name'] or r['trial_id']}: {r['metrics_pending']} MLflow write(s) spooled, "
         f"not sent yet ({r['pending_why']}); sent when `status`, `results sync` or a submit "
         "next reads the sweep"
         for r in rows
         if r.get("metrics_pending")
     ]
+    stages = [r.get("stage") for r in rows]
+    if "tune" in stages and not any(s in ("ladder", "tune+ladder") for s in stages):
+        done = sum(r["status"] == "FINISHED" for r in rows if r.get("stage") == "tune")
+        notes.append(
+            f"stage 1 of 2: the lr search, {done}/{stages.count('tune')} finished; the sweep's "
+            "own trials start when it ends, each variant at its tuned rate"
+        )
+    return notes

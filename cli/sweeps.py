@@ -124,6 +124,7 @@ def _plan_table(plan: door.SweepPlan) -> Table:
         ("variant", lambda p: p.trial.variant),
         ("size", lambda p: p.trial.size),
         *([("swept", lambda p: swept[p.trial.trial_id])] if any(swept.values()) else []),
+        *([("stage", _stage_text)] if spec.tune is not None else []),
         ("params", lambda p: _count(p.trial.n_params)),
         ("tokens", lambda p: _count(p.trial.tokens)),
         *([] if plan.on_cpu else [("FLOPs", lambda p: f"{p.trial.flops:.3e}")]),
@@ -150,9 +151,42 @@ def _plan_table(plan: door.SweepPlan) -> Table:
     table.caption = (
         f"to run: {len(live)} trials, {sum(p.trial.flops for p in live):.3e} FLOPs, "
         f"~{sum(p.hours for p in live):.3g} {hours}-hours at {at}; already finished: "
-        f"{len(plan.trials) - len(live)}\n" + plan.placement
+        f"{len(plan.trials) - len(live)}\n" + _tuning_caption(plan) + plan.placement
     )
     return table
+
+
+def _stage_text(p: door.PlannedTrial) -> str:
+    """A tuned sweep's stage: the search, the ladder at its rate, or waiting for the rate."""
+    if p.trial.stage == "pending":
+        return "pending (lr tuned first)"
+    if p.trial.stage == "tune":
+        return "tune"
+    return f"{p.trial.stage} lr={p.trial.job.train.lr:.3g}"
+
+
+def _tuning_caption(plan: door.SweepPlan) -> str:
+    """A tuned sweep's two stages in compute: the search against the whole sweep."""
+    if plan.sweep.spec.tune is None:
+        return ""
+    tune = plan.sweep.spec.tune
+    waiting = [p for p in plan.trials if p.trial.stage == "pending"]
+    again = [p for p in waiting if tune.compare_at_baseline_rate
+             and p.trial.variant != tune.baseline]  # fmt: skip
+    more = sum(p.trial.flops for p in again)  # the others at the baseline's rate, once tuned
+    total = sum(p.trial.flops for p in plan.trials) + more
+    search = [p for p in plan.trials if p.trial.stage in ("tune", "tune+ladder")]
+    flops = sum(p.trial.flops for p in search)
+    line = (
+        f"tuning stage: {len(search)} search trials, {flops:.3e} FLOPs "
+        f"({flops / total:.0%} of the sweep's compute)"
+    )
+    if waiting:
+        line += f"; then {len(waiting)} trials at each variant's tuned rate"
+        if again:
+            line += f" and {len(again)} at {tune.baseline}'s ({more:.3e} FLOPs more)"
+        line += " (listed at base's rate: the rate does not change their compute)"
+    return line + "\n"
 
 
 def _swept_text(p: door.PlannedTrial) -> str:

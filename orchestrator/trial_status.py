@@ -69,6 +69,7 @@ def status_row(rec: TrialRecord, error: str) -> dict[str, Any]:
         "attempts": rec.attempts,
         "job_ref": rec.tags.get(Tag.JOB_REF, ""),
         "branched_from": rec.tags.get(Tag.BRANCHED_FROM, ""),  # a wsd cooldown branch's trunk@step
+        "stage": rec.tags.get(Tag.STAGE, ""),  # a tuned sweep's: tune, ladder, tune+ladder
         "error": error,
         "log": str(paths.trial_log(rec.trial_id)) if error else "",
     }

@@ -315,3 +315,9 @@ def lr_bowl(job: JobConfig, run_id: str | None = None) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result))
     return result
+
+
+def slow_lr_bowl(job: JobConfig, run_id: str | None = None) -> dict:
+    """`lr_bowl` after a sleep of `sleep_seconds()`."""
+    time.sleep(sleep_seconds())
+    return lr_bowl(job, run_id)

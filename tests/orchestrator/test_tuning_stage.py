@@ -10,12 +10,15 @@ import re
 
 import pytest
 from jobs_for_tests import LR_OPTIMUM, LR_SHIFT
+from typer.testing import CliRunner
 
 from scalelab.analysis.report import summarise_sweep
+from scalelab.cli.main import app
 from scalelab.orchestrator import door
 from scalelab.orchestrator.plan.tuning import BOTH, LADDER, PENDING, TUNE
 
 RATES = [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3]
+runner = CliRunner()
 BACKEND = "{concurrency: 4, cpus_per_trial: 0.25, max_retries: 0}"
 
 
@@ -26,10 +29,10 @@ base:
   model: {{vocab_size: 256, block_size: 64}}
   data: {{source: "builtin:pydoc", tokenizer: byte, seq_len: 64}}
   train: {{tokens: 4096, global_batch_tokens: 512}}
+  seed: 9400  # base's, so the search's trials have it too (they take no grid axis)
 variants: [dense, hadamard]
 grid:
   model.size: [nano, tiny, micro]
-  seed: [9400]
 tune:
   lr: {RATES}
   at: {{model.size: [nano]}}
@@ -44,6 +47,12 @@ def test_each_variant_runs_at_its_own_tuned_rate(tmp_path, work_home, ray_sessio
     stages = {t.stage for t in planned.trials}
     assert stages == {TUNE, PENDING}  # the ladder's rates are not known before the search
     assert sum(t.stage == TUNE for t in planned.trials) == 2 * len(RATES)
+
+    dry = runner.invoke(app, ["submit", str(path), "--dry-run"], env={"COLUMNS": "250"})
+    assert dry.exit_code == 0, dry.output
+    assert dry.stdout.count("pending (lr tuned first)") == 3 * 2  # three sizes, two variants
+    assert "tuning stage: 12 search trials" in dry.stdout
+    assert "then 6 trials at each variant's tuned rate and 3 at dense's" in dry.stdout
 
     ran = door.run(planned, job="jobs_for_tests:lr_bowl")
     assert ran.ok and not ran.outcome.skipped, ran.outcome
@@ -67,6 +76,11 @@ def test_each_variant_runs_at_its_own_tuned_rate(tmp_path, work_home, ray_sessio
     assert any(line.startswith("tuning: hadamard: lr 5.0e-04 [") for line in lines), lines
     (check,) = [line for line in lines if line.startswith("check:")]
     assert "hadamard at dense's rate" in check and "off its own optimum" in check
+
+    status = runner.invoke(app, ["status", sweep_name], env={"COLUMNS": "250"})
+    both = sum(t.stage == BOTH for t in trials)  # a search point the ladder took, if any
+    assert status.stdout.count("lr search") == 2 * len(RATES) - both
+    assert "at tuned lr 0.0005" in status.stdout and "at tuned lr 0.002" in status.stdout
 
     summary = summarise_sweep(sweep_name).splitlines()
     (tuned,) = [line for line in summary if line.startswith("tuned: hadamard")]
