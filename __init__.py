@@ -89,6 +89,8 @@ def submit(
     ran = door.run(loaded, ignore_fit=ignore_fit, watcher=None if quiet else _Lines(loaded))
     if not quiet:
         print(f"sweep {loaded.name}: {outcome_text(ran.outcome)}")
+        if ran.tuning:
+            print(ran.tuning)
     return ran
 
 

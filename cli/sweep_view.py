@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from scalelab.contract import workdir as paths
+from scalelab.contract.runs import Status
 from scalelab.contract.trial_time import duration_text, run_seconds
 from scalelab.contract.trial_time import launched as trial_launched
 from scalelab.orchestrator.door import run_names, short_count
@@ -187,7 +188,7 @@ def status_notes(rows: list[dict[str, Any]]) -> list[str]:
     ]
     stages = [r.get("stage") for r in rows]
     if "tune" in stages and not any(s in ("ladder", "tune+ladder") for s in stages):
-        done = sum(r["status"] == "FINISHED" for r in rows if r.get("stage") == "tune")
+        done = sum(r["status"] == Status.FINISHED for r in rows if r.get("stage") == "tune")
         notes.append(
             f"stage 1 of 2: the lr search, {done}/{stages.count('tune')} finished; the sweep's "
             "own trials start when it ends, each variant at its tuned rate"

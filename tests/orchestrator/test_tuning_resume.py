@@ -17,7 +17,9 @@ from conftest import HERE, calls
 from jobs_for_tests import LR_OPTIMUM, LR_SHIFT
 from test_trial_claims import _until
 from test_tuning_stage import BACKEND, RATES, tuned_yaml
+from typer.testing import CliRunner
 
+from scalelab.cli.main import app
 from scalelab.contract.runs import Tag
 from scalelab.orchestrator import door
 from scalelab.orchestrator.ledger import Ledger
@@ -68,6 +70,11 @@ def test_a_driver_killed_during_the_search_resumes_it_without_retraining(
     finished = _search_finished(sweep_name)
     assert 2 <= len(finished) < len(searched)  # killed in the middle of the search
     assert not {r.tags.get(Tag.STAGE) for r in before.values()} & {LADDER, BOTH}
+
+    status = CliRunner().invoke(app, ["status", sweep_name], env={"COLUMNS": "250"})
+    assert f"stage 1 of 2: the lr search, {len(finished)}/{len(searched)} finished" in (
+        status.stdout
+    ), status.output
 
     trial_sleep(0.0)
     ran = door.run(door.load(path), job=JOB)
