@@ -33,14 +33,19 @@ def _start(tmp_path: Path, name: str, seed: int) -> tuple[subprocess.Popen, Path
     path.write_text(
         text.replace("global_batch_tokens: 512", "global_batch_tokens: 512, log_interval: 1")
     )
+    return start_driver(path, tmp_path / f"{name}.log", JOB)
+
+
+def start_driver(path: Path, log: Path, job: str) -> tuple[subprocess.Popen, Path]:
+    """`scalelab submit PATH --job JOB` in a process group of its own (so a test can kill
+    the driver and its children at once), its output in `log`."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
     }
-    log = tmp_path / f"{name}.log"
     with log.open("wb") as out:
         driver = subprocess.Popen(
-            [sys.executable, "-m", "scalelab.cli.main", "submit", str(path), "--job", JOB,
+            [sys.executable, "-m", "scalelab.cli.main", "submit", str(path), "--job", job,
              "--no-summary"],
             env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from conftest import HERE, calls
+from conftest import calls
 from jobs_for_tests import LR_OPTIMUM, LR_SHIFT
-from test_trial_claims import _until
+from test_trial_claims import _until, start_driver
 from test_tuning_stage import BACKEND, RATES, tuned_yaml
 from typer.testing import CliRunner
 
@@ -55,7 +52,7 @@ def test_a_driver_killed_during_the_search_resumes_it_without_retraining(
     assert len(searched) == 2 * len(RATES)
 
     trial_sleep(1.0)  # one search trial at a time, a second each
-    driver, log = _start_driver(tmp_path, path)
+    driver, log = start_driver(path, tmp_path / "driver.log", JOB)
     try:
         _until(
             "two search trials finished",
@@ -97,20 +94,3 @@ def test_a_driver_killed_during_the_search_resumes_it_without_retraining(
     assert dense_rate == pytest.approx(LR_OPTIMUM, rel=0.02)  # the bowl's vertex
     (own,) = {t.job.train.lr for t in ladder if t.variant == "hadamard"} - dense
     assert own == pytest.approx(LR_OPTIMUM / LR_SHIFT["hadamard"], rel=0.02)
-
-
-def _start_driver(tmp_path: Path, path: Path) -> tuple[subprocess.Popen, Path]:
-    """`scalelab submit` of the sweep in a process group of its own, as the other kill
-    tests start theirs (tests/orchestrator/test_branch_resume.py)."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-    }
-    log = tmp_path / "driver.log"
-    with log.open("wb") as out:
-        driver = subprocess.Popen(
-            [sys.executable, "-m", "scalelab.cli.main", "submit", str(path), "--job", JOB,
-             "--no-summary"],
-            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-    return driver, log
