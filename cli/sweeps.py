@@ -182,7 +182,7 @@ def _tuning_caption(plan: door.SweepPlan) -> str:
         f"({flops / total:.0%} of the sweep's compute)"
     )
     if waiting:
-        line += f"; then {len(waiting)} trials at each variant's tuned rate"
+        line += f"; then {len(waiting)} trial{'s' if len(waiting) > 1 else ''} at each variant's tuned rate"
         if again:
             line += f" and {len(again)} at {tune.baseline}'s ({more:.3e} FLOPs more)"
         line += " (listed at base's rate: the rate does not change their compute)"

@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 from scalelab.models.config import ModelConfig
 from scalelab.models.flops import count_params
 from scalelab.models.sizes import get_size
-from scalelab.orchestrator.plan.expand import Trial, expand, plan_rows
+from scalelab.orchestrator.plan.expand import Trial, plan_rows
 from scalelab.orchestrator.plan.spec import load_spec
+from scalelab.orchestrator.plan.tuning import expand_sweep as expand
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 SWEEP_FILES = sorted(SWEEPS.glob("*.yaml")) + sorted(SWEEPS.glob("*.yml"))
@@ -235,3 +236,14 @@ def test_nanogpt_backbone_sweeps_train_nanogpts_layout(name):
         m = t.job.model
         assert m.dropout_sites == AUTHORS_LAYOUT["nanogpt"] and m.init_std == "gpt2"
         assert (m.bias_init, m.init_distribution) == ("zero", "normal")
+
+
+def test_the_mup_transfer_sweep_searches_three_widths_under_mup():
+    """docs/reproducing/baseline.md's transfer check, as a tuning stage: five rates at each
+    of three widths, one depth, µP relative to the narrowest."""
+    trials = trials_of("mup_transfer_cpu.yaml")
+    search = [t for t in trials if t.stage == "tune"]
+    assert len(search) == 3 * 5
+    assert sorted({t.job.model.d_model for t in search}) == [32, 64, 128]
+    assert {(t.job.model.n_layer, t.job.model.parametrization) for t in trials} == {(2, "mup")}
+    assert all(t.job.model.mup_base_width == 32 for t in trials)
