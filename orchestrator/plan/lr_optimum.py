@@ -15,8 +15,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 
 @dataclass(frozen=True)
 class RateOptimum:
@@ -42,6 +40,8 @@ class RateOptimum:
         (median) step, since the rate is then known to about that."""
         if math.isfinite(self.low) and math.isfinite(self.high):
             return (math.log(self.high) - math.log(self.low)) / 2
+        import numpy as np
+
         return float(np.median(np.diff(np.log(self.rates)))) / 2
 
 
@@ -49,6 +49,8 @@ def rate_optimum(
     rates: Sequence[float], losses: Sequence[float], *, level: float = 0.95, span: int = 2
 ) -> RateOptimum:
     """The optimum rate of one variant from its loss at each rate of the grid."""
+    import numpy as np  # here: reading or planning a sweep imports no numpy (status, --help)
+
     if len(rates) != len(losses):
         raise ValueError(f"{len(rates)} rates but {len(losses)} losses")
     if len(rates) < 3:
@@ -86,7 +88,7 @@ def rate_optimum(
                 cov = rss / (n - 3) * np.linalg.inv(design.T @ design)
                 grad = np.array([0.0, -1 / (2 * c), b / (2 * c * c)])
                 se = math.sqrt(max(float(grad @ cov @ grad), 0.0))
-                from scipy import stats  # only when fitting: `scalelab --help` stays light
+                from scipy import stats
 
                 half = float(stats.t.ppf((1 + level) / 2, n - 3)) * se
                 low, high = math.exp(vertex - half), math.exp(vertex + half)
