@@ -33,16 +33,29 @@ class RateOptimum:
             return f"{self.rate:.1e} (best grid point)"
         if math.isnan(self.low):
             return f"{self.rate:.1e} (fit through {self.points} points, no interval)"
+        if self.low < self.rates[0] or self.high > self.rates[-1]:
+            return f"{self.rate:.1e} (its interval is wider than the grid: a flat or noisy bowl)"
         return f"{self.rate:.1e} [{self.low:.1e}, {self.high:.1e}]"
+
+    @property
+    def best_rate(self) -> float:
+        """The grid's rate of lowest finite loss."""
+        finite = [(loss, rate) for loss, rate in zip(self.losses, self.rates, strict=True)
+                  if math.isfinite(loss)]  # fmt: skip
+        return min(finite)[1]
+
+    def step(self) -> float:
+        """The grid's (median) step in log-rate."""
+        import numpy as np
+
+        return float(np.median(np.diff(np.log(self.rates))))
 
     def half_width(self) -> float:
         """Half the interval's width in log-rate; without an interval, half the grid's
         (median) step, since the rate is then known to about that."""
         if math.isfinite(self.low) and math.isfinite(self.high):
             return (math.log(self.high) - math.log(self.low)) / 2
-        import numpy as np
-
-        return float(np.median(np.diff(np.log(self.rates)))) / 2
+        return self.step() / 2
 
 
 def rate_optimum(
@@ -106,11 +119,15 @@ def rate_optimum(
 
 
 def transfer_holds(optima: Sequence[RateOptimum]) -> bool:
-    """Whether the variants agree on the optimum rate: no two optima further apart in
-    log-rate than the sum of their half-widths."""
+    """Whether the optima agree (one variant's at several widths): no two further apart in
+    log-rate than the sum of their half-widths, and no two best grid points more than one
+    grid step apart (a wide interval from a flat bowl hides no move the grid itself shows)."""
     for i, p in enumerate(optima):
         for q in optima[i + 1 :]:
             if abs(math.log(p.rate) - math.log(q.rate)) > p.half_width() + q.half_width():
+                return False
+            apart = abs(math.log(p.best_rate) - math.log(q.best_rate))
+            if apart > 1.5 * max(p.step(), q.step()):
                 return False
     return True
 

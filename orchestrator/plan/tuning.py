@@ -77,9 +77,9 @@ class Tuning:
             if len(by_point) > 1 and not transfer_holds(list(by_point.values())):
                 moved = ", ".join(f"{p} {o.rate:.1e}" for p, o in by_point.items())
                 out.append(
-                    f"check: {variant}'s optimum moves with width more than its interval "
-                    f"({moved}): the rate does not transfer here (model.parametrization: mup "
-                    "is meant to make it)"
+                    f"check: {variant}'s optimum moves with width beyond its interval or "
+                    f"the grid's step ({moved}): the rate does not transfer here "
+                    "(model.parametrization: mup is meant to make it)"
                 )
         base_rate = self.rates.get(self.baseline)
         for variant, by_point in sorted(self.optima.items()):

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from scalelab.orchestrator.plan.lr_optimum import rate_optimum, rounded, transfer_holds
+from scalelab.orchestrator.plan.lr_optimum import RateOptimum, rate_optimum, rounded, transfer_holds
 
 RATES = [1e-4 * 2**k for k in range(7)]
 
@@ -109,3 +109,19 @@ def test_rounded():
     assert rounded(0.0012345) == 0.00123
     assert rounded(rounded(0.0012345)) == rounded(0.0012345)
     assert rounded(0.0012345, digits=2) == 0.0012
+
+
+def test_best_grid_points_two_steps_apart_do_not_transfer_whatever_the_intervals():
+    """A flat bowl's wide interval hides no move the grid itself shows (the standard
+    parametrisation's optimum at d 32 and d 128 in docs/reproducing/baseline.md)."""
+    rates = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)
+
+    def optimum(losses: tuple[float, ...], rate: float) -> RateOptimum:
+        return RateOptimum(rates, losses, rate, 1e-4, 1e-1, 0.95, True, 5, False)
+
+    narrow = optimum((3.08, 2.81, 2.73, 3.04, 3.02), 3.8e-3)  # best at 4e-3
+    wide = optimum((2.58, 2.69, 2.92, 2.89, 2.95), 1.7e-3)  # best at 1e-3: two steps down
+    assert not transfer_holds([narrow, wide])
+    one_step = optimum((2.70, 2.60, 2.75, 2.90, 2.95), 2.5e-3)  # best at 2e-3: one step
+    assert transfer_holds([narrow, one_step])
+    assert "wider than the grid" in wide.rate_text()

@@ -1,6 +1,6 @@
 """The checks a tuned sweep prints on its search (orchestrator/plan/tuning.py), from the
 search's losses alone: an optimum at the grid's edge, an optimum that moves with width
-more than its interval, a variant compared off its own optimum."""
+beyond its interval or the grid's step, a variant compared off its own optimum."""
 
 from __future__ import annotations
 
