@@ -19,7 +19,7 @@ import numpy as np
 from scalelab.analysis.results.render import markdown_sections, markdown_table
 
 # Part of the summary cache's key: a summary cached by an older layout is made again.
-SUMMARY_FORMAT = 3
+SUMMARY_FORMAT = 4  # 4: a tuned sweep's gains; no multiplier through a flat baseline
 
 if TYPE_CHECKING:
     from scalelab.analysis.results.fit import SweepFit

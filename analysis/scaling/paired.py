@@ -67,6 +67,9 @@ class PairedGain:
         )
 
 
+MIN_SLOPE = 1e-6  # -d log L / d log C below this: the loss does not fall with compute
+
+
 def paired_gain(pairs: Pairs, law: LsqFit, *, level: float = 0.95) -> PairedGain:
     """The paired estimate of the compute multiplier (module doc). `law` is the baseline's
     L(C) (lsq.lsq_power_law on its trials). Needs two or more pairs."""
@@ -79,6 +82,15 @@ def paired_gain(pairs: Pairs, law: LsqFit, *, level: float = 0.95) -> PairedGain
         raise ScalingError("paired gain: the baseline law must be L(C)")
     d = pairs.log_diff
     ratio = np.log(pairs.flops / pairs.baseline_flops)
+    # the law's exponent is bounded at 0: a loss that rises with compute fits a slope of 0,
+    # through which any loss difference would be an infinite (or zero) compute multiplier
+    if np.any(_elasticity(law, law.theta, pairs.baseline_flops) < MIN_SLOPE):
+        raise ScalingError(
+            f"paired gain of {pairs.variant!r}: the {pairs.baseline}'s loss does not fall with "
+            "compute across its cells (its fitted log-log slope is 0), so a loss difference "
+            "cannot be turned into compute; compare the losses per cell (more tokens per "
+            "parameter, or more sizes, bring the runs into the power-law regime)"
+        )
 
     def estimate(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         s = _elasticity(law, theta, pairs.baseline_flops)

@@ -285,3 +285,18 @@ def test_forecast_uses_chinchilla_when_the_ladder_spans_three_sizes_and_budgets(
     assert truth in p and p.high / p.low < 1.2
     few = fit_forecast_law(n[:4], d[:4], 6 * n[:4] * d[:4], loss[:4])  # 4 points: no E
     assert few.name == "L(C)" and not few.law.has_E and "fewer than 2 degrees" in few.law.fallback
+
+
+def test_a_baseline_whose_loss_rises_with_compute_gives_no_paired_multiplier():
+    """Undertrained larger models (a CPU sweep at a few tokens per parameter) lose to the
+    smaller ones: the baseline's slope through its cells has the wrong sign, and a loss
+    difference turned into compute through it gave 0.00x [0.00x, inf] before."""
+    table = ladder(np.random.default_rng(5), seeds=(0, 1))
+    flops, seeds = table["flops"].to_numpy(), table["seed"].to_numpy()
+    rising = 3.0 * (flops / flops.min()) ** 0.03 * (1 + 0.001 * seeds)  # up with compute
+    column = table.schema.get_field_index("final_loss")
+    rising_table = table.set_column(column, "final_loss", pa.array(rising))
+    sizes, losses = cell_means(rising_table, "dense", axes=AXES)
+    slope = lsq_power_law(sizes, losses, with_E=False)
+    with pytest.raises(ScalingError, match="does not fall with compute"):
+        paired_gain(pair_trials(rising_table, "hadamard", "dense", axes=AXES), slope)
