@@ -4,8 +4,8 @@ identity rule, with `scalelab migrate`), never a side effect of a refactoring.""
 import json
 from pathlib import Path
 
-from scalelab.orchestrator.plan.expand import expand
 from scalelab.orchestrator.plan.spec import load_spec
+from scalelab.orchestrator.plan.tuning import expand_sweep as expand
 
 ROOT = Path(__file__).resolve().parents[2]
 PINNED = Path(__file__).parent / "data" / "demo_ids.json"
