@@ -52,6 +52,7 @@ class Tuning:
 
     optima: dict[str, dict[str, RateOptimum]]  # variant -> search point -> optimum
     rates: dict[str, float]  # variant -> its ladder rate (the largest point's, rounded)
+    used: dict[str, str]  # variant -> the search point its rate comes from
     baseline: str
 
     def lines(self, compared_at_baseline: bool) -> list[str]:
@@ -63,10 +64,10 @@ class Tuning:
         for variant, by_point in sorted(self.optima.items()):
             for point, o in by_point.items():
                 if o.at_edge:
-                    end = "largest" if o.losses.index(_best(o)) == len(o.rates) - 1 else "smallest"
+                    end = "largest" if o.best_rate == o.rates[-1] else "smallest"
                     out.append(
                         f"check: {variant}'s best rate at {point or 'base'} is the grid's {end} "
-                        f"({o.rates[0 if end == 'smallest' else -1]:.1e}): widen tune.lr"
+                        f"({o.best_rate:.1e}): widen tune.lr"
                     )
                 elif not o.fitted:
                     out.append(
@@ -83,7 +84,7 @@ class Tuning:
                 )
         base_rate = self.rates.get(self.baseline)
         for variant, by_point in sorted(self.optima.items()):
-            own = list(by_point.values())[-1]
+            own = by_point[self.used[variant]]
             if not compared_at_baseline or variant == self.baseline or base_rate is None:
                 continue
             if not (own.low <= base_rate <= own.high):
@@ -128,6 +129,7 @@ def tuning(spec: SweepSpec, search: list[Trial], loss: SearchLoss) -> Tuning | N
         points.setdefault(t.variant, {}).setdefault(point_label(t, spec), []).append(t)
     optima: dict[str, dict[str, RateOptimum]] = {}
     rates: dict[str, float] = {}
+    used: dict[str, str] = {}
     for variant, by_point in points.items():
         optima[variant] = {}
         for label, trials in by_point.items():
@@ -136,9 +138,9 @@ def tuning(spec: SweepSpec, search: list[Trial], loss: SearchLoss) -> Tuning | N
                 [t.job.train.lr for t in trials],
                 [float(losses[t.trial_id]) for t in trials],  # type: ignore[arg-type]
             )
-        largest = max(by_point, key=lambda label: sum(t.flops for t in by_point[label]))
-        rates[variant] = rounded(optima[variant][largest].rate)
-    return Tuning(optima, rates, spec.tune.baseline)
+        used[variant] = max(by_point, key=lambda label: sum(t.flops for t in by_point[label]))
+        rates[variant] = rounded(optima[variant][used[variant]].rate)
+    return Tuning(optima, rates, used, spec.tune.baseline)
 
 
 def expand_sweep(
@@ -235,7 +237,3 @@ def tuning_text(spec: SweepSpec, trials: list[Trial], loss: SearchLoss) -> str |
             "failed without diverging): the sweep's own trials wait for them; submit again"
         )
     return "\n".join(found.lines(spec.tune.compare_at_baseline_rate))
-
-
-def _best(o: RateOptimum) -> float:
-    return min(v for v in o.losses if math.isfinite(v))
