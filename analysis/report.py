@@ -219,12 +219,10 @@ def _fits(
     from scalelab.analysis.results.tables import ResultsError
     from scalelab.analysis.results.tuned_gain import fairness_lines, split_by_rate
 
+    own = fit_sweep(sweep, baseline=baseline, n_resamples=n_resamples, root=root)
     split = split_by_rate(trials_where(sweep, None, root), baseline)
     if split is None:
-        return fit_sweep(sweep, baseline=baseline, n_resamples=n_resamples, root=root), []
-    own = fit_table(split.own, sweep, baseline=baseline, n_resamples=n_resamples,
-                    per_variant=("train.lr",))  # fmt: skip
-    own.where = "each variant at its own tuned rate"
+        return own, []
     try:
         shared = fit_table(split.shared, sweep, baseline=baseline, resample=False)
     except ResultsError:

@@ -160,9 +160,19 @@ def fit_sweep(
     are fit_table's: baseline, loss, n_resamples, level, seed, effect, power, resample
     (False skips the bootstrap, the slow part: the unpaired gains and Chinchilla's L(N, D);
     `results advise` needs neither), budgets, huber_delta, holdout_flops,
-    isoflop_bin_width."""
-    fit = fit_table(trials_where(sweep, where, root), sweep, **options)
-    fit.where = where
+    isoflop_bin_width. A tuned sweep's trials are read at each variant's own tuned rate
+    (results/tuned_gain.py: the search's trials and the others at the baseline's rate left
+    out), as its summary reads them."""
+    from .tuned_gain import split_by_rate
+
+    table = trials_where(sweep, where, root)
+    split = split_by_rate(table, options.get("baseline", "dense"))
+    if split is None:
+        fit = fit_table(table, sweep, **options)
+        fit.where = where
+        return fit
+    fit = fit_table(split.own, sweep, per_variant=("train.lr",), **options)
+    fit.where = "; ".join(w for w in (where, "each variant at its own tuned rate") if w)
     return fit
 
 

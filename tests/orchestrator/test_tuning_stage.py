@@ -12,6 +12,7 @@ import pytest
 from jobs_for_tests import LR_OPTIMUM, LR_SHIFT
 from typer.testing import CliRunner
 
+import scalelab
 from scalelab.analysis.report import summarise_sweep
 from scalelab.cli.main import app
 from scalelab.orchestrator import door
@@ -93,6 +94,10 @@ def test_each_variant_runs_at_its_own_tuned_rate(tmp_path, work_home, ray_sessio
     assert tuned.endswith("tuning changes the answer")
     (row,) = [line for line in summary if line.startswith("│ hadamard")]
     assert "│     3 │" in row  # three pairs: the ladder's cells, not the search's trials
+    fitted = scalelab.fit(sweep_name, n_resamples=50)  # the notebook's (and `results fit`'s)
+    (paired,) = fitted.paired
+    assert paired.n_pairs == 3 and paired.multiplier.estimate == pytest.approx(1.0, abs=0.02)
+    assert fitted.where == "each variant at its own tuned rate"
 
     again = door.run(door.load(path), job="jobs_for_tests:lr_bowl")  # resubmitted: all done
     assert sorted(again.outcome.skipped) == sorted(t.trial_id for t in trials)
