@@ -103,10 +103,12 @@ def search_spec(spec: SweepSpec) -> SweepSpec:
     return spec.model_copy(update={"grid": grid, "zip": {}, "isoflop": None, "tune": None})
 
 
-def ladder_spec(spec: SweepSpec, variant: str | None, rate: float) -> SweepSpec:
-    """The sweep's own trials of one variant (None: base's model) at one rate."""
-    train = {**spec.base.get("train", {}), "lr": rate}
-    update: dict[str, Any] = {"base": {**spec.base, "train": train}, "tune": None}
+def ladder_spec(spec: SweepSpec, variant: str | None, rate: float | None) -> SweepSpec:
+    """The sweep's own trials of one variant (None: base's model) at one rate (None: base's,
+    the pending trials' placeholder)."""
+    update: dict[str, Any] = {"tune": None}
+    if rate is not None:
+        update["base"] = {**spec.base, "train": {**spec.base.get("train", {}), "lr": rate}}
     if variant is not None:
         update["variants"] = [variant]
     return spec.model_copy(update=update)
@@ -183,8 +185,7 @@ def staged_trials(
             if spec.tune.compare_at_baseline_rate and name != spec.tune.baseline:
                 rates.append(found.rates[spec.tune.baseline])
         for rate in rates:
-            sub = ladder_spec(spec, variant, rate) if rate is not None else _no_rate(spec, variant)
-            for t in iter_trials(sub, source, progress):
+            for t in iter_trials(ladder_spec(spec, variant, rate), source, progress):
                 known = out.get(t.trial_id)
                 if known is None:
                     out[t.trial_id] = replace(t, stage=stage)
@@ -197,14 +198,6 @@ def in_ladder(stage: str | None) -> bool:
     """A trial the sweep's comparison reads: a ladder trial, or one without a stage (a
     sweep with no `tune:`)."""
     return stage in (None, "", LADDER, BOTH)
-
-
-def _no_rate(spec: SweepSpec, variant: str | None) -> SweepSpec:
-    """Base's rate, where base sets none (the pending trials' placeholder)."""
-    update: dict[str, Any] = {"tune": None}
-    if variant is not None:
-        update["variants"] = [variant]
-    return spec.model_copy(update=update)
 
 
 def search_loss(trial_id: str) -> float | None:
