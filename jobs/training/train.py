@@ -61,7 +61,7 @@ from scalelab.jobs.training.preemption import PreemptionFlag, PreemptionVote
 from scalelab.jobs.training.progress import Progress
 from scalelab.jobs.training.remote_checkpoints import Storage, for_job
 from scalelab.jobs.training.step_metrics import MetricWindow, Reduced
-from scalelab.jobs.training.validation import evaluate, evaluate_early_exit
+from scalelab.jobs.training.validation import evaluate, evaluate_binarised, evaluate_early_exit
 from scalelab.models.flops import count_params, train_flops_per_token, train_flops_per_token_causal
 from scalelab.models.hadamard_layers import kernels_used
 
@@ -457,12 +457,14 @@ class _Trainer:
         return val
 
     def _final_evaluation(self, state: dict[str, Any]) -> dict[str, float]:
-        """The early-exit baseline at train.early_exit_alphas (models.early_exit)."""
+        """The early-exit baseline at train.early_exit_alphas (models.early_exit), and a TSA
+        model validated with soft gates read out with its binary ones."""
+        metrics = evaluate_binarised(self.engine, self.val, self.env, progress=1.0)
         alphas = self.job.train.early_exit_alphas
-        if not alphas:
-            return {}
-        metrics = evaluate_early_exit(self.engine, self.val, self.env, alphas)
-        self.tracker.log(state["step"], state["tokens"], state["flops"], metrics)
+        if alphas:
+            metrics |= evaluate_early_exit(self.engine, self.val, self.env, alphas)
+        if metrics:
+            self.tracker.log(state["step"], state["tokens"], state["flops"], metrics)
         return metrics
 
     def _seed_branches(self, step: int) -> None:

@@ -115,3 +115,29 @@ def evaluate_early_exit(
             metrics[f"early_exit/threshold_{tag}"] = float(threshold)
     engine.train()
     return metrics
+
+
+# ------------------------------------------------------------------ TSA's binary gates
+
+
+def evaluate_binarised(
+    engine: Any, batches: list[Batch], env: DistEnv, progress: float
+) -> dict[str, float]:
+    """A TSA model validated with soft gates (`sparse_inference: false`, as the paper reports
+    its loss and α) read out once more with the binary inference gates: tsa/val_loss_binary
+    and tsa/val_alpha_binary (the share of routed token-layers executed). {} for any other
+    model, and for TSA whose validation is already binary."""
+    from scalelab.models.tsa_layers import TokenSelectiveDepth
+
+    depth = getattr(engine.module, "depth", None)
+    if not isinstance(depth, TokenSelectiveDepth) or depth.sparse_inference:
+        return {}
+    depth.sparse_inference = True
+    try:
+        binary = evaluate(engine, batches, env, progress)
+    finally:
+        depth.sparse_inference = False
+    return {
+        "tsa/val_loss_binary": binary["val/loss"],
+        "tsa/val_alpha_binary": binary["tsa/val_alpha"],
+    }

@@ -61,3 +61,25 @@ def test_tsa_on_the_copy_task_logs_inference_alpha(home, tiny_job, curve):
     assert 0 <= alpha <= 1 and (alpha * 640) == pytest.approx(round(alpha * 640), abs=1e-3)
     (_, saved), *_ = curve(home, job.trial_id, "tsa/val_tlops_saved")[-1:]
     assert saved == pytest.approx(1 - (1 + alpha) / 2)
+
+
+def test_soft_tsa_validation_also_reports_its_binary_gates(home, tiny_job, curve):
+    """sparse_inference false: val/loss and tsa/val_alpha are the soft values the paper
+    reports; the end of training adds the binary gates' loss and executed α beside them."""
+    soft = tiny_job(model__tsa={"lambda_depth": 0.01, "sparse_inference": False})
+    result = run(soft)
+    assert result.status == "FINISHED"
+    m = result.final_metrics
+    (_, soft_alpha), *_ = curve(home, soft.trial_id, "tsa/val_alpha")[-1:]
+    # binary: whole token-layers run or not (one routed block, 8 x 32 tokens); soft: 1 - p
+    tokens = 8 * 32
+    binary_alpha = m["tsa/val_alpha_binary"]
+    assert binary_alpha * tokens == pytest.approx(round(binary_alpha * tokens), abs=1e-3)
+    assert soft_alpha * tokens != pytest.approx(round(soft_alpha * tokens), abs=1e-3)
+    assert m["tsa/val_loss_binary"] != pytest.approx(result.final_val_loss, rel=1e-4)
+    assert curve(home, soft.trial_id, "tsa/val_loss_binary") == [
+        (result.steps, m["tsa/val_loss_binary"])
+    ]
+    # the same model validated with binary gates from the start: nothing to add
+    binary = tiny_job(model__tsa={"lambda_depth": 0.02})
+    assert run(binary).final_metrics == {}
