@@ -171,6 +171,12 @@ class TrainConfig(FrozenConfig):
         "checkpoint and curve so far seed the trial it names (placement, not in the trial id)",
     )
     weight_decay: float = Field(0.1, ge=0)
+    weight_decay_on: Literal["matrices", "all"] = Field(
+        "matrices",
+        description="which parameters weight decay applies to: matrices (Linear weights; "
+        "not embeddings nor the tied head, biases, norms, gains) or all (every parameter, "
+        "as MLX's AdamW does when given the whole model, e.g. the TSA authors' MLX runs)",
+    )
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = Field(1.0, ge=0)

@@ -169,7 +169,8 @@ def legacy_trial_id(job: JobConfig, semantics: int = SEMANTICS_VERSION) -> str:
     and progress_interval_s, never were in it). Only `scalelab migrate` uses it, to
     recognise trials recorded before rule 2."""
     added = {"compile", "async_checkpoint", "progress_interval_s", "warmup_steps",
-             "cooldown_fraction", "cooldown_shape", "branch", "branch_seeds"}  # fmt: skip
+             "cooldown_fraction", "cooldown_shape", "branch", "branch_seeds",
+             "weight_decay_on"}  # fmt: skip
     train = job.train.model_dump(mode="json", exclude=added)
     if not train.get("early_exit_alphas"):
         train.pop("early_exit_alphas", None)

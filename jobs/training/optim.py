@@ -17,7 +17,7 @@ NO_DECAY_ROLES = ("input", "vector")  # embeddings (and so the tied head), biase
 def adamw(model: nn.Module, t: TrainConfig) -> torch.optim.Optimizer:
     """torch AdamW over parameter groups by width role (models/parametrization.py): weight
     decay on Linear weights only (not embeddings nor the tied head, biases, norms, gains:
-    docs/reproducing/baseline.md), and each group's `lr_scale` (µP's per-layer learning
+    docs/reproducing/baseline.md; on every parameter with `weight_decay_on: all`), and each group's `lr_scale` (µP's per-layer learning
     rates; 1 under the standard parametrisation), applied by `set_lr`.
     A torch optimizer, not DeepSpeed's: its Adam kernels JIT-compile for 70-100 s.
 
@@ -27,13 +27,17 @@ def adamw(model: nn.Module, t: TrainConfig) -> torch.optim.Optimizer:
     partitions at stages 1-3, all of which the fused kernel takes."""
     groups: dict[tuple[float, float], list[nn.Parameter]] = {}
     for p, role in parameter_roles(model):
-        decay = 0.0 if role in NO_DECAY_ROLES else t.weight_decay
+        decay = t.weight_decay if _decays(role, t) else 0.0
         groups.setdefault((decay, lr_scale(model.cfg, role)), []).append(p)
     param_groups = [
         {"params": params, "weight_decay": decay, "lr": t.lr * scale, "lr_scale": scale}
         for (decay, scale), params in sorted(groups.items(), reverse=True)
     ]
     return torch.optim.AdamW(param_groups, lr=t.lr, betas=(t.beta1, t.beta2), fused=True)
+
+
+def _decays(role: str, t: TrainConfig) -> bool:
+    return t.weight_decay_on == "all" or role not in NO_DECAY_ROLES
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -113,6 +113,17 @@ def test_weight_decay_only_on_linear_weights_and_set_lr_applies_each_scale():
     assert group[id(model.wte.weight)]["lr"] == pytest.approx(2e-3)
 
 
+def test_weight_decay_on_all_decays_every_parameter_and_keeps_the_lr_scales():
+    model = build(cfg(128, 32))
+    opt = adamw(model, TrainConfig(tokens=1, lr=1e-3, weight_decay=0.1, weight_decay_on="all"))
+    group = groups_by_param(opt)
+    assert {id(p) for p in model.parameters()} <= group.keys()
+    assert {g["weight_decay"] for g in opt.param_groups} == {0.1}
+    set_lr(opt, 2e-3)
+    assert group[id(model.blocks[0].mlp.c_fc.weight)]["lr"] == pytest.approx(2e-3 / 4)
+    assert group[id(model.blocks[0].ln_1.weight)]["lr"] == pytest.approx(2e-3)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
