@@ -217,7 +217,23 @@ AUTHORS_LAYOUT = {  # issue 31: each paper's sweeps train its authors' layout (d
 }
 
 
-@pytest.mark.parametrize("name", ["tsa.yaml", "tsa_cpu.yaml", "tsa_synthetic.yaml"])
+TSA_SWEEPS = [
+    "tsa.yaml",
+    "tsa_enwik8.yaml",
+    "tsa_lambda.yaml",
+    "tsa_cpu.yaml",
+    "tsa_synthetic.yaml",
+]
+# The TSA authors' recipe per table (docs/reproducing/tsa.md, "The authors' recipe"):
+# lr, warm-up steps, which parameters decay, context; 5000 steps of 64 sequences each.
+AUTHORS_RECIPE = {
+    "tsa.yaml": (3e-4, 0, "matrices", 128),  # PyTorch, Tiny-Shakespeare
+    "tsa_enwik8.yaml": (3e-4, 200, "all", 256),  # MLX, enwik8
+    "tsa_lambda.yaml": (3e-4, 200, "all", 128),  # MLX, the lambda sweep
+}
+
+
+@pytest.mark.parametrize("name", TSA_SWEEPS)
 def test_tsa_sweeps_train_the_tsa_authors_layout(name):
     for t in trials_of(name):
         m = t.job.model
@@ -225,6 +241,30 @@ def test_tsa_sweeps_train_the_tsa_authors_layout(name):
         assert (m.has_qkv_bias, m.has_attn_out_bias, m.has_ffn_bias) == (False, False, True)
         assert (m.bias_init, m.init_distribution, m.init_std) == ("uniform", "uniform", "fan_in")
         assert m.tsa is None or m.tsa.router_activation == "relu"
+
+
+@pytest.mark.parametrize("name", [*AUTHORS_RECIPE, "tsa_cpu.yaml"])
+def test_tsa_reproductions_use_the_authors_dropout_and_report_soft_gates(name):
+    """The paper's loss and alpha are the soft ones (the authors never binarise), with
+    dropout 0.1 in every run; the binary gates' numbers come beside them."""
+    trials = trials_of(name)
+    assert any(t.job.model.tsa for t in trials) and any(not t.job.model.tsa for t in trials)
+    for t in trials:
+        assert t.job.model.dropout == 0.1, t.name
+        assert t.job.model.tsa is None or t.job.model.tsa.sparse_inference is False, t.name
+
+
+@pytest.mark.parametrize("name", sorted(AUTHORS_RECIPE))
+def test_tsa_reproductions_train_each_tables_recipe(name):
+    lr, warmup, decay_on, context = AUTHORS_RECIPE[name]
+    for t in trials_of(name):
+        train, data = t.job.train, t.job.data
+        assert (train.lr, train.warmup_steps, train.weight_decay_on) == (lr, warmup, decay_on)
+        assert (train.weight_decay, train.grad_clip, train.schedule) == (0.1, 1.0, "cosine")
+        assert data.seq_len == context and train.global_batch_tokens == 64 * context
+        assert train.tokens == 5000 * 64 * context
+        m = t.job.model
+        assert (m.n_layer, m.d_model, m.n_head, m.block_size) == (6, 256, 8, context)
 
 
 @pytest.mark.parametrize(
