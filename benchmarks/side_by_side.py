@@ -261,31 +261,31 @@ def run(a: argparse.Namespace) -> None:
                         f.write(json.dumps(out) + "\n")
 
 
-def authors_names(n_layer: int) -> dict[str, str]:
-    """The TSA authors' parameter names -> scalelab's (their head is tied to token_emb)."""
-    names = {"token_emb.weight": "wte.weight", "pos_emb.weight": "wpe.weight"}
-    pairs = (("ln1", "ln_1"), ("ln2", "ln_2"), ("attn.qkv", "attn.c_attn"),
-             ("attn.proj", "attn.out_proj"), ("ffn.net.0", "mlp.c_fc"), ("ffn.net.3", "mlp.c_proj"))  # fmt: skip
+# Each reference's parameter names: (its prefix of the embeddings and final norm, of block i,
+# its block's modules -> scalelab's, whether it has TSA's routers). The TSA authors' head is
+# tied to token_emb, nanoGPT's to wte.
+NAMES = {
+    "authors": ("", "blocks.{i}", (("ln1", "ln_1"), ("ln2", "ln_2"), ("attn.qkv", "attn.c_attn"),
+                ("attn.proj", "attn.out_proj"), ("ffn.net.0", "mlp.c_fc"),
+                ("ffn.net.3", "mlp.c_proj")), ("token_emb", "pos_emb")),
+    "nanogpt": ("transformer.", "transformer.h.{i}", (("ln_1", "ln_1"), ("ln_2", "ln_2"),
+                ("attn.c_attn", "attn.c_attn"), ("attn.c_proj", "attn.out_proj"),
+                ("mlp.c_fc", "mlp.c_fc"), ("mlp.c_proj", "mlp.c_proj")), ("wte", "wpe")),
+}  # fmt: skip
+
+
+def reference_names(pair: str, n_layer: int) -> dict[str, str]:
+    """The reference model's parameter names -> scalelab's."""
+    top, block, modules, (tok, pos) = NAMES["nanogpt" if pair == "nanogpt" else "authors"]
+    names = {f"{top}{tok}.weight": "wte.weight", f"{top}{pos}.weight": "wpe.weight"}
     for part in ("weight", "bias"):
-        names[f"ln_f.{part}"] = f"ln_f.{part}"
+        names[f"{top}ln_f.{part}"] = f"ln_f.{part}"
         for i in range(n_layer):
-            for theirs, mine in pairs:
-                names[f"blocks.{i}.{theirs}.{part}"] = f"blocks.{i}.{mine}.{part}"
-        for j in range(n_layer - 1):
+            for theirs, mine in modules:
+                names[f"{block.format(i=i)}.{theirs}.{part}"] = f"blocks.{i}.{mine}.{part}"
+        for j in range(n_layer - 1):  # TSA's routers (absent from a dense reference)
             names[f"routers.{j}.mlp.0.{part}"] = f"depth.routers.{j}.fc.{part}"
             names[f"routers.{j}.mlp.2.{part}"] = f"depth.routers.{j}.out.{part}"
-    return names
-
-
-def nanogpt_names(n_layer: int) -> dict[str, str]:
-    names = {"transformer.wte.weight": "wte.weight", "transformer.wpe.weight": "wpe.weight"}
-    pairs = (("ln_1", "ln_1"), ("ln_2", "ln_2"), ("attn.c_attn", "attn.c_attn"),
-             ("attn.c_proj", "attn.out_proj"), ("mlp.c_fc", "mlp.c_fc"), ("mlp.c_proj", "mlp.c_proj"))  # fmt: skip
-    for part in ("weight", "bias"):
-        names[f"transformer.ln_f.{part}"] = f"ln_f.{part}"
-        for i in range(n_layer):
-            for theirs, mine in pairs:
-                names[f"transformer.h.{i}.{theirs}.{part}"] = f"blocks.{i}.{mine}.{part}"
     return names
 
 
@@ -302,17 +302,13 @@ def check(pair: str, a: argparse.Namespace) -> tuple[float, float]:
     ref = reference_side(pair, a, d)
     if ref is None:
         raise SystemExit(f"--check {pair} needs --tsa-authors DIR")
-    if pair == "nanogpt":
-        names, src, dst = nanogpt_names(a.layers), ours.model, ref.model
-        mapping = {theirs: mine for theirs, mine in names.items()}
-        pull = {
-            name: dict(src.named_parameters())[mapping[name]] for name, _ in dst.named_parameters()
-        }
-    else:
-        names, src, dst = authors_names(a.layers), ref.model, ours.model
-        theirs = dict(src.named_parameters())
-        mine_to_theirs = {mine: t for t, mine in names.items() if t in theirs}
-        pull = {name: theirs[mine_to_theirs[name]] for name, _ in dst.named_parameters()}
+    theirs_to_mine = reference_names(pair, a.layers)
+    mine = dict(ours.model.named_parameters())
+    theirs = dict(ref.model.named_parameters())
+    if pair == "nanogpt":  # nanoGPT takes scalelab's weights
+        pull, dst = {t: mine[m] for t, m in theirs_to_mine.items() if t in theirs}, ref.model
+    else:  # scalelab takes the authors'
+        pull, dst = {m: theirs[t] for t, m in theirs_to_mine.items() if t in theirs}, ours.model
     with torch.no_grad():
         for name, param in dst.named_parameters():
             param.copy_(pull[name])
@@ -428,9 +424,10 @@ def main() -> None:
         torch.set_num_threads(a.threads)
         loss_gap, alpha_gap = check(a.check, a)
         ref = reference_side(a.check, a, a.widths[0])
-        print(f"{ref.name} vs scalelab ({a.check}, d {a.widths[0]}, dropout {a.dropout}, "
-              f"λ {a.lambda_depth:g}): largest |loss gap| over {a.check_steps} steps "
-              f"{loss_gap:.2e}, largest |α gap| {alpha_gap:.2e}")  # fmt: skip
+        lam = f", λ {a.lambda_depth:g}" if a.check == "tsa" else ""
+        print(f"{ref.name} vs scalelab ({a.check}, d {a.widths[0]}, dropout {a.dropout}{lam}): "
+              f"largest |loss gap| over {a.check_steps} steps {loss_gap:.2e}, "
+              f"largest |α gap| {alpha_gap:.2e}")  # fmt: skip
     else:
         run(a)
 
