@@ -166,9 +166,15 @@ def _stage_text(p: door.PlannedTrial) -> str:
 
 
 def _tuning_caption(plan: door.SweepPlan) -> str:
-    """A tuned sweep's two stages in compute: the search against the whole sweep."""
+    """A tuned sweep's two stages in compute: the search against the whole sweep; an untuned
+    sweep of several variants: that they share the sweep's rates."""
     if plan.sweep.spec.tune is None:
-        return ""
+        if len({p.trial.variant for p in plan.trials}) < 2:
+            return ""
+        return (
+            "learning rate: every variant at the rates the sweep gives it (no tune:), so a "
+            "variant nearer its own optimum gains by that alone; tune: searches each one's\n"
+        )
     tune = plan.sweep.spec.tune
     waiting = [p for p in plan.trials if p.trial.stage == "pending"]
     again = [p for p in waiting if tune.compare_at_baseline_rate
@@ -177,16 +183,23 @@ def _tuning_caption(plan: door.SweepPlan) -> str:
     total = sum(p.trial.flops for p in plan.trials) + more
     search = [p for p in plan.trials if p.trial.stage in ("tune", "tune+ladder")]
     flops = sum(p.trial.flops for p in search)
+    unit = "CPU" if plan.on_cpu else "GPU"
     line = (
-        f"tuning stage: {len(search)} search trials, {flops:.3e} FLOPs "
-        f"({flops / total:.0%} of the sweep's compute)"
+        f"tuning stage: {len(search)} {'rung-0 ' if tune.method == 'halving' else ''}search "
+        f"trials, {flops:.3e} FLOPs, "
+        f"~{sum(p.hours for p in search):.3g} {unit}-hours ({flops / total:.0%} of the sweep's "
+        "compute)"
     )
     if waiting:
         line += f"; then {len(waiting)} trial{'s' if len(waiting) > 1 else ''} at each variant's tuned rate"
         if again:
-            line += f" and {len(again)} at {tune.baseline}'s ({more:.3e} FLOPs more)"
+            line += (
+                f" and {len(again)} at {tune.baseline}'s ({more:.3e} FLOPs, "
+                f"~{sum(p.hours for p in again):.3g} {unit}-hours more)"
+            )
         line += " (listed at base's rate: the rate does not change their compute)"
-    return line + "\n"
+    halving = door.search_plan_line(plan.sweep.spec)
+    return line + "\n" + (halving + "\n" if halving else "")
 
 
 def _swept_text(p: door.PlannedTrial) -> str:

@@ -59,7 +59,7 @@ from scalelab.orchestrator.plan.spec import (
 )
 from scalelab.orchestrator.plan.trial_names import run_names, short_count, short_value
 from scalelab.orchestrator.plan.tuning import expand_sweep as expand
-from scalelab.orchestrator.plan.tuning import search_loss, tuning_text
+from scalelab.orchestrator.plan.tuning import search_loss, search_plan_line, tuning_text
 from scalelab.orchestrator.recorded_sweep import (
     Cancelled,
     Migrated,
@@ -110,6 +110,7 @@ __all__ = [
     "read_long_tag",
     "read_sweep",
     "record_of",
+    "search_plan_line",
     "run_names",
     "send_owed",
     "short_count",

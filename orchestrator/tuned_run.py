@@ -1,7 +1,8 @@
 """A sweep with `tune:` run in its two stages (orchestrator/plan/tuning.py): the search's
-trials first, then, once each has ended, the sweep expanded again from their losses and
-run whole (the search's trials skipped as FINISHED). A driver stopped at any point resumes
-from what the trial folders hold: the same losses give the same rates, the same trial ids.
+trials first (a halving search's one rung at a time, orchestrator/plan/halving.py), then,
+once each has ended, the sweep expanded again from their losses and run whole (the
+search's trials skipped as FINISHED). A driver stopped at any point resumes from what the
+trial folders hold: the same losses give the same rates, the same trial ids.
 """
 
 from __future__ import annotations
@@ -29,19 +30,25 @@ def run_tuned(
     run_stage: RunStage,
     expand_again: Callable[[], list[Trial]],
 ) -> tuple[list[Trial], SweepOutcome]:
-    """The search (when the ladder still waits for it), then the whole sweep at the tuned
-    rates; the trials as run and what happened to them. When the search does not end (a
-    trial cancelled, or failed without diverging) the ladder is left pending."""
-    first = None
-    if pending(trials):
-        first = run_stage([t for t in trials if t.stage in (TUNE, BOTH)], False)
+    """The search (when the ladder still waits for it; a halving search rung by rung, each
+    rung's rates picked from the one before), then the whole sweep at the tuned rates; the
+    trials as run and what happened to them. When the search does not end (a trial
+    cancelled, or failed without diverging) the ladder is left pending."""
+    done: SweepOutcome | None = None
+    while pending(trials):
+        search = [t for t in trials if t.stage in (TUNE, BOTH)]
+        ran = run_stage(search, False)
+        done = ran if done is None else _merged(done, ran)
         trials = expand_again()
-        if pending(trials):
-            close_sweep(ledger, first)
-            return trials, first
+        grown = {t.trial_id for t in trials if t.stage in (TUNE, BOTH)} - {
+            t.trial_id for t in search
+        }
+        if pending(trials) and not grown:  # nothing more to search: a trial did not end
+            close_sweep(ledger, done)
+            return trials, done
     _tag_stages(ledger, trials)
-    second = run_stage(trials, True)
-    return trials, second if first is None else _merged(first, second)
+    last = run_stage(trials, True)
+    return trials, last if done is None else _merged(done, last)
 
 
 def _tag_stages(ledger: Ledger, trials: list[Trial]) -> None:

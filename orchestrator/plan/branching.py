@@ -60,6 +60,16 @@ def _group_key(trial: Trial) -> str | None:
     return canonical_json({**tree, "train": train, "_warmup": warmup_steps(_steps(trial), t)})
 
 
+def shared_prefix(short: Trial, long: Trial) -> int | None:
+    """The steps `long` trains exactly as `short` does (short's cooldown start) when both are
+    wsd trials of one group and `short` is shorter; None when they share none."""
+    key = _group_key(short)
+    if key is None or key != _group_key(long) or _steps(short) >= _steps(long):
+        return None
+    start = cooldown_start(_steps(short), short.job.train)
+    return start if start > 0 else None
+
+
 def branches(trials: list[Trial] | tuple[Trial, ...]) -> dict[str, Branch]:
     """The branches of the sweep by trial id: each wsd trial shorter than its group's
     longest whose cooldown starts after step 0."""
@@ -88,7 +98,10 @@ def with_trunks(trials: list[Trial]) -> list[Trial]:
         seeds[b.trunk_id].append(BranchSeed(step=b.step, trial_id=b.trial_id))
     out = []
     for trial in trials:
-        mine = tuple(sorted(seeds.get(trial.trial_id, ()), key=lambda s: (s.step, s.trial_id)))
+        given = trial.job.train.branch_seeds  # a halving search's (orchestrator/plan/halving.py)
+        mine = tuple(
+            sorted({*seeds.get(trial.trial_id, ()), *given}, key=lambda s: (s.step, s.trial_id))
+        )
         if mine != trial.job.train.branch_seeds:
             trial = dataclasses.replace(trial, job=_seeded(trial.job, mine))
         out.append(trial)
@@ -119,8 +132,9 @@ def saving(trials: list[Trial] | tuple[Trial, ...], ran: bool = False) -> Saving
     """The plan's count; `ran`: after a run, only the branches that did start from their
     seed (the others trained alone: their whole compute)."""
     found = branches(trials)
-    if ran:
-        found = {tid: b for tid, b in found.items() if branched(tid)}
+    if ran:  # a branch that was seeded, or that seeded a longer trial (a halving search's)
+        sources = {branched_from(t.trial_id) for t in trials}
+        found = {tid: b for tid, b in found.items() if branched(tid) or tid in sources}
     spent = 0.0
     for t in trials:
         b = found.get(t.trial_id)
@@ -141,17 +155,23 @@ def seeded(trial_dir: Path, branch: Branch) -> bool:
 
 def branched(trial_id: str) -> bool:
     """The trial's newest checkpoint descends from a trunk's seed (jobs/training/branch_seed.py)."""
+    return branched_from(trial_id) is not None
+
+
+def branched_from(trial_id: str) -> str | None:
+    """The trial whose seed the trial's newest checkpoint descends from; None: its own."""
     import json
 
     from scalelab.contract.workdir import trial_dir
 
     found = sorted((trial_dir(trial_id) / "ckpt").glob("step*/COMPLETE"))
     if not found:
-        return False
+        return None
     try:
-        return bool(json.loads(found[-1].read_text()).get("state", {}).get("branched_from"))
+        source = json.loads(found[-1].read_text()).get("state", {}).get("branched_from")
     except (OSError, ValueError):
-        return False
+        return None
+    return source.get("trial_id") if isinstance(source, dict) else None
 
 
 def ran_line(trials: list[Trial] | tuple[Trial, ...]) -> str | None:
@@ -160,8 +180,8 @@ def ran_line(trials: list[Trial] | tuple[Trial, ...]) -> str | None:
         return None
     s = saving(trials, ran=True)
     return (
-        f"cooldown branches: {s.branches} trial(s) trained their cooldown off {s.trunks} "
-        f"trunk(s): {s.spent:.3e} training FLOPs for {s.independent:.3e} of trials "
+        f"cooldown branches: {s.branches} trial(s) shared their steps before the cooldown "
+        f"with {s.trunks} longer one(s): {s.spent:.3e} training FLOPs for {s.independent:.3e} of trials "
         f"({s.saved_fraction:.0%} saved)"
     )
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from scalelab.contract.config import FrozenConfig
 from scalelab.orchestrator.plan.axis_keys import AxisKey, AxisValues
@@ -30,6 +30,30 @@ class TuneSpec(FrozenConfig):
         description="also train every other variant at the baseline's tuned rate, so the "
         "gain is reported at both rates",
     )
+
+    method: Literal["grid", "halving"] = Field(
+        "grid",
+        description="grid: every rate trained to the search's budget; halving: successive "
+        "halving, every rate trained to a fraction of it and only the best half (at least 3 "
+        "rates, around the best) carried on to the next rung, from where the last stopped "
+        "(orchestrator/plan/halving.py)",
+    )
+    rungs: int = Field(
+        3, ge=2, le=6,
+        description="method halving: how many budgets, each twice the last and the last the "
+        "search's train.tokens",
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _halving_narrows(self) -> TuneSpec:
+        if self.method == "halving" and len(self.lr) < 4:
+            raise ValueError(
+                f"method halving keeps 3 rates at its last rung: give tune.lr at least 4 rates "
+                f"(got {len(self.lr)}), or use method grid"
+            )
+        if self.method == "grid" and "rungs" in self.model_fields_set:
+            raise ValueError("tune.rungs is method halving's: set method: halving or drop it")
+        return self
 
     @field_validator("lr")
     @classmethod

@@ -28,6 +28,7 @@ from typing import Any
 from scalelab.contract import workdir
 from scalelab.contract.runs import Status
 from scalelab.models.mechanism import DENSE
+from scalelab.orchestrator.plan import halving
 from scalelab.orchestrator.plan.branching import with_trunks
 from scalelab.orchestrator.plan.expand import Trial, check_size, expand, iter_trials
 from scalelab.orchestrator.plan.lr_optimum import (
@@ -36,6 +37,7 @@ from scalelab.orchestrator.plan.lr_optimum import (
     rounded,
     transfer_holds,
 )
+from scalelab.orchestrator.plan.search_points import point_label, search_spec
 from scalelab.orchestrator.plan.spec import DEFAULT_MAX_TRIALS, SourceMap, SweepSpec
 
 TUNE, LADDER, PENDING = "tune", "ladder", "pending"
@@ -54,6 +56,7 @@ class Tuning:
     rates: dict[str, float]  # variant -> its ladder rate (the largest point's, rounded)
     used: dict[str, str]  # variant -> the search point its rate comes from
     baseline: str
+    grid: tuple[float, ...] = ()  # tune.lr: a halving search's last rung holds only some
 
     def lines(self, compared_at_baseline: bool) -> list[str]:
         """Each variant's optimum per search point and its rate, then the fairness checks."""
@@ -63,7 +66,15 @@ class Tuning:
             out.append(f"tuning: {variant}: lr {at} -> its trials at {self.rates[variant]:.3g}")
         for variant, by_point in sorted(self.optima.items()):
             for point, o in by_point.items():
-                if o.at_edge:
+                if o.at_edge and self.grid and o.best_rate not in (self.grid[0], self.grid[-1]):
+                    end = "largest" if o.best_rate == o.rates[-1] else "smallest"
+                    out.append(
+                        f"check: {variant}'s best rate at {point or 'base'} is the {end} that "
+                        f"the halving kept ({o.best_rate:.1e}), not the grid's: the optimum "
+                        "moved as the rungs grew longer; give the first rung more tokens "
+                        "(fewer tune.rungs) or use method: grid"
+                    )
+                elif o.at_edge:
                     end = "largest" if o.best_rate == o.rates[-1] else "smallest"
                     out.append(
                         f"check: {variant}'s best rate at {point or 'base'} is the grid's {end} "
@@ -96,13 +107,6 @@ class Tuning:
         return out
 
 
-def search_spec(spec: SweepSpec) -> SweepSpec:
-    """The search as a sweep of its own: the variants at every rate where `tune.at` says."""
-    assert spec.tune is not None
-    grid = {**spec.tune.at, "train.lr": list(spec.tune.lr)}
-    return spec.model_copy(update={"grid": grid, "zip": {}, "isoflop": None, "tune": None})
-
-
 def ladder_spec(spec: SweepSpec, variant: str | None, rate: float | None) -> SweepSpec:
     """The sweep's own trials of one variant (None: base's model) at one rate (None: base's,
     the pending trials' placeholder)."""
@@ -112,12 +116,6 @@ def ladder_spec(spec: SweepSpec, variant: str | None, rate: float | None) -> Swe
     if variant is not None:
         update["variants"] = [variant]
     return spec.model_copy(update=update)
-
-
-def point_label(trial: Trial, spec: SweepSpec) -> str:
-    """A search trial's point: its values of `tune.at`'s keys ("nano"; "" with no `at`)."""
-    assert spec.tune is not None
-    return ", ".join(str(trial.axes.get(k)) for k in spec.tune.at)
 
 
 def tuning(spec: SweepSpec, search: list[Trial], loss: SearchLoss) -> Tuning | None:
@@ -142,7 +140,7 @@ def tuning(spec: SweepSpec, search: list[Trial], loss: SearchLoss) -> Tuning | N
             )
         used[variant] = max(by_point, key=lambda label: sum(t.flops for t in by_point[label]))
         rates[variant] = rounded(optima[variant][used[variant]].rate)
-    return Tuning(optima, rates, used, spec.tune.baseline)
+    return Tuning(optima, rates, used, spec.tune.baseline, tuple(spec.tune.lr))
 
 
 def expand_sweep(
@@ -172,14 +170,19 @@ def staged_trials(
     rate before the search ended; `loss` None: not looked up). A trial both stages hold
     (the same computation) is in both ("tune+ladder")."""
     assert spec.tune is not None
-    search = [replace(t, stage=TUNE) for t in iter_trials(search_spec(spec), source, progress)]
-    found = tuning(spec, search, loss) if loss is not None else None
+    if spec.tune.method == "halving":  # rung by rung (orchestrator/plan/halving.py)
+        known, last = halving.search(spec, source, loss, progress)
+        search = [replace(t, stage=TUNE) for t in known]
+        found = tuning(spec, last, loss) if last is not None and loss is not None else None
+    else:
+        search = [replace(t, stage=TUNE) for t in iter_trials(search_spec(spec), source, progress)]
+        found = tuning(spec, search, loss) if loss is not None else None
     variants: list[str | None] = list(spec.variants) if spec.variants else [None]
     out = {t.trial_id: t for t in search}
     for variant in variants:
         name = variant or DENSE
         if found is None:
-            rates, stage = [spec.base.get("train", {}).get("lr")], PENDING
+            rates, stage = [_placeholder_rate(spec)], PENDING
         else:
             rates, stage = [found.rates[name]], LADDER
             if spec.tune.compare_at_baseline_rate and name != spec.tune.baseline:
@@ -192,6 +195,17 @@ def staged_trials(
                 elif known.stage == TUNE and stage == LADDER:
                     out[t.trial_id] = replace(known, stage=BOTH)
     return list(out.values())
+
+
+def _placeholder_rate(spec: SweepSpec) -> float:
+    """The rate the ladder's pending trials are listed at: base's, unless the search trains
+    it (a pending trial would then be a search trial's twin and not be listed, nor its
+    ladder known to wait): then a hair off it, which no trial ever runs at."""
+    from scalelab.jobs.config import TrainConfig
+
+    assert spec.tune is not None
+    rate = spec.base.get("train", {}).get("lr", TrainConfig.model_fields["lr"].default)
+    return rate * (1 + 1e-6) if rate in spec.tune.lr else rate
 
 
 def in_ladder(stage: str | None) -> bool:
@@ -222,11 +236,30 @@ def tuning_text(spec: SweepSpec, trials: list[Trial], loss: SearchLoss) -> str |
     if spec.tune is None:
         return None
     search = [t for t in trials if t.stage in (TUNE, BOTH)]
-    found = tuning(spec, search, loss)
+    cost = None
+    if spec.tune.method == "halving":
+        groups = halving.rate_groups(spec, SourceMap("<sweep>", None))
+        last = {t.trial_id for g in groups for t in g.rungs[-1]}
+        pending = any(t.stage == PENDING for t in trials)
+        found = None if pending else tuning(spec, [t for t in search if t.trial_id in last], loss)
+        cost = halving.spent_line(groups, search)
+    else:
+        found = tuning(spec, search, loss)
     if found is None:
         waiting = sum(loss(t.trial_id) is None for t in search)
         return (
             f"tuning: {waiting} of {len(search)} search trials have not ended (cancelled, or "
             "failed without diverging): the sweep's own trials wait for them; submit again"
         )
-    return "\n".join(found.lines(spec.tune.compare_at_baseline_rate))
+    lines = found.lines(spec.tune.compare_at_baseline_rate)
+    return "\n".join(lines if cost is None else [cost, *lines])
+
+
+def search_plan_line(spec: SweepSpec) -> str | None:
+    """The dry-run's line on a halving search's rungs and compute against a full grid; None
+    for a grid search (its trials are all listed) or without `tune:`."""
+    if spec.tune is None or spec.tune.method != "halving":
+        return None
+    return halving.plan_line(
+        halving.planned_cost(halving.rate_groups(spec, SourceMap("<sweep>", None)))
+    )

@@ -44,3 +44,30 @@ def test_a_branch_trains_its_cooldown_only_and_matches_the_trial_alone(
         assert [v for _, v in got[m]] == pytest.approx([v for _, v in want[m]], rel=1e-6), m
     assert branched.final_val_loss == pytest.approx(alone.final_val_loss, rel=1e-6)
     assert branched.flops == pytest.approx(alone.flops)  # it reports the whole trial's compute
+
+
+def test_a_shorter_trial_seeds_a_longer_one_that_then_matches_the_trial_alone(
+    home, mlflow_uri, tiny_job, curve, tmp_path, monkeypatch
+):
+    """A halving search's direction (orchestrator/plan/halving.py): the rung's short trial
+    seeds the next rung's long one at its own cooldown start, where both have trained the
+    same steps; the long one trains only the rest and ends as it would alone."""
+    long = _wsd(tiny_job, 2048)  # 8 steps: cooldown from step 6
+    short = _wsd(tiny_job, 1024, train__branch_seeds=[BranchSeed(step=3, trial_id=long.trial_id)])
+    assert run(short).status == "FINISHED"
+    assert [p.name for p in complete_checkpoints(home / "trials" / long.trial_id / "ckpt")] == [
+        "step00000003"
+    ]
+    resumed = run(long)
+    assert resumed.status == "FINISHED" and resumed.steps == 8
+    final = complete_checkpoints(home / "trials" / long.trial_id / "ckpt")[-1]
+    assert read_state(final)["branched_from"] == {"trial_id": short.trial_id, "step": 3}
+    got = {m: curve(home, long.trial_id, m) for m in METRICS}
+
+    monkeypatch.setenv("SCALELAB_HOME", str(tmp_path / "alone"))
+    alone = run(long)
+    want = {m: curve(tmp_path / "alone", long.trial_id, m) for m in METRICS}
+    for m in METRICS:
+        assert [s for s, _ in got[m]] == [s for s, _ in want[m]], m
+        assert [v for _, v in got[m]] == pytest.approx([v for _, v in want[m]], rel=1e-6), m
+    assert resumed.final_val_loss == pytest.approx(alone.final_val_loss, rel=1e-6)

@@ -65,7 +65,10 @@ def test_kill_9_while_the_trunk_trains_then_resubmit(
     trial_sleep(0.2)
     result = CliRunner().invoke(app, ["submit", str(path), "--job", JOB])
     assert result.exit_code == 0, result.output
-    assert "cooldown branches: 2 trial(s) trained their cooldown off 1 trunk(s)" in result.output
+    assert (
+        "cooldown branches: 2 trial(s) shared their steps before the cooldown with 1 longer one(s)"
+        in result.output
+    )
     records = Ledger(sweep_name).records()
     assert {r.status for r in records.values()} == {"FINISHED"}
     runs = {t.trial_id: records[t.trial_id].run_id for t in (short, middle, trunk)}

@@ -66,3 +66,31 @@ def test_an_optimum_that_moves_with_width_does_not_transfer():
 
 def test_a_fair_search_prints_no_check():
     assert checks({(v, s): 2e-3 for v in ("dense", "hadamard") for s in ("nano", "tiny")}) == []
+
+
+def test_an_optimum_that_moved_out_of_the_halvings_window_is_named_as_such():
+    """A halving search (orchestrator/plan/halving.py) whose optimum drifts with the budget:
+    8e-3 for the short rungs, 5e-4 for the last, which then holds only 2e-3 to 8e-3."""
+    from scalelab.orchestrator.plan.halving import rate_groups
+
+    text = SWEEP.replace(
+        "at: {model.size: [nano, tiny]}", "at: {model.size: [nano]}\n  method: halving"
+    )
+    spec, source = parse_spec(text)
+    trials = {t.trial_id: t for g in rate_groups(spec, source) for rung in g.rungs for t in rung}
+    longest = max(t.tokens for t in trials.values())
+
+    def loss(tid: str) -> float:
+        t = trials[tid]
+        optimum = 5e-4 if t.tokens == longest else 8e-3
+        return 3 + 0.05 * math.log(t.job.train.lr / optimum) ** 2
+
+    ran = expand_sweep(spec, source, loss=loss)
+    last = sorted(t.job.train.lr for t in ran if t.tokens == longest and t.variant == "dense"
+                  and t.stage != "ladder")  # fmt: skip
+    assert last == [2e-3, 4e-3, 8e-3]
+    text = tuning_text(spec, ran, loss)
+    assert text is not None
+    (dense,) = [line for line in text.splitlines() if line.startswith("check: dense's best")]
+    assert "the smallest that the halving kept (2.0e-03), not the grid's" in dense
+    assert "widen tune.lr" not in text

@@ -102,3 +102,22 @@ def test_each_variant_runs_at_its_own_tuned_rate(tmp_path, work_home, ray_sessio
     again = door.run(door.load(path), job="jobs_for_tests:lr_bowl")  # resubmitted: all done
     assert sorted(again.outcome.skipped) == sorted(t.trial_id for t in trials)
     assert not again.outcome.finished
+
+
+def test_a_ladder_whose_cells_the_search_trains_at_base_rate_still_waits_for_it(
+    tmp_path, work_home, ray_session, sweep_name
+):
+    """The search at the ladder's own size and budget with base's rate among its rates: each
+    ladder cell at base's rate is a search trial, yet the ladder must wait for the tuned
+    rates and then run at them (sweeps/hadamard_cpu.yaml is such a sweep)."""
+    text = tuned_yaml(sweep_name).replace("seed: 9400", "seed: 9401")
+    text = text.replace("global_batch_tokens: 512}", "global_batch_tokens: 512, lr: 2.0e-3}")
+    path = tmp_path / "twins.yaml"
+    path.write_text(text.replace("model.size: [nano, tiny, micro]", "model.size: [nano]"))
+    planned = door.load(path)
+    assert sum(t.stage == PENDING for t in planned.trials) == 2  # listed, not taken for search
+    ran = door.run(planned, job="jobs_for_tests:lr_bowl")
+    assert ran.ok, ran.outcome
+    ladder = {(t.variant, round(t.job.train.lr, 6)) for t in ran.sweep.trials
+              if t.stage in (LADDER, BOTH)}  # fmt: skip
+    assert ("hadamard", round(LR_OPTIMUM / LR_SHIFT["hadamard"], 6)) in ladder
