@@ -230,6 +230,20 @@ def _fits(
     return own, fairness_lines(own, shared, split)
 
 
+def _tuned_without_law(sweep: str, root: Path | None, baseline: str) -> list[str]:
+    """A tuned sweep no law fits (one or two sizes): its loss gaps cell by cell at both
+    rates (results/tuned_gain.py), so the fairness reading is not lost with the fit."""
+    from scalelab.analysis.results.query import trials_where
+    from scalelab.analysis.results.tables import ResultsError
+    from scalelab.analysis.results.tuned_gain import loss_gap_lines, split_by_rate
+
+    try:
+        split = split_by_rate(trials_where(sweep, None, root), baseline)
+    except ResultsError:
+        return []
+    return [] if split is None else loss_gap_lines(split)
+
+
 def summarise_sweep(
     sweep: str,
     tracking_uri: str | None = None,
@@ -284,6 +298,8 @@ def summarise_sweep(
         fit, tuned = _fits(sweep, root, baseline, n_resamples)
     except ResultsError as e:
         say(f"no fit: {e}")
+        for line in _tuned_without_law(sweep, root, baseline):
+            say(line)
         _print_ranked(sweep, root, console)
         head = console.export_text()  # export_text clears what it exports
         say(f"MLflow UI: {mlflow_ui_hint(uri, sweep)}")

@@ -77,6 +77,57 @@ def fairness_lines(own: SweepFit, shared: SweepFit | None, split: RateSplit) -> 
     return out
 
 
+def loss_gap_lines(split: RateSplit) -> list[str]:
+    """Where no law can be fitted (too few compute points: one size, two sizes): each
+    variant's final validation loss less the baseline's in the same cell (same size,
+    tokens, seed), at its own tuned rate and at the baseline's."""
+    own, shared = _gaps(split.own, split.baseline), _gaps(split.shared, split.baseline)
+    out = []
+    for variant, gaps in sorted(own.items()):
+        rate = split.rates[variant]
+        line = (
+            f"tuned: {variant} - {split.baseline} in final val loss, cell by cell, at its own "
+            f"rate ({rate:.3g}): {_gap_text(gaps)}"
+        )
+        if rate == split.baseline_rate:
+            line += f" (its optimum is {split.baseline}'s rate)"
+        elif shared.get(variant):
+            line += f"; at {split.baseline}'s rate ({split.baseline_rate:.3g}): "
+            line += _gap_text(shared[variant])
+        out.append(line)
+    return out
+
+
+def _gaps(table: pa.Table, baseline: str) -> dict[str, list[tuple[str, float]]]:
+    """Each variant's loss less the baseline's, per cell both trained: (cell, gap)."""
+    from scalelab.analysis.results.design import read_design
+
+    design = read_design(table, per_variant=(f"train.{RATE}",))
+    rows = design.table.to_pylist()
+    cells: dict[tuple, dict[str, float]] = {}
+    for r in rows:
+        if r.get("final_val_loss") is None:
+            continue
+        key = (*(r.get(a) for a in design.axes), r.get("seed"))
+        cells.setdefault(key, {})[r["variant"]] = r["final_val_loss"]
+    out: dict[str, list[tuple[str, float]]] = {}
+    for key, losses in sorted(cells.items(), key=lambda kv: str(kv[0])):
+        if baseline not in losses:
+            continue
+        label = " ".join(str(v) for v in key[:-1]) + ("" if key[-1] is None else f" s{key[-1]}")
+        for variant, loss in losses.items():
+            if variant != baseline:
+                out.setdefault(variant, []).append((label.strip(), loss - losses[baseline]))
+    return out
+
+
+def _gap_text(gaps: list[tuple[str, float]]) -> str:
+    mean = sum(g for _, g in gaps) / len(gaps)
+    cells = ", ".join(f"{label} {g:+.3f}" for label, g in gaps[:6])
+    more = f", {len(gaps) - 6} more" if len(gaps) > 6 else ""
+    return f"{mean:+.3f} nats on average over {len(gaps)} cell(s) ({cells}{more})"
+
+
 def _gain(m: object) -> str:
     return f"{m.estimate:.2f}× [{m.low:.2f}×, {m.high:.2f}×] the FLOPs"  # type: ignore[attr-defined]
 

@@ -121,3 +121,13 @@ def test_a_ladder_whose_cells_the_search_trains_at_base_rate_still_waits_for_it(
     ladder = {(t.variant, round(t.job.train.lr, 6)) for t in ran.sweep.trials
               if t.stage in (LADDER, BOTH)}  # fmt: skip
     assert ("hadamard", round(LR_OPTIMUM / LR_SHIFT["hadamard"], 6)) in ladder
+
+    # one size: no law to fit, yet the summary still reads the gap at both rates
+    summary = summarise_sweep(sweep_name)
+    assert summary.startswith("no fit:"), summary
+    (tuned,) = [line for line in summary.splitlines() if line.startswith("tuned: hadamard")]
+    own = re.search(r"at its own rate \(0\.0005\): ([+-][\d.]+) nats", tuned)
+    shared = re.search(r"at dense's rate \(0\.002\): ([+-][\d.]+) nats", tuned)
+    assert own and shared, tuned
+    # lr_bowl 4x off its optimum: (1 + 0.05 ln(4)^2), 9.6% above its loss there (about 5.6)
+    assert abs(float(own[1])) < 0.02 and float(shared[1]) > 0.2
