@@ -118,18 +118,25 @@ def test_every_gpu_ladder_writes_its_checkpoints_in_the_background():
 
 
 def test_hadamard_cpu_is_the_same_comparison_at_cpu_sizes():
-    trials = trials_of("hadamard_cpu.yaml")
+    everything = trials_of("hadamard_cpu.yaml")
+    trials = [t for t in everything if t.stage == "pending"]  # the ladder, before the search
     assert_pairs_differ_only_in_attn_out(trials)
     assert {t.size for t in trials} == {"nano", "micro"}
+    search = [t for t in everything if t.stage == "tune"]  # both sizes, at the ladder's budget
+    assert {(t.variant, t.size) for t in search} == {
+        (v, s) for v in ("dense", "hadamard") for s in ("nano", "micro")
+    }
+    assert {t.tokens for t in search} == {t.tokens for t in trials} == {409600}
+    assert len({t.job.train.lr for t in search}) == 5
     for t in trials:
         assert get_size(t.size).cpu_sized
         assert t.job.data.source == "builtin:pydoc" and t.job.data.tokenizer == "byte"
         assert t.job.model.vocab_size == 256 and t.job.train.dtype == "fp32"
     spec, _ = load_spec(SWEEPS / "hadamard_cpu.yaml")
     assert spec.backend.kind == "local"
-    # a few minutes on 2 cores: the whole sweep is a few TFLOPs (the 124M dense trial alone
-    # of the cluster ladder is ~2e18)
-    assert sum(t.flops for t in trials) < 1e13
+    # the ladder is a few TFLOPs, the search five times that (the 124M dense trial alone of
+    # the cluster ladder is ~2e18)
+    assert sum(t.flops for t in trials) < 1e13 and sum(t.flops for t in search) < 5e13
 
 
 def test_reference_charlm_is_nanogpts_char_level_shakespeare_on_one_gpu():
@@ -287,3 +294,24 @@ def test_the_mup_transfer_sweep_searches_three_widths_under_mup():
     assert sorted({t.job.model.d_model for t in search}) == [32, 64, 128]
     assert {(t.job.model.n_layer, t.job.model.parametrization) for t in trials} == {(2, "mup")}
     assert all(t.job.model.mup_base_width == 32 for t in trials)
+
+
+def test_the_hadamard_lr_check_searches_the_ladders_own_124m_trials():
+    """sweeps/hadamard_lr_check.yaml is the ladder's 124M setting at five rates: at GPT-3's
+    6e-4 its search trials are the ladder's 124M trials (the same ids, trained once), so its
+    verdict is about the ladder's comparison and not a look-alike's."""
+    check = [t for t in trials_of("hadamard_lr_check.yaml") if t.stage == "tune"]
+    ladder = {(t.variant, t.size): t.trial_id for t in trials_of("hadamard.yaml")}
+    assert sorted({t.job.train.lr for t in check}) == [1.5e-4, 3e-4, 6e-4, 1.2e-3, 2.4e-3]
+    at_gpt3 = {t.variant: t.trial_id for t in check if t.job.train.lr == 6e-4}
+    assert at_gpt3 == {v: ladder[(v, "124M")] for v in ("dense", "hadamard")}
+
+
+def test_the_cpu_ladders_and_budgetformer_tune_each_variant():
+    for name, points in (("budgetformer_cpu.yaml", 1), ("budgetformer.yaml", 1),
+                         ("hadamard_cpu.yaml", 2)):  # fmt: skip
+        trials = trials_of(name)
+        search = [t for t in trials if t.stage == "tune"]
+        variants = {t.variant for t in trials}
+        assert len(search) == 5 * len(variants) * points, name
+        assert any(t.stage == "pending" for t in trials), name  # the ladder waits for it
