@@ -5,6 +5,7 @@ variants, token/batch/LR rules)."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -315,3 +316,19 @@ def test_the_cpu_ladders_and_budgetformer_tune_each_variant():
         variants = {t.variant for t in trials}
         assert len(search) == 5 * len(variants) * points, name
         assert any(t.stage == "pending" for t in trials), name  # the ladder waits for it
+
+
+def test_the_budgetformer_lm_lr_check_command_searches_the_ladders_own_124m_trials():
+    """The command in sweeps/budgetformer_lm.yaml's header (and docs/reproducing/
+    budgetformer.md): the ladder narrowed to its 124M row with a tuning stage."""
+    from scalelab.orchestrator import door
+
+    header = (SWEEPS / "budgetformer_lm.yaml").read_text().split("\nname:")[0]
+    command = header.split("scalelab submit sweeps/budgetformer_lm.yaml name=")[1]
+    words = shlex.split(("name=" + command).replace("#", "").replace("\\\n", " "))
+    planned = door.load(SWEEPS / "budgetformer_lm.yaml", words)
+    search = [t for t in planned.trials if t.stage == "tune"]
+    assert len(search) == 10 and {t.size for t in search} == {"124M"}
+    ladder = {(t.variant, t.size): t.trial_id for t in trials_of("budgetformer_lm.yaml")}
+    at_gpt3 = {t.variant: t.trial_id for t in search if t.job.train.lr == 6e-4}
+    assert at_gpt3 == {v: ladder[(v, "124M")] for v in ("dense", "budget")}
