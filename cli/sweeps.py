@@ -5,7 +5,8 @@ renders what it returns. Registered onto `cli.main.app`; ray and mlflow are impo
 door's calls, not here.
 
 Why one module: the five sweep commands share the submit's rendering (the plan table, the
-expansion bar, the terminal's watcher); split, each would import the others.
+expansion bar, the run's outcome; the running sweep's view is cli/sweep_watch.py); split,
+each would import the others.
 """
 
 from __future__ import annotations
@@ -332,40 +333,6 @@ def _summarise(sweep: str) -> None:
     out.print(text, end="", highlight=False, markup=False)
 
 
-class _Terminal:
-    """What the terminal shows of a running sweep (door.Watcher): a progress bar with the
-    running count and an ETA, a line per ended trial; and the parent run's live figure."""
-
-    def __init__(self, progress: Any, loaded: door.Sweep, scored: list[str] | None = None) -> None:
-        self.progress, self.sweep, self.scored = progress, loaded, scored
-        self.task = progress.add_task(f"sweep {loaded.name}", total=len(loaded.trials))
-
-    def started(self, ledger: Any, trials: list, finished: set[str], reused: set[str]) -> None:
-        from scalelab.analysis.live_figure import LiveFigure
-        from scalelab.cli.sweep_view import TrialLines
-
-        console = self.progress.console
-        self.progress.update(self.task, total=len(trials))  # a tuned sweep's second stage: all
-        if hasattr(self, "figure"):
-            self.figure.flush()
-        self.lines = TrialLines(console, trials, finished, ledger, self.scored, reused)
-        self.figure = LiveFigure(ledger, trials, warn=lambda m: console.print(f"note: {m}"))
-
-    def trial_ended(self, trial_id: str, outcome: str) -> None:
-        self.lines.ended(trial_id, outcome)
-        self.figure.trial_ended(trial_id, outcome)
-
-    def update(self, counts: dict[str, int]) -> None:
-        self.figure.poll()
-        eta = self.lines.eta()
-        self.progress.update(
-            self.task,
-            completed=counts["done"],
-            description=f"sweep {self.sweep.name} ({counts['running']} running"
-            f"{', ' if eta else ''}{eta})",
-        )
-
-
 def _drive(
     loaded: door.Sweep,
     job: str,
@@ -379,10 +346,11 @@ def _drive(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from scalelab.cli.sweep_view import failure_lines
+    from scalelab.cli.sweep_watch import SweepWatch
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=err, transient=False) as progress:
-        terminal = _Terminal(progress, loaded, scored)
+        terminal = SweepWatch(progress, loaded, scored)
         with door_errors(submitting=True):
             ran = door.run(
                 loaded, job=job, ignore_fit=ignore_fit, watcher=terminal, trained_only=trained_only

@@ -216,3 +216,23 @@ def test_status_watch_refreshes_until_every_trial_is_done(
     assert statuses_at_return == {"FINISHED"}  # it returned only once every trial was done
     assert "3/3 done: 3 finished" in result.stdout
     assert result.stdout.count("FINISHED") >= 3
+
+
+def test_submit_into_a_log_file_says_it_started_and_gives_counts_while_it_runs(
+    tmp_path, ray_session, work_home, sweep_name, trial_sleep, monkeypatch
+):
+    """Output that is not a terminal (`submit > log`, nohup; CliRunner's too) gets no drawn
+    progress bar until the end: a line says the sweep started and the counts follow."""
+    from scalelab.cli import sweep_watch
+
+    monkeypatch.setattr(sweep_watch, "PLAIN_EVERY_S", 0.5)
+    trial_sleep(2.0)
+    path = _write(tmp_path, sweep_yaml(sweep_name, seeds=2, backend="{concurrency: 1}"))
+    result = runner.invoke(app, ["submit", str(path), "--job", "jobs_for_tests:sleepy"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    started = [i for i, line in enumerate(lines) if "of 2 trials to run" in line]
+    counts = [i for i, line in enumerate(lines) if "/2 done," in line and "running" in line]
+    ended = [i for i, line in enumerate(lines) if line.startswith("dense-nano-s")]
+    assert started and counts and ended, result.output
+    assert started[0] < counts[0] < ended[0]  # heard from before the first trial ended
