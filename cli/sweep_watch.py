@@ -36,7 +36,8 @@ class SweepWatch:
         self.lines = TrialLines(console, trials, finished, ledger, self.scored, reused)
         self.figure = LiveFigure(ledger, trials, warn=lambda m: console.print(f"note: {m}"))
         if self.plain:
-            stage = " (the lr search first)" if any(t.stage == "tune" for t in trials) else ""
+            search = trials and all(t.stage in ("tune", "tune+ladder") for t in trials)
+            stage = " (the lr search; the sweep's own trials follow)" if search else ""
             console.print(
                 f"sweep {self.sweep.name}: {len(trials) - len(finished)} of {len(trials)} trials "
                 f"to run{stage}; a line as each ends, the counts every {PLAIN_EVERY_S:.0f} s",
