@@ -1,7 +1,8 @@
 """The tuning stage on real training with a real mechanism whose optimum is not dense's: the
-Hadamard output projection. Its learned diagonal moves the attention output per step far
-less than a dense W_O, whose d x d entries all move at once, so it trains best at a higher
-rate; compared at dense's rate it is under-trained and its gap to dense reads too small.
+Hadamard output projection, which trains best at a higher rate (plausibly because its
+learned diagonal moves the attention output per step less than a dense W_O, whose d x d
+entries all move at once); compared at dense's rate it is under-trained and its gap to
+dense reads too small.
 
 Measured on this exact sweep (nano, 100 steps of 1,024 byte tokens, five rates a factor 2
 apart; docs/benchmarks.md, "A real mechanism off dense's optimum"), seeds 0, 1 and 2:
