@@ -34,15 +34,7 @@ def test_a_branch_trains_its_cooldown_only_and_matches_the_trial_alone(
     assert tags[Tag.BRANCHED_FROM] == f"{trunk.trial_id}@3"
     history = MlflowClient(mlflow_uri).get_metric_history(branched.run_id, "train/loss")
     assert sorted(m.step for m in history) == list(range(1, 5))  # the trunk's part too
-    got = {m: curve(home, short.trial_id, m) for m in METRICS}
-
-    monkeypatch.setenv("SCALELAB_HOME", str(tmp_path / "alone"))
-    alone = run(short)
-    want = {m: curve(tmp_path / "alone", short.trial_id, m) for m in METRICS}
-    for m in METRICS:
-        assert [s for s, _ in got[m]] == [s for s, _ in want[m]], m
-        assert [v for _, v in got[m]] == pytest.approx([v for _, v in want[m]], rel=1e-6), m
-    assert branched.final_val_loss == pytest.approx(alone.final_val_loss, rel=1e-6)
+    alone = _matches_alone(short, branched, home, curve, tmp_path, monkeypatch)
     assert branched.flops == pytest.approx(alone.flops)  # it reports the whole trial's compute
 
 
@@ -62,12 +54,18 @@ def test_a_shorter_trial_seeds_a_longer_one_that_then_matches_the_trial_alone(
     assert resumed.status == "FINISHED" and resumed.steps == 8
     final = complete_checkpoints(home / "trials" / long.trial_id / "ckpt")[-1]
     assert read_state(final)["branched_from"] == {"trial_id": short.trial_id, "step": 3}
-    got = {m: curve(home, long.trial_id, m) for m in METRICS}
+    _matches_alone(long, resumed, home, curve, tmp_path, monkeypatch)
 
+
+def _matches_alone(job, seeded, home, curve, tmp_path, monkeypatch):
+    """`job`, trained again from step 0 in a fresh work directory, logs the same curves and
+    ends at the same loss as `seeded` did; returns that run's result."""
+    got = {m: curve(home, job.trial_id, m) for m in METRICS}
     monkeypatch.setenv("SCALELAB_HOME", str(tmp_path / "alone"))
-    alone = run(long)
-    want = {m: curve(tmp_path / "alone", long.trial_id, m) for m in METRICS}
+    alone = run(job)
+    want = {m: curve(tmp_path / "alone", job.trial_id, m) for m in METRICS}
     for m in METRICS:
         assert [s for s, _ in got[m]] == [s for s, _ in want[m]], m
         assert [v for _, v in got[m]] == pytest.approx([v for _, v in want[m]], rel=1e-6), m
-    assert resumed.final_val_loss == pytest.approx(alone.final_val_loss, rel=1e-6)
+    assert seeded.final_val_loss == pytest.approx(alone.final_val_loss, rel=1e-6)
+    return alone
