@@ -3,6 +3,7 @@ figure, and plain lines where the output is a log file."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from scalelab.orchestrator import door
@@ -18,8 +19,6 @@ class SweepWatch:
     PLAIN_EVERY_S."""
 
     def __init__(self, progress: Any, loaded: door.Sweep, scored: list[str] | None = None) -> None:
-        import time
-
         self.progress, self.sweep, self.scored = progress, loaded, scored
         self.task = progress.add_task(f"sweep {loaded.name}", total=len(loaded.trials))
         self.plain = not progress.console.is_terminal
@@ -49,8 +48,6 @@ class SweepWatch:
         self.figure.trial_ended(trial_id, outcome)
 
     def update(self, counts: dict[str, int]) -> None:
-        import time
-
         self.figure.poll()
         eta = self.lines.eta()
         if self.plain and time.monotonic() - self.last_plain >= PLAIN_EVERY_S:

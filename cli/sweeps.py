@@ -152,7 +152,7 @@ def _plan_table(plan: door.SweepPlan) -> Table:
     table.caption = (
         f"to run: {len(live)} trials, {sum(p.trial.flops for p in live):.3e} FLOPs, "
         f"~{sum(p.hours for p in live):.3g} {hours}-hours at {at}; already finished: "
-        f"{len(plan.trials) - len(live)}\n" + _tuning_caption(plan) + plan.placement
+        f"{len(plan.trials) - len(live)}\n" + _tuning_caption(plan, hours) + plan.placement
     )
     return table
 
@@ -166,9 +166,9 @@ def _stage_text(p: door.PlannedTrial) -> str:
     return f"{p.trial.stage} lr={p.trial.job.train.lr:.3g}"
 
 
-def _tuning_caption(plan: door.SweepPlan) -> str:
-    """A tuned sweep's two stages in compute: the search against the whole sweep; an untuned
-    sweep of several variants: that they share the sweep's rates."""
+def _tuning_caption(plan: door.SweepPlan, unit: str) -> str:
+    """A tuned sweep's two stages in compute (`unit`-hours): the search against the whole
+    sweep; an untuned sweep of several variants: that they share the sweep's rates."""
     if plan.sweep.spec.tune is None:
         if len({p.trial.variant for p in plan.trials}) < 2:
             return ""
@@ -184,7 +184,6 @@ def _tuning_caption(plan: door.SweepPlan) -> str:
     total = sum(p.trial.flops for p in plan.trials) + more
     search = [p for p in plan.trials if p.trial.stage in ("tune", "tune+ladder")]
     flops = sum(p.trial.flops for p in search)
-    unit = "CPU" if plan.on_cpu else "GPU"
     line = (
         f"tuning stage: {len(search)} {'rung-0 ' if tune.method == 'halving' else ''}search "
         f"trials, {flops:.3e} FLOPs, "

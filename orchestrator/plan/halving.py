@@ -34,12 +34,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from scalelab.jobs.config import BranchSeed
-from scalelab.orchestrator.plan.branching import branched_from, shared_prefix
+from scalelab.orchestrator.plan.branching import saving, shared_prefix
 from scalelab.orchestrator.plan.expand import Trial, iter_trials
-from scalelab.orchestrator.plan.search_points import point_label, search_spec
+from scalelab.orchestrator.plan.search_points import SearchLoss, point_label, search_spec
 from scalelab.orchestrator.plan.spec import SourceMap, SpecError, SweepSpec
 
-SearchLoss = Callable[[str], float | None]
 LAST_RUNG_RATES = 3  # a parabola's points
 
 
@@ -64,6 +63,14 @@ class RateGroup:
 def kept(n: int) -> int:
     """How many of `n` rates the next rung trains: half, at least a parabola's three."""
     return max(LAST_RUNG_RATES, math.ceil(n / 2))
+
+
+def rung_counts(rates: int, rungs: int) -> list[int]:
+    """How many rates each rung trains, from all of them down by `kept`."""
+    counts = [rates]
+    while len(counts) < rungs:
+        counts.append(kept(counts[-1]))
+    return counts
 
 
 def rung_budgets(final: int, batch: int, rungs: int) -> list[int]:
@@ -175,11 +182,12 @@ def _seeding(group: RateGroup, rung: int, index: int) -> Trial:
     """The rate's trial at `rung`, carrying a seed for its trial at the next rung when the
     two share their first steps."""
     trial = group.rungs[rung][index]
-    if rung + 1 >= len(group.rungs) or group.continued(rung + 1, index) is None:
+    if rung + 1 >= len(group.rungs):
         return trial
     nxt = group.rungs[rung + 1][index]
     step = shared_prefix(trial, nxt)
-    assert step is not None
+    if step is None:
+        return trial
     seeds = (*trial.job.train.branch_seeds, BranchSeed(step=step, trial_id=nxt.trial_id))
     train = trial.job.train.model_copy(update={"branch_seeds": seeds})
     return dataclasses.replace(trial, job=trial.job.model_copy(update={"train": train}))
@@ -205,38 +213,15 @@ def planned_cost(groups: list[RateGroup]) -> SearchCost:
     runs, the FLOPs are not), each continuing trial only past its shared steps."""
     halving = grid = 0.0
     shared = True
-    counts: list[int] = []
+    counts = rung_counts(len(groups[0].rungs[0]), len(groups[0].rungs)) if groups else []
     for group in groups:
-        n = len(group.rungs[0])
-        counts = []
         grid += sum(t.flops for t in group.rungs[-1])
-        for k, rung in enumerate(group.rungs):
-            counts.append(n)
-            per_token = rung[0].flops / rung[0].tokens
+        for k, (rung, n) in enumerate(zip(group.rungs, counts, strict=True)):
             carried = group.continued(k, 0)
             shared = shared and (k == 0 or carried is not None)
-            halving += n * (rung[0].flops - per_token * (carried or 0))
-            n = kept(n)
+            halving += n * (rung[0].flops - rung[0].flops / rung[0].tokens * (carried or 0))
     budgets = tuple(r[0].tokens for r in groups[0].rungs) if groups else ()
     return SearchCost(halving, grid, budgets, tuple(counts), shared)
-
-
-def spent_cost(groups: list[RateGroup], trials: list[Trial]) -> float:
-    """What the search's trials that ran spent: each trial's FLOPs, less the steps it
-    resumed from the rung before's seed."""
-    ran = {t.trial_id for t in trials}
-    spent = 0.0
-    for group in groups:
-        for k, rung in enumerate(group.rungs):
-            for i, t in enumerate(rung):
-                if t.trial_id not in ran:
-                    continue
-                carried = group.continued(k, i)
-                seeded = carried is not None and branched_from(t.trial_id) == (
-                    group.rungs[k - 1][i].trial_id
-                )
-                spent += t.flops - (t.flops / t.tokens * carried if seeded else 0.0)  # type: ignore[operator]
-    return spent
 
 
 def plan_line(cost: SearchCost) -> str:
@@ -261,8 +246,9 @@ def plan_line(cost: SearchCost) -> str:
 
 
 def spent_line(groups: list[RateGroup], trials: list[Trial]) -> str:
-    """The end of a submit's line on what the halving search spent against a full grid."""
-    spent, grid = spent_cost(groups, trials), planned_cost(groups).grid
+    """The end of a submit's line on what the halving search's trials spent (each less the
+    steps it resumed from a seed: branching.saving) against a full grid."""
+    spent, grid = saving(trials, ran=True).spent, planned_cost(groups).grid
     verdict = f"{1 - spent / grid:.0%} less" if spent <= grid else f"{spent / grid - 1:.0%} more"
     return (
         f"tuning: the lr search by successive halving spent {spent:.3e} training FLOPs in "

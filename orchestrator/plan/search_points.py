@@ -3,8 +3,13 @@ orchestrator/plan/tuning.py; a halving search's rungs, orchestrator/plan/halving
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from scalelab.orchestrator.plan.expand import Trial
 from scalelab.orchestrator.plan.spec import SweepSpec
+
+# a search trial's loss: a float (NaN: it diverged), None while it has not ended
+SearchLoss = Callable[[str], float | None]
 
 
 def search_spec(spec: SweepSpec) -> SweepSpec:

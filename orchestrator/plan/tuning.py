@@ -37,14 +37,11 @@ from scalelab.orchestrator.plan.lr_optimum import (
     rounded,
     transfer_holds,
 )
-from scalelab.orchestrator.plan.search_points import point_label, search_spec
+from scalelab.orchestrator.plan.search_points import SearchLoss, point_label, search_spec
 from scalelab.orchestrator.plan.spec import DEFAULT_MAX_TRIALS, SourceMap, SweepSpec
 
 TUNE, LADDER, PENDING = "tune", "ladder", "pending"
 BOTH = "tune+ladder"  # a ladder trial that is also a search point (the same computation)
-
-# a search trial's loss: a float (NaN: it diverged), None while it has not ended
-SearchLoss = Callable[[str], float | None]
 
 
 @dataclass(frozen=True)
@@ -66,8 +63,8 @@ class Tuning:
             out.append(f"tuning: {variant}: lr {at} -> its trials at {self.rates[variant]:.3g}")
         for variant, by_point in sorted(self.optima.items()):
             for point, o in by_point.items():
+                end = "largest" if o.best_rate == o.rates[-1] else "smallest"
                 if o.at_edge and self.grid and o.best_rate not in (self.grid[0], self.grid[-1]):
-                    end = "largest" if o.best_rate == o.rates[-1] else "smallest"
                     out.append(
                         f"check: {variant}'s best rate at {point or 'base'} is the {end} that "
                         f"the halving kept ({o.best_rate:.1e}), not the grid's: the optimum "
@@ -75,7 +72,6 @@ class Tuning:
                         "(fewer tune.rungs) or use method: grid"
                     )
                 elif o.at_edge:
-                    end = "largest" if o.best_rate == o.rates[-1] else "smallest"
                     out.append(
                         f"check: {variant}'s best rate at {point or 'base'} is the grid's {end} "
                         f"({o.best_rate:.1e}): widen tune.lr"
