@@ -66,6 +66,7 @@ class TrialClaims(Claims):
         out: dict[str, str | None] = {}
         for tid in trial_ids:
             run_id = runs[_shard(tid)]
+            self._unreleased.pop(tid, None)  # wanted again: what this driver holds, it keeps
             fresh = tid not in self._contended and tid not in self._trial_holds
             if fresh and self._write_claim(run_id, tid, 0):
                 out[tid] = None  # the first claim on it ever
@@ -95,22 +96,36 @@ class TrialClaims(Claims):
 
     def release_trial(self, trial_id: str) -> None:
         """This driver is done with the trial (trained, failed for good, cancelled): another
-        sweep's driver may claim it at once. A store that fails now leaves the claim to
-        lapse with this driver's heartbeat (`retire`)."""
-        from mlflow.exceptions import MlflowException
-
-        from scalelab.orchestrator.ledger.connection import LedgerUnavailable
-
+        sweep's driver may claim it at once. One try, so an outage never stalls the
+        scheduler: a release the store refuses now is tried again at the next periodic
+        heartbeat, and lapses with this driver's heartbeat at the latest (`retire`)."""
         epoch = self._trial_holds.pop(trial_id, None)
         if epoch is None:
             return
         self._contended.add(trial_id)  # claimed again only after a read (its epoch is spent)
-        key = f"{Param.TRIAL_RELEASE_PREFIX}{trial_id}.{epoch}"
-        try:
-            run_id = self._claims_runs({_shard(trial_id)})[_shard(trial_id)]
-            self.client.log_param(run_id, key, self.driver_id)
-        except (LedgerUnavailable, MlflowException):
-            pass
+        self._unreleased[trial_id] = epoch
+        self.send_releases()
+
+    def heartbeat(self, poll: bool = False) -> None:
+        super().heartbeat(poll)
+        self.send_releases()  # the store answers again: the releases an outage held back
+
+    def send_releases(self) -> None:
+        """Write the releases not written yet, each tried once (`poll_client`)."""
+        from mlflow.exceptions import MlflowException
+
+        from scalelab.orchestrator.ledger.connection import LedgerUnavailable
+
+        for trial_id, epoch in list(self._unreleased.items()):
+            key = f"{Param.TRIAL_RELEASE_PREFIX}{trial_id}.{epoch}"
+            try:
+                run_id = self._claims_runs({_shard(trial_id)})[_shard(trial_id)]
+                self.poll_client.log_param(run_id, key, self.driver_id)
+            except LedgerUnavailable:
+                return  # the store is down: the rest waits for the next beat too
+            except MlflowException:
+                pass  # written already, or the claims' run was deleted: nothing to let go
+            del self._unreleased[trial_id]
 
     def _write_claim(self, run_id: str, trial_id: str, epoch: int) -> bool:
         from mlflow.exceptions import MlflowException
@@ -140,6 +155,11 @@ class TrialClaims(Claims):
     @cached_property
     def _trial_holds(self) -> dict[str, int]:
         """Trial id -> the epoch of its claim this driver holds."""
+        return {}
+
+    @cached_property
+    def _unreleased(self) -> dict[str, int]:
+        """Trial id -> the epoch of a claim let go here whose release the store refused."""
         return {}
 
     @cached_property
