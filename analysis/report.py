@@ -19,18 +19,25 @@ import numpy as np
 from scalelab.analysis.results.render import markdown_sections, markdown_table
 
 # Part of the summary cache's key: a summary cached by an older layout is made again.
-SUMMARY_FORMAT = 4  # 4: a tuned sweep's gains; no multiplier through a flat baseline
+SUMMARY_FORMAT = 5  # 5: the report has a tuned sweep's gains at both rates
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from scalelab.analysis.results.fit import SweepFit
     from scalelab.analysis.scaling import Interval
 
 
 def write_report(
-    fit: SweepFit, plots: dict[str, Path], out_dir: Path, tracking_uri: str = ""
+    fit: SweepFit,
+    plots: dict[str, Path],
+    out_dir: Path,
+    tracking_uri: str = "",
+    tuned: Sequence[str] = (),
 ) -> Path:
     """Write out_dir/report.md (plots linked relative to it) and report.html beside it (the
-    same page, its plots embedded: one file to open in a browser); return report.md's path."""
+    same page, its plots embedded: one file to open in a browser); return report.md's path.
+    `tuned`: a tuned sweep's gains at both rates (results/tuned_gain.py), after the verdict."""
     from scalelab.analysis.report_html import report_html
     from scalelab.analysis.results.verdict import verdict_lines
 
@@ -51,6 +58,9 @@ def write_report(
         head = verdict[0].removeprefix("verdict: ")
         md += ["", f"**Verdict: {head}.**", ""]
         md += [f"- {line.strip()}" for line in verdict[1:]]
+    if tuned:
+        md += ["", "**At each variant's own tuned rate, and at the baseline's.**", ""]
+        md += [f"- {line.removeprefix('tuned: ')}" for line in tuned]
     headline = headline_lines(fit)
     if headline:
         md += ["", "**Headline.**", ""] + [f"- {line}" for line in headline]
@@ -209,39 +219,45 @@ def mlflow_ui_hint(uri: str, sweep: str) -> str:
     return f"scalelab ui {sweep}  (it prints the address of the sweep's runs)"
 
 
-def _fits(
-    sweep: str, root: Path | None, baseline: str, n_resamples: int
-) -> tuple[SweepFit, list[str]]:
-    """The sweep's fit and, for a tuned sweep, its fairness lines: the fit of each variant
-    at its own tuned rate, and the paired gains at both rates (results/tuned_gain.py)."""
-    from scalelab.analysis.results.fit import fit_sweep, fit_table
+def tuned_lines(
+    sweep: str,
+    own: SweepFit | None,
+    baseline: str,
+    root: Path | None = None,
+    where: str | None = None,
+) -> list[str]:
+    """What a tuned sweep's readers print with its gains (results/tuned_gain.py): with a fit
+    (`own`), each variant's paired gain at its own rate and at the baseline's; without one
+    (too few compute points for a law), its loss gaps cell by cell. Nothing for a sweep
+    without `tune:`."""
+    from scalelab.analysis.results.fit import fit_table
     from scalelab.analysis.results.query import trials_where
     from scalelab.analysis.results.tables import ResultsError
-    from scalelab.analysis.results.tuned_gain import fairness_lines, split_by_rate
+    from scalelab.analysis.results.tuned_gain import fairness_lines, loss_gap_lines, split_by_rate
 
-    own = fit_sweep(sweep, baseline=baseline, n_resamples=n_resamples, root=root)
-    split = split_by_rate(trials_where(sweep, None, root), baseline)
+    try:
+        split = split_by_rate(trials_where(sweep, where, root), baseline)
+    except ResultsError:
+        return []
     if split is None:
-        return own, []
+        return []
+    if own is None:
+        return loss_gap_lines(split)
     try:
         shared = fit_table(split.shared, sweep, baseline=baseline, resample=False)
     except ResultsError:
         shared = None
-    return own, fairness_lines(own, shared, split)
+    return fairness_lines(own, shared, split)
 
 
-def _tuned_without_law(sweep: str, root: Path | None, baseline: str) -> list[str]:
-    """A tuned sweep no law fits (one or two sizes): its loss gaps cell by cell at both
-    rates (results/tuned_gain.py), so the fairness reading is not lost with the fit."""
-    from scalelab.analysis.results.query import trials_where
-    from scalelab.analysis.results.tables import ResultsError
-    from scalelab.analysis.results.tuned_gain import loss_gap_lines, split_by_rate
+def _fits(
+    sweep: str, root: Path | None, baseline: str, n_resamples: int
+) -> tuple[SweepFit, list[str]]:
+    """The sweep's fit and, for a tuned sweep, its fairness lines (results/tuned_gain.py)."""
+    from scalelab.analysis.results.fit import fit_sweep
 
-    try:
-        split = split_by_rate(trials_where(sweep, None, root), baseline)
-    except ResultsError:
-        return []
-    return [] if split is None else loss_gap_lines(split)
+    own = fit_sweep(sweep, baseline=baseline, n_resamples=n_resamples, root=root)
+    return own, tuned_lines(sweep, own, baseline, root)
 
 
 def summarise_sweep(
@@ -298,7 +314,7 @@ def summarise_sweep(
         fit, tuned = _fits(sweep, root, baseline, n_resamples)
     except ResultsError as e:
         say(f"no fit: {e}")
-        for line in _tuned_without_law(sweep, root, baseline):
+        for line in tuned_lines(sweep, None, baseline, root):  # gaps cell by cell
             say(line)
         _print_ranked(sweep, root, console)
         head = console.export_text()  # export_text clears what it exports
@@ -308,7 +324,7 @@ def summarise_sweep(
     files = plotting.make_plots(fit, curves_of(sweep, root), out / "plots")
     parent_run_id = parent_run(sweep, uri, root)
     plotting.log_plots(parent_run_id, files, uri)
-    report = write_report(fit, files, out, "" if imported else uri)
+    report = write_report(fit, files, out, "" if imported else uri, tuned)
     record_on_parent(parent_run_id, fit, report, uri)
     # the verdict first, in words; then the table it comes from; the checks in one line
     for line in verdict_lines(fit):

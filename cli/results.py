@@ -147,16 +147,25 @@ def report_cmd(
 ) -> None:
     """One Markdown report (tables + plots) at results/<sweep>/report.md, and report.html
     beside it (the same, its plots embedded: open it in a browser)."""
-    from scalelab.analysis.report import report_lines, write_report
+    from scalelab.analysis.report import report_lines, tuned_lines, write_report
     from scalelab.analysis.results import sweep_dir
     from scalelab.analysis.results.imports import imported_only
+    from scalelab.analysis.results.tables import ResultsError
 
     options = fit_options(budget, huber_delta, holdout_flops, isoflop_bin_width)
-    fit, files, _, uri = guard(
-        lambda: _fit_and_plot(sweep, baseline, resamples, tracking_uri, where=where, **options)
-    )
+
+    def fitted():  # noqa: ANN202
+        try:
+            return _fit_and_plot(sweep, baseline, resamples, tracking_uri, where=where, **options)
+        except ResultsError:  # no law: a tuned sweep still has its gaps at both rates
+            for line in tuned_lines(sweep, None, baseline, where=where):
+                console.print(line, highlight=False, soft_wrap=True)
+            raise
+
+    fit, files, _, uri = guard(fitted)
+    tuned = guard(lambda: tuned_lines(sweep, fit, baseline, where=where))
     uri = "" if imported_only(sweep) else uri  # no MLflow record to point at
-    report = guard(lambda: write_report(fit, files, sweep_dir(sweep), uri))
+    report = guard(lambda: write_report(fit, files, sweep_dir(sweep), uri, tuned))
     for line in report_lines(report):
         console.print(line, highlight=False, soft_wrap=True)
 

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 import scalelab
 from scalelab.analysis.report import summarise_sweep
+from scalelab.analysis.results import sweep_dir
 from scalelab.cli.main import app
 from scalelab.orchestrator import door
 from scalelab.orchestrator.plan.tuning import BOTH, LADDER, PENDING, TUNE
@@ -98,6 +99,10 @@ def test_each_variant_runs_at_its_own_tuned_rate(tmp_path, work_home, ray_sessio
     (paired,) = fitted.paired
     assert paired.n_pairs == 3 and paired.multiplier.estimate == pytest.approx(1.0, abs=0.02)
     assert fitted.where == "each variant at its own tuned rate"
+    reported = runner.invoke(app, ["results", "report", sweep_name], env={"COLUMNS": "250"})
+    assert reported.exit_code == 0, reported.output
+    report = (sweep_dir(sweep_name) / "report.md").read_text()
+    assert f"- {tuned.removeprefix('tuned: ')}" in report.splitlines()  # both rates, as printed
 
     again = door.run(door.load(path), job="jobs_for_tests:lr_bowl")  # resubmitted: all done
     assert sorted(again.outcome.skipped) == sorted(t.trial_id for t in trials)
@@ -131,3 +136,6 @@ def test_a_ladder_whose_cells_the_search_trains_at_base_rate_still_waits_for_it(
     assert own and shared, tuned
     # lr_bowl 4x off its optimum: (1 + 0.05 ln(4)^2), 9.6% above its loss there (about 5.6)
     assert abs(float(own[1])) < 0.02 and float(shared[1]) > 0.2
+    reported = runner.invoke(app, ["results", "report", sweep_name], env={"COLUMNS": "250"})
+    assert reported.exit_code == 2 and "no fit possible" in reported.output  # no law, and
+    assert tuned in reported.stdout.splitlines()  # yet the gaps at both rates, as summarised
