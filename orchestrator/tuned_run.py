@@ -2,16 +2,21 @@
 trials first (a halving search's one rung at a time, orchestrator/plan/halving.py), then,
 once each has ended, the sweep expanded again from their losses and run whole (the
 search's trials skipped as FINISHED). A driver stopped at any point resumes from what the
-trial folders hold: the same losses give the same rates, the same trial ids.
+trial folders hold: the same losses give the same rates, the same trial ids. Once the
+search has ended, the seeds a halving rung wrote for the rates the next rung dropped are
+removed: nothing resumes from them, and each is a whole checkpoint (weights and optimizer).
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import fields
 
+from scalelab.contract import workdir
 from scalelab.contract.runs import Tag
 from scalelab.orchestrator.ledger import Ledger
+from scalelab.orchestrator.plan.branching import branched_from
 from scalelab.orchestrator.plan.expand import Trial
 from scalelab.orchestrator.plan.tuning import BOTH, PENDING, TUNE
 from scalelab.orchestrator.scheduler import SweepOutcome, close_sweep
@@ -47,8 +52,30 @@ def run_tuned(
             close_sweep(ledger, done)
             return trials, done
     _tag_stages(ledger, trials)
+    discard_unused_seeds(trials)
     last = run_stage(trials, True)
     return trials, last if done is None else _merged(done, last)
+
+
+def discard_unused_seeds(trials: list[Trial]) -> list[str]:
+    """Remove the seeds written for trials the sweep no longer lists (a halving rung's, for
+    the rates the next rung dropped); the ids removed. Only a folder that holds a seed and
+    nothing of its own is touched: a trial that has started, or that another sweep trained,
+    is left as it is."""
+    listed = {t.trial_id for t in trials}
+    unused = {s.trial_id for t in trials for s in t.job.train.branch_seeds} - listed
+    return sorted(tid for tid in unused if _discard_seed(tid))
+
+
+def _discard_seed(trial_id: str) -> bool:
+    folder = workdir.trial_dir(trial_id)
+    if not folder.is_dir() or {p.name for p in folder.iterdir()} - {"ckpt", workdir.CURVES_FILE}:
+        return False  # absent, or it has run (a log, a result, a spool of its own)
+    complete = list((folder / "ckpt").glob("step*/COMPLETE"))
+    if len(complete) != 1 or branched_from(trial_id) is None:
+        return False  # a checkpoint of its own
+    shutil.rmtree(folder)
+    return True
 
 
 def _tag_stages(ledger: Ledger, trials: list[Trial]) -> None:

@@ -69,3 +69,38 @@ def _matches_alone(job, seeded, home, curve, tmp_path, monkeypatch):
         assert [v for _, v in got[m]] == pytest.approx([v for _, v in want[m]], rel=1e-6), m
     assert seeded.final_val_loss == pytest.approx(alone.final_val_loss, rel=1e-6)
     return alone
+
+
+def test_a_seed_for_a_trial_the_sweep_no_longer_lists_is_removed_and_nothing_trained_is(
+    home, tiny_job
+):
+    """A halving rung seeds every rate's next-rung trial before the next rung drops half
+    of them (orchestrator/tuned_run.py): the seeds of the dropped ones go once the search
+    has ended; the rung's own folders, a seed still listed, and a trial that has trained
+    from its seed stay."""
+    from scalelab.orchestrator.plan.expand import Trial
+    from scalelab.orchestrator.tuned_run import discard_unused_seeds
+
+    def listed(job):
+        return Trial(job, job.trial_id, "dense", "nano", 0, 0, job.train.tokens, 0.0)
+
+    kept, dropped = _wsd(tiny_job, 2048), _wsd(tiny_job, 3072)
+    seeds = [
+        BranchSeed(step=3, trial_id=kept.trial_id),
+        BranchSeed(step=3, trial_id=dropped.trial_id),
+    ]
+    short = _wsd(tiny_job, 1024, train__branch_seeds=seeds)
+    assert run(short).status == "FINISHED"
+
+    def folder(job):
+        return home / "trials" / job.trial_id
+
+    assert all(complete_checkpoints(folder(job) / "ckpt") for job in (kept, dropped))
+
+    assert discard_unused_seeds([listed(short), listed(kept)]) == [dropped.trial_id]
+    assert not folder(dropped).exists()
+    assert [p.name for p in complete_checkpoints(folder(kept) / "ckpt")] == ["step00000003"]
+    assert (folder(short) / "result.json").exists()
+    assert run(kept).status == "FINISHED"  # trained on from its seed
+    assert discard_unused_seeds([listed(short)]) == []  # no longer a seed alone: kept
+    assert (folder(kept) / "result.json").exists()
