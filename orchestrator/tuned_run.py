@@ -71,9 +71,8 @@ def _discard_seed(trial_id: str) -> bool:
     folder = workdir.trial_dir(trial_id)
     if not folder.is_dir() or {p.name for p in folder.iterdir()} - {"ckpt", workdir.CURVES_FILE}:
         return False  # absent, or it has run (a log, a result, a spool of its own)
-    complete = list((folder / "ckpt").glob("step*/COMPLETE"))
-    if len(complete) != 1 or branched_from(trial_id) is None:
-        return False  # a checkpoint of its own
+    if branched_from(trial_id) is None:
+        return False  # its newest checkpoint is its own, not a seed
     shutil.rmtree(folder)
     return True
 

@@ -14,8 +14,8 @@ the same rates from the same losses. Under a wsd schedule the work is shared: a 
 trial at one rung runs the same steps as its trial at the next up to its own cooldown start
 (same warm-up in steps, prefix-stable data: orchestrator/plan/branching.py), so it seeds that
 next trial with its checkpoint there (train.branch_seeds) and the next trial trains only the
-rest. A rate that is dropped keeps that checkpoint in its next trial's folder: a later sweep
-that trains it resumes there. Without wsd every rung trains from step 0, and halving can cost
+rest. A dropped rate's seed is removed once the search has ended (orchestrator/tuned_run.py):
+nothing resumes from it. Without wsd every rung trains from step 0, and halving can cost
 more than the grid: the dry-run says which.
 
 Why not Ray Tune's SuccessiveHalving or ASHA: they stop Tune trials from their intermediate
